@@ -1,0 +1,30 @@
+# Two commands for a newcomer: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEFAULT_JOB ?= examples/llama3.1-70b-64xh100.yaml
+
+.PHONY: run test venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(VENV)/.installed $@
+
+venv: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(BIN)/shardwise train estimate $(DEFAULT_JOB)
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -n 2
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
