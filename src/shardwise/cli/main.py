@@ -1,0 +1,55 @@
+"""`shardwise` entry point: registers the command groups and turns ShardwiseError into a one-line error."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from shardwise.errors import ShardwiseError
+
+app = typer.Typer(
+    name="shardwise",
+    help="Plan, simulate and verify how to parallelise LLM training and serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    from shardwise.cli import schedule, serve, train, validate
+
+    app.add_typer(train.app, name="train")
+    app.add_typer(schedule.app, name="schedule")
+    app.add_typer(serve.app, name="serve")
+    app.command("validate")(validate.validate)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors print `error: ...` on stderr and exit with status 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except ShardwiseError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    except typer.Exit as exc:  # raised by --help and explicit exits
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 1
+    except Exception as exc:  # click usage errors (bad option, missing argument)
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
