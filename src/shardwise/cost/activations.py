@@ -1,0 +1,81 @@
+"""Activation memory stored by one transformer layer for one micro-batch on one GPU.
+
+Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4 / Table 2, generalised term by term (derived):
+with 16-bit activations, a GPT layer stores sbh*(34 + 5as/h) bytes — LayerNorm inputs 4sbh, QKV input
+2sbh, Q and K 4sbh, V 2sbh, softmax output 2as^2b, its dropout mask as^2b and output 2as^2b, projection
+input 2sbh, two dropout masks 2sbh, MLP input 2sbh, GeLU input and fc2 input 16sbh. Generalised here to
+GQA/MQA (K, V scale with kv_heads), any ffn, SwiGLU (gate and up outputs plus the product: 6*ffn/h),
+MoE (top-k routed copies), no dropout, FlashAttention (no s^2 terms: Dao et al. 2022 stores only the
+output and the softmax log-sum-exp), context parallelism (local tokens s/cp attend to all s keys).
+TP shards the head- and ffn-sized terms; sequence parallelism also shards the rest (Table 2 rows).
+Selective recompute drops the s^2 terms; full recompute keeps only the layer input (2sbh, /t with SP).
+"""
+
+from __future__ import annotations
+
+from shardwise.specs.model import ModelSpec
+
+
+def layer_activation_bytes(
+    model: ModelSpec,
+    moe_layer: bool,
+    tokens: float,
+    seq_kv: int,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    flash: bool,
+    act_bytes: float = 2.0,
+) -> float:
+    """Bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
+
+    tokens: local tokens of the micro-batch (b*s/cp); seq_kv: keys each query attends to (s).
+    """
+    h = model.hidden
+    sbh = tokens * h
+    seq_shard = tp if sp else 1  # terms TP leaves replicated are sharded by sequence parallelism
+    if recompute == "full":
+        return act_bytes * sbh / seq_shard
+    heads_local = model.heads / tp
+    kv_local = max(model.n_kv_heads / tp, 1.0)
+    dropout_mask = 1.0 if model.dropout else 0.0
+    # Attention block.
+    replicated = 2 * act_bytes * sbh  # LayerNorm input + QKV input
+    replicated += dropout_mask * sbh  # hidden dropout mask after the projection
+    sharded = act_bytes * tokens * heads_local * model.d_head  # Q
+    sharded += act_bytes * tokens * kv_local * (model.d_head + model.d_v_head)  # K and V
+    sharded += act_bytes * tokens * heads_local * model.d_v_head  # projection input (attention output)
+    if flash:
+        sharded += 4.0 * tokens * heads_local  # fp32 log-sum-exp per query and head
+    elif recompute != "selective":
+        per_score = act_bytes + (dropout_mask + act_bytes if model.dropout else 0.0)
+        sharded += per_score * heads_local * tokens * seq_kv  # softmax out (+ dropout mask and output)
+    # MLP block.
+    replicated += act_bytes * sbh + dropout_mask * sbh  # second LayerNorm input + dropout mask
+    replicated += act_bytes * sbh  # fc1 input
+    act_per_ffn = 3 if model.mlp == "swiglu" else 2  # (gate, up, product) or (gelu input, fc2 input)
+    if moe_layer:
+        routed = model.top_k * tokens
+        sharded += act_bytes * routed * h  # dispatched copies of the token (expert fc1 inputs)
+        sharded += act_bytes * (routed + model.shared_experts * tokens) * act_per_ffn * model.d_expert / tp
+        sharded += 4.0 * tokens * model.experts  # router logits (fp32)
+    else:
+        sharded += act_bytes * tokens * act_per_ffn * model.ffn / tp
+    return replicated / seq_shard + sharded
+
+
+def full_recompute_working_bytes(model: ModelSpec, moe_layer: bool, tokens: float, seq_kv: int, tp: int, sp: bool, flash: bool, act_bytes: float = 2.0) -> float:
+    """Transient activations of the one layer being recomputed in the backward pass under full recompute."""
+    return layer_activation_bytes(model, moe_layer, tokens, seq_kv, tp, sp, "none", flash, act_bytes)
+
+
+def output_layer_activation_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool, act_bytes: float = 2.0) -> float:
+    """Last stage: final norm input, LM-head input and fp32 logits kept for the cross-entropy backward
+    (Korthikanti et al. 2022 Sec. 4.3: 4sbh/t * (1 + V/h))."""
+    seq_shard = tp if sp else 1
+    return act_bytes * tokens * model.hidden * (1 / seq_shard + 1 / tp) + 4.0 * tokens * model.vocab / tp
+
+
+def embedding_activation_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool) -> float:
+    """First stage: the embedding dropout mask (Korthikanti et al. 2022 Sec. 4.3, the p/L term)."""
+    return (tokens * model.hidden / (tp if sp else 1)) if model.dropout else 0.0

@@ -1,0 +1,82 @@
+"""FLOP counts: per-token model FLOPs (the MFU numerator) and recompute FLOPs (the HFU extra).
+
+Conventions (DESIGN.md, "Metrics"):
+- model FLOPs count every matmul of the forward pass, x3 for forward + backward (Kaplan et al. 2020
+  "6N"); attention scores QK^T and AV over the full sequence, 12*L*s*a*d per token (Chowdhery et al.
+  2022, PaLM App. B "6N + 12LHQT"); the LM head 6*h*V (Narayanan et al. 2021 Eq. 3). For a GPT with
+  ffn = 4h this is exactly Korthikanti et al. 2022's 72*B*s*L*h^2*(1 + s/(6h) + V/(12hL)).
+- the causal variant halves the attention-score term (Megatron-LM 2026 "causal" FLOPs).
+- hardware FLOPs add recomputation: selective recompute repeats the attention-score forward
+  (Korthikanti et al. 2022 Sec. 5: 72BLsh^2(1 + s/(3h) + V/(12hL))); full recompute repeats the whole
+  layer forward.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from shardwise.specs.model import ModelSpec
+
+
+@lru_cache(maxsize=256)
+def matmul_weights(model: ModelSpec) -> tuple[int, int, int, int]:
+    """(attention in-projections, attention out-projection, dense MLP, one expert) matmul weights of a
+    layer, biases and norms excluded (derived from the architecture)."""
+    h, a = model.hidden, model.heads
+    q_dim, v_dim = a * model.d_head, a * model.d_v_head
+    if model.is_mla:
+        rope, nope = model.qk_rope_head_dim, model.d_head - model.qk_rope_head_dim
+        q = (h * model.q_lora_rank + model.q_lora_rank * q_dim) if model.q_lora_rank else h * q_dim
+        kv = h * (model.kv_lora_rank + rope) + model.kv_lora_rank * a * (nope + model.d_v_head)
+        attn_in = q + kv
+    else:
+        attn_in = h * q_dim + 2 * h * model.n_kv_heads * model.d_head
+    attn_out = v_dim * h
+    mats = 3 if model.mlp == "swiglu" else 2
+    return attn_in, attn_out, mats * h * model.ffn, mats * h * model.d_expert
+
+
+def layer_matmul_weights_active(model: ModelSpec, moe: bool) -> int:
+    """Matmul weights one token touches in a layer (router included for MoE layers)."""
+    attn_in, attn_out, dense, expert = matmul_weights(model)
+    if moe:
+        return attn_in + attn_out + (model.top_k + model.shared_experts) * expert + model.hidden * model.experts
+    return attn_in + attn_out + dense
+
+
+def attention_score_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
+    """Forward FLOPs of QK^T and AV for one token attending over `seq_len` keys, summed over layers:
+    2*s*a*(d_qk + d_v) per layer (PaLM App. B); halved under a causal mask when `causal`."""
+    per_layer = 2.0 * seq_len * model.heads * (model.d_head + model.d_v_head)
+    return model.layers * per_layer * (0.5 if causal else 1.0)
+
+
+@lru_cache(maxsize=1024)
+def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
+    """Training (forward + backward) model FLOPs per token, recompute excluded."""
+    dense_layers = model.layers - model.moe_layers
+    weights = dense_layers * layer_matmul_weights_active(model, False)
+    weights += model.moe_layers * layer_matmul_weights_active(model, True)
+    lm_head = model.hidden * model.vocab
+    return 6.0 * (weights + lm_head) + 3.0 * attention_score_flops_per_token(model, seq_len, causal)
+
+
+def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str, causal: bool = False) -> float:
+    """Extra forward FLOPs per token spent re-computing activations in the backward pass."""
+    if recompute == "selective":
+        return attention_score_flops_per_token(model, seq_len, causal)
+    if recompute == "full":
+        fwd = model_flops_per_token(model, seq_len, causal) / 3.0
+        return fwd - 2.0 * model.hidden * model.vocab  # the LM head is not recomputed
+    return 0.0
+
+
+def megatron_gpt_flops(batch: int, seq_len: int, layers: int, hidden: int, vocab: int, recompute: str = "none") -> float:
+    """Korthikanti et al. 2022 Sec. 5 / Narayanan et al. 2021 Eq. 3 closed forms, for GPT with ffn = 4h:
+    72*B*s*L*h^2*(1 + s/(6h) + V/(12hL)) model FLOPs; selective recompute s/(3h); full recompute x4/3 on
+    the layer terms (96 instead of 72)."""
+    B, s, L, h, V = batch, seq_len, layers, hidden, vocab
+    if recompute == "full":
+        return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    attn = s / (3 * h) if recompute == "selective" else s / (6 * h)
+    return 72.0 * B * s * L * h * h * (1 + attn + V / (12 * h * L))

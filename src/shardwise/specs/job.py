@@ -1,0 +1,137 @@
+"""Training job files (YAML or JSON; one job or a list): parsing and the checks that make a plan runnable.
+
+The file contract (keep these names)::
+
+    model: llama-3.1-70b          # preset | path to config.json | mapping
+    cluster: {gpu: H100-SXM, gpus: 512, gpus_per_node: 8, inter_node_gbps: 400}
+    training: {seq_len: 8192, global_batch: 512, precision: bf16, tokens: 15e12}
+    parallel: {tp: 8, pp: 4, vpp: 1, cp: 1, ep: 1, dp: auto, zero: 1, sequence_parallel: true,
+               recompute: selective, micro_batch: 1, schedule: 1f1b}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shardwise.errors import ShardwiseError
+from shardwise.specs._loading import format_validation_error, read_document
+from shardwise.specs.hardware import Cluster, make_cluster
+from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.training import TrainingSpec, TrainPlan
+
+
+class ClusterSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    gpus: int = Field(gt=0)
+    gpus_per_node: int | None = Field(default=None, gt=0)
+    inter_node_gbps: float | None = Field(default=None, gt=0)
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """A fully resolved job: model, cluster, training spec and a checked plan (dp resolved)."""
+
+    model: ModelSpec
+    cluster: Cluster
+    training: TrainingSpec
+    plan: TrainPlan
+    name: str = "job"
+
+    @property
+    def microbatches(self) -> int:
+        return self.training.global_batch // (self.plan.micro_batch * (self.plan.dp or 1))
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0 and d <= 64)
+
+
+def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: TrainPlan) -> TrainPlan:
+    """Resolve dp and check that the plan can run; raise ShardwiseError naming the field otherwise."""
+    p = plan
+    if model.heads % p.tp:
+        raise ShardwiseError(f"parallel.tp: {p.tp} does not divide the {model.heads} attention heads of {model.name}; use one of {_divisors(model.heads)}")
+    kv = model.n_kv_heads
+    if kv % p.tp and p.tp % kv:
+        raise ShardwiseError(f"parallel.tp: {p.tp} neither divides nor is a multiple of the {kv} KV heads of {model.name}")
+    denom = p.tp * p.pp * p.cp
+    if cluster.num_gpus % denom:
+        raise ShardwiseError(f"cluster.gpus: {cluster.num_gpus} is not divisible by tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {denom}")
+    dp = cluster.num_gpus // denom
+    if p.dp is not None and p.dp != dp:
+        raise ShardwiseError(
+            f"parallel.dp: tp*pp*cp*dp = {denom * p.dp} but the cluster has {cluster.num_gpus} GPUs; set dp: auto or dp: {dp}"
+        )
+    if model.layers < p.pp * p.vpp:
+        raise ShardwiseError(f"parallel.pp: {p.pp} stages x vpp {p.vpp} exceeds the {model.layers} layers of {model.name}")
+    if p.vpp > 1 and p.pp == 1:
+        raise ShardwiseError("parallel.vpp: virtual stages need pp > 1; set vpp: 1")
+    if training.seq_len % p.cp:
+        raise ShardwiseError(f"parallel.cp: {p.cp} does not divide seq_len {training.seq_len}")
+    if p.ep > 1:
+        if not model.is_moe:
+            raise ShardwiseError(f"parallel.ep: {p.ep} > 1 but {model.name} is dense; use ep: 1")
+        if model.experts % p.ep:
+            raise ShardwiseError(f"parallel.ep: {p.ep} does not divide the {model.experts} experts of {model.name}")
+        if (dp * p.cp) % p.ep:
+            raise ShardwiseError(f"parallel.ep: {p.ep} must divide dp*cp = {dp * p.cp} (experts are sharded inside the data-parallel group)")
+    per_step = p.micro_batch * dp
+    if training.global_batch % per_step:
+        raise ShardwiseError(
+            f"training.global_batch: {training.global_batch} is not a multiple of micro_batch*dp = {p.micro_batch}*{dp} = {per_step}"
+        )
+    return p.model_copy(update={"dp": dp})
+
+
+def _section(doc: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = doc.get(key)
+    if value is None:
+        raise ShardwiseError(f"{where}: missing '{key}' section")
+    if not isinstance(value, dict):
+        raise ShardwiseError(f"{where}.{key}: must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _build(cls: type[BaseModel], data: dict[str, Any], where: str) -> Any:
+    try:
+        return cls(**data)
+    except ValidationError as exc:
+        raise ShardwiseError(format_validation_error(exc, where)) from None
+
+
+def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) -> TrainJob:
+    """Build and check one job from its parsed mapping."""
+    if not isinstance(doc, dict):
+        raise ShardwiseError(f"{where}: a job must be a mapping with model, cluster, training, parallel")
+    unknown = set(doc) - {"name", "model", "cluster", "training", "parallel"}
+    if unknown:
+        raise ShardwiseError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; expected model, cluster, training, parallel")
+    if "model" not in doc:
+        raise ShardwiseError(f"{where}: missing 'model' (a preset name, a config.json path or a mapping)")
+    model = load_model(doc["model"])
+    cspec: ClusterSpec = _build(ClusterSpec, _section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
+    cluster = make_cluster(cspec.gpu, cspec.gpus, cspec.gpus_per_node, cspec.inter_node_gbps, cspec.price_usd_per_gpu_hour)
+    training = _build(TrainingSpec, _section(doc, "training", where), "training")
+    raw_plan = dict(doc.get("parallel") or {}) if not require_plan else dict(_section(doc, "parallel", where))
+    if raw_plan.get("dp") == "auto":
+        raw_plan["dp"] = None
+    plan = _build(TrainPlan, raw_plan, "parallel")
+    if require_plan:
+        plan = check_plan(model, cluster, training, plan)
+    return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=str(doc.get("name", model.name)))
+
+
+def load_jobs(path: str | Path) -> list[TrainJob]:
+    """Read a YAML/JSON file holding one job or a list of jobs."""
+    doc = read_document(path)
+    docs = doc if isinstance(doc, list) else [doc]
+    if not docs:
+        raise ShardwiseError(f"{path}: the file holds an empty list; give at least one job")
+    return [job_from_mapping(d, where=f"job[{i}]" if len(docs) > 1 else "job") for i, d in enumerate(docs)]

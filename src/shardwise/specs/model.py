@@ -1,0 +1,246 @@
+"""ModelSpec: the architecture numbers of a decoder-only transformer, and how to build one.
+
+A spec comes from a preset name (``data/models.yaml``), a Hugging Face ``config.json`` path
+(see :mod:`shardwise.specs.hf_config`) or an inline mapping. Parameter counts are derived from the
+architecture alone (derived; checked against the published counts in tests/test_models.py).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shardwise.errors import ShardwiseError
+from shardwise.specs._loading import data_path, format_validation_error, load_yaml
+
+
+class ModelSpec(BaseModel):
+    """Architecture of a decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "custom"
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int | None = Field(default=None, gt=0, description="None = heads (MHA); 1 = MQA")
+    head_dim: int | None = Field(default=None, gt=0, description="query/key head dim; None = hidden/heads")
+    v_head_dim: int | None = Field(default=None, gt=0, description="value head dim; None = head_dim")
+    ffn: int = Field(gt=0, description="dense MLP intermediate size")
+    vocab: int = Field(gt=0)
+    mlp: Literal["gelu", "swiglu"] = "swiglu"
+    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    tied_embeddings: bool = False
+    linear_bias: bool = Field(default=False, description="bias on every linear layer (GPT-2, Megatron GPT)")
+    qkv_bias: bool = Field(default=False, description="bias on Q/K/V only (Qwen2)")
+    position_embeddings: int = Field(default=0, ge=0, description="learned absolute positions (0 = RoPE)")
+    dropout: bool = Field(default=False, description="hidden/attention dropout during training")
+    # Mixture of experts.
+    experts: int = Field(default=0, ge=0, description="routed experts per MoE layer (0 = dense)")
+    top_k: int = Field(default=0, ge=0)
+    expert_ffn: int | None = Field(default=None, gt=0)
+    shared_experts: int = Field(default=0, ge=0, description="always-active experts of size expert_ffn")
+    dense_layers: int = Field(default=0, ge=0, description="leading dense layers of an MoE model")
+    # Multi-head latent attention (DeepSeek-V2/V3); 0 = standard attention.
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(default=0, ge=0)
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    published_params: float | None = Field(default=None, description="published total, for reference")
+    published_active_params: float | None = None
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        kv = self.kv_heads or self.heads
+        if self.heads % kv:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({kv})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) is not divisible by heads ({self.heads}); give head_dim")
+        if self.experts:
+            if not 0 < self.top_k <= self.experts:
+                raise ValueError(f"top_k must be in 1..experts ({self.experts}), got {self.top_k}")
+            if self.dense_layers >= self.layers:
+                raise ValueError(f"dense_layers ({self.dense_layers}) must be < layers ({self.layers})")
+        elif self.top_k or self.shared_experts:
+            raise ValueError("top_k / shared_experts given but experts is 0; set experts for an MoE model")
+        if self.kv_lora_rank and not self.qk_rope_head_dim:
+            raise ValueError("multi-head latent attention needs qk_rope_head_dim")
+        return self
+
+    # --- shape helpers -------------------------------------------------------------------------
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        """Query/key head dimension (for MLA: nope + rope)."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def d_v_head(self) -> int:
+        return self.v_head_dim or self.d_head
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def d_expert(self) -> int:
+        return self.expert_ffn or self.ffn
+
+    # --- parameter counts (derived from the architecture) ---------------------------------------
+    @cached_property
+    def attention_params(self) -> int:
+        """Attention weights (+biases) of one layer. MLA: DeepSeek-V2 report Sec. 2.1 (derived)."""
+        h, a = self.hidden, self.heads
+        q_dim, v_dim = a * self.d_head, a * self.d_v_head
+        if self.is_mla:
+            rope, nope = self.qk_rope_head_dim, self.d_head - self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q_dim
+            else:
+                q = h * q_dim
+            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank
+            kv += self.kv_lora_rank * a * (nope + self.d_v_head)
+            return q + kv + v_dim * h
+        kv_dim = self.n_kv_heads * self.d_head
+        weights = h * q_dim + 2 * h * kv_dim + q_dim * h
+        if self.linear_bias:
+            weights += q_dim + 2 * kv_dim + h
+        elif self.qkv_bias:
+            weights += q_dim + 2 * kv_dim
+        return weights
+
+    def _mlp_params(self, ffn: int) -> int:
+        h = self.hidden
+        if self.mlp == "swiglu":
+            return 3 * h * ffn + (2 * ffn + h if self.linear_bias else 0)
+        return 2 * h * ffn + (ffn + h if self.linear_bias else 0)
+
+    @cached_property
+    def dense_mlp_params(self) -> int:
+        return self._mlp_params(self.ffn)
+
+    @cached_property
+    def expert_params(self) -> int:
+        """One expert's MLP weights."""
+        return self._mlp_params(self.d_expert)
+
+    @cached_property
+    def router_params(self) -> int:
+        return self.hidden * self.experts
+
+    @cached_property
+    def norm_params(self) -> int:
+        """One normalisation layer (LayerNorm has weight and bias; RMSNorm a weight)."""
+        return self.hidden * (2 if self.norm == "layernorm" else 1)
+
+    @cached_property
+    def embedding_params(self) -> int:
+        """Input embedding (+ learned positions)."""
+        return self.vocab * self.hidden + self.position_embeddings * self.hidden
+
+    @cached_property
+    def lm_head_params(self) -> int:
+        """Output projection, 0 when tied to the input embedding."""
+        return 0 if self.tied_embeddings else self.vocab * self.hidden
+
+    @cached_property
+    def layer_params_dense(self) -> int:
+        return self.attention_params + self.dense_mlp_params + 2 * self.norm_params
+
+    @cached_property
+    def layer_params_moe(self) -> int:
+        """All weights of one MoE layer (every expert)."""
+        experts = (self.experts + self.shared_experts) * self.expert_params
+        return self.attention_params + experts + self.router_params + 2 * self.norm_params
+
+    @cached_property
+    def layer_params_moe_active(self) -> int:
+        """Weights one token touches in an MoE layer (top-k + shared experts)."""
+        experts = (self.top_k + self.shared_experts) * self.expert_params
+        return self.attention_params + experts + self.router_params + 2 * self.norm_params
+
+    @cached_property
+    def params_total(self) -> int:
+        dense = self.layers - self.moe_layers
+        body = dense * self.layer_params_dense + self.moe_layers * self.layer_params_moe
+        return body + self.embedding_params + self.lm_head_params + self.norm_params
+
+    @cached_property
+    def params_active(self) -> int:
+        dense = self.layers - self.moe_layers
+        body = dense * self.layer_params_dense + self.moe_layers * self.layer_params_moe_active
+        return body + self.embedding_params + self.lm_head_params + self.norm_params
+
+    def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
+        """K and V cache per token over all layers: 2·L·H_kv·d_h·b (vLLM cache_engine); MLA caches the
+        compressed latent plus the rope key: L·(kv_lora_rank + rope)·b (DeepSeek-V2 report Sec. 2.1)."""
+        if self.is_mla:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * bytes_per_element
+        return self.layers * self.n_kv_heads * (self.d_head + self.d_v_head) * bytes_per_element
+
+
+# --- building specs -----------------------------------------------------------------------------
+
+
+def _presets() -> dict[str, dict[str, Any]]:
+    return load_yaml(data_path("models.yaml"))
+
+
+def preset_names() -> list[str]:
+    return sorted(_presets())
+
+
+_CACHE: dict[str, ModelSpec] = {}
+
+
+def from_mapping(mapping: dict[str, Any], where: str = "model") -> ModelSpec:
+    """Build a spec from an inline mapping; pydantic errors become one ShardwiseError."""
+    try:
+        return ModelSpec(**mapping)
+    except ValidationError as exc:
+        raise ShardwiseError(format_validation_error(exc, where)) from None
+    except TypeError as exc:
+        raise ShardwiseError(f"{where}: {exc}") from None
+
+
+def load_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
+    """Resolve a preset name, a path to a HF ``config.json``, an inline mapping, or a spec."""
+    if isinstance(ref, ModelSpec):
+        return ref
+    if isinstance(ref, dict):
+        return from_mapping(ref)
+    if not isinstance(ref, str) or not ref.strip():
+        raise ShardwiseError(f"model must be a preset name, a config.json path or a mapping, got {ref!r}")
+    key = ref.strip().lower()
+    if key in _CACHE:
+        return _CACHE[key]
+    presets = _presets()
+    if key in presets:
+        spec = from_mapping({"name": key, **presets[key]}, where=f"preset {key}")
+        _CACHE[key] = spec
+        return spec
+    path = Path(ref).expanduser()
+    if path.suffix == ".json" or path.exists():
+        from shardwise.specs.hf_config import from_hf_config
+
+        return from_hf_config(path)
+    close = [n for n in presets if key.replace("_", "-") in n or n in key]
+    hint = f" Did you mean {', '.join(close[:3])}?" if close else ""
+    raise ShardwiseError(
+        f"unknown model {ref!r}.{hint} Use a preset ({', '.join(sorted(presets))}), "
+        "a path to a Hugging Face config.json, or a mapping {layers, hidden, heads, ffn, vocab, ...}."
+    )

@@ -1,0 +1,209 @@
+"""`estimate(job)`: per-GPU memory and step time of one training plan.
+
+Assembly (each piece cited in its module): per-layer F/I/W work from :mod:`shardwise.cost.layer`;
+stage contents from :mod:`shardwise.train.stages`; the pipeline makespan from
+:mod:`shardwise.train.pipeline_timing`; data-parallel communication and the optimizer step per pipeline
+rank; memory by placement (:mod:`shardwise.cost.memory`) with activations from
+:mod:`shardwise.cost.activations`. Exposure rules (named constants in :mod:`shardwise.cost.constants`):
+
+- TP: forward collectives are exposed (each GEMM waits for its input); a fraction
+  `tp_backward_overlap` of the backward ones hides under the weight-gradient GEMMs (Megatron-LM overlaps
+  the input-gradient all-reduce with the wgrad GEMM; Korthikanti et al. 2022 Sec. 6.2).
+- CP: the K/V all-gather hides under the attention of the blocks already received (Liu et al. 2023,
+  Ring Attention): exposed = max(0, comm - attention time).
+- EP: token all-to-alls are exposed (dispatch and combine sit between the router and the experts).
+- DP: with overlap_grad_reduce the gradient reduce-scatter/all-reduce hides under the backward of the
+  last micro-batch and the parameter all-gather under the forward of the next step, up to `dp_overlap`
+  of that window; ZeRO-2 reduce-scatters every micro-batch, ZeRO-3 also all-gathers parameters before
+  each forward and backward (Rajbhandari et al. 2020 Sec. 7: 1.5x the data-parallel volume).
+"""
+
+from __future__ import annotations
+
+
+from shardwise.cost.activations import (
+    embedding_activation_bytes,
+    full_recompute_working_bytes,
+    layer_activation_bytes,
+    output_layer_activation_bytes,
+)
+from shardwise.cost.comm import group_collective_s
+from shardwise.cost.compute import Device
+from shardwise.cost.constants import Constants, default_constants
+from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
+from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
+from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
+from shardwise.specs.job import TrainJob
+from shardwise.train.pipeline_timing import pipeline_timing
+from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
+from shardwise.train.stages import stage_contents, stage_params
+
+
+def _exposed(cost: PassCost, tp_overlap: float) -> tuple[float, float, float, float, float, float]:
+    """(F, I, W, exposed tp, exposed cp, exposed ep) seconds for one micro-batch of a stage."""
+    tp = cost.tp_fwd_s + cost.tp_bwd_s * (1.0 - tp_overlap)
+    cp = max(0.0, cost.cp_fwd_s - cost.attention_s) + max(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s)
+    ep = cost.ep_fwd_s + cost.ep_bwd_s
+    f = cost.f_s + cost.tp_fwd_s + max(0.0, cost.cp_fwd_s - cost.attention_s) + cost.ep_fwd_s
+    i = cost.i_s + cost.recompute_s + cost.tp_bwd_s * (1.0 - tp_overlap)
+    i += max(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s) + cost.ep_bwd_s
+    return f, i, cost.w_s, tp, cp, ep
+
+
+def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
+    """Estimate memory per GPU and step time of `job` (its plan must be checked: dp resolved)."""
+    consts = constants or default_constants()
+    model, cluster, training, plan = job.model, job.cluster, job.training, job.plan
+    gpu = cluster.gpu
+    tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
+    m = job.microbatches
+    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name))
+    groups = Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, tp))
+    seq = training.seq_len
+    tokens = plan.micro_batch * seq / cp
+    ab = training.activation_bytes
+    sp, rc, flash = plan.sp, plan.recompute, plan.flash_attention
+
+    dense = transformer_layer(model, False, tokens, seq, sp, rc, flash, dev, groups, ab)
+    moe = transformer_layer(model, True, tokens, seq, sp, rc, flash, dev, groups, ab) if model.is_moe else dense
+    emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, ab)
+    act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, rc, flash, ab)
+    act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, rc, flash, ab) if model.is_moe else act_dense
+
+    stages = stage_contents(model, pp * vpp)
+    ov = consts.overlap
+    f_s, i_s, w_s, acts, exposed = [], [], [], [], []
+    for st in stages:
+        cost = dense.scaled(st.dense_layers) + moe.scaled(st.moe_layers)
+        if st.embedding:
+            cost = cost + emb
+        if st.lm_head:
+            cost = cost + head
+        f, i, w, e_tp, e_cp, e_ep = _exposed(cost, ov.tp_backward_overlap)
+        f_s.append(f)
+        i_s.append(i)
+        w_s.append(w)
+        exposed.append((cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep))
+        act = st.dense_layers * act_dense + st.moe_layers * act_moe
+        if st.embedding:
+            act += embedding_activation_bytes(model, tokens, tp, sp)
+        acts.append(act)
+
+    p2p_bytes = tokens * model.hidden * ab / (tp if sp else 1)
+    p2p_s = group_collective_s(cluster, "send_recv", p2p_bytes, 2, plan.stride("pp")) if pp > 1 else 0.0
+    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts)
+
+    # Per pipeline rank: model states, DP communication, optimizer, memory.
+    rank_of = [s % pp for s in range(pp * vpp)]
+    dense_group, expert_group = dp * cp, max(1, dp * cp // ep)
+    opt_bpp = optimizer_bytes_per_param(training.precision)
+    wb, gb = training.weight_bytes, training.grad_bytes
+    mem_const, step_const = consts.memory, consts.step
+    hbm = gpu.hbm_bytes_s * dev.memory_efficiency
+    ranks = []
+    for r in range(pp):
+        mine = [s for s in range(pp * vpp) if rank_of[s] == r]
+        p_dense = p_exp = 0.0
+        for s in mine:
+            d, e = stage_params(model, stages[s], tp, ep)
+            p_dense, p_exp = p_dense + d, p_exp + e
+        states = model_state_bytes(p_dense, dense_group, plan.zero, wb, gb, opt_bpp)
+        states = states + model_state_bytes(p_exp, expert_group, plan.zero, wb, gb, opt_bpp)
+        fwd = sum(f_s[s] for s in mine)
+        bwd = sum(i_s[s] + w_s[s] for s in mine)
+        dp_s = _dp_exposed_s(cluster, plan, m, p_dense, p_exp, dense_group, expert_group, wb, gb, fwd, bwd, ov)
+        opt_params = p_dense / (dense_group if plan.zero >= 1 else 1) + p_exp / (expert_group if plan.zero >= 1 else 1)
+        optimizer_s = opt_params * step_const.optimizer_bytes_per_param / hbm
+        activations = timing.peak_activation[r]
+        if r == rank_of[-1]:
+            activations += output_layer_activation_bytes(model, tokens, tp, sp, ab)
+        if rc == "full":
+            activations += full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab)
+        overheads = (mem_const.cuda_context_gib + mem_const.comm_buffers_gib) * GIB
+        overheads += mem_const.fragmentation * activations
+        if plan.zero >= 3:
+            largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
+            overheads += 2 * largest * wb  # current + prefetched layer, gathered
+        elif dense_group > 1:
+            overheads += 2 * mem_const.dp_bucket_mib * 2**20  # reduce buckets in flight
+        mem = MemoryBreakdown(states.weights, states.grads, states.optimizer, activations, overheads)
+        ranks.append((mem, dp_s, optimizer_s, mine))
+
+    peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)
+    dp_s = max(x[1] for x in ranks)
+    optimizer_s = max(x[2] for x in ranks)
+    # Time breakdown on the busiest rank.
+    busy = [sum(f_s[s] + i_s[s] + w_s[s] for s in x[3]) for x in ranks]
+    crit = max(range(pp), key=lambda r: busy[r])
+    comp = sum(exposed[s][0] for s in ranks[crit][3]) * m
+    e_tp, e_cp, e_ep = (sum(exposed[s][k] for s in ranks[crit][3]) * m for k in (1, 2, 3))
+    overhead = step_const.step_overhead_s
+    step = timing.makespan_s + dp_s + optimizer_s + overhead
+    times = TimeBreakdown(
+        compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
+        bubble=timing.makespan_s - timing.pp_comm_s - m * busy[crit], optimizer=optimizer_s, overhead=overhead,
+    )
+    n = cluster.num_gpus
+    tokens_step = training.tokens_per_step
+    peak = gpu.peak_flops(training.precision)
+    mf = model_flops_per_token(model, seq) * tokens_step
+    mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
+    hf = mf + recompute_flops_per_token(model, seq, rc) * tokens_step
+    days = cost = None
+    if training.tokens:
+        seconds = training.tokens / tokens_step * step
+        days = seconds / 86400
+        if cluster.price_usd_per_gpu_hour is not None:
+            cost = seconds / 3600 * n * cluster.price_usd_per_gpu_hour
+    notes = []
+    if cluster.price_usd_per_gpu_hour is None and training.tokens:
+        notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")
+    return Estimate(
+        name=job.name,
+        model=model.name,
+        gpu=gpu.name,
+        num_gpus=n,
+        plan=plan.model_dump(),
+        microbatches=m,
+        step_time_s=step,
+        time_s=times,
+        memory=ranks[peak_rank][0],
+        peak_memory_rank=peak_rank,
+        memory_per_rank_gib=tuple(x[0].total / GIB for x in ranks),
+        gpu_memory_gib=gpu.memory_gib,
+        tokens_per_s_per_gpu=tokens_step / step / n,
+        samples_per_s_per_gpu=training.global_batch / step / n,
+        model_tflops_per_gpu=mf / step / n / 1e12,
+        mfu=mf / (step * n * peak),
+        mfu_causal=mf_causal / (step * n * peak),
+        hfu=hf / (step * n * peak),
+        bubble_definition=timing.bubble_definition,
+        stage_times_s={"F": tuple(f_s), "I": tuple(i_s), "W": tuple(w_s)},
+        days_to_train=days,
+        cost_usd=cost,
+        notes=tuple(notes),
+    )
+
+
+def _dp_exposed_s(cluster, plan, m, p_dense, p_exp, n_dense, n_exp, wb, gb, fwd_s, bwd_s, ov) -> float:
+    """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring)."""
+    stride_dense, stride_exp = plan.tp, plan.tp * plan.ep
+
+    def coll(kind: str, params: float, nbytes: float, n: int, stride: int) -> float:
+        return group_collective_s(cluster, kind, params * nbytes, n, stride)
+
+    def both(kind: str, nbytes: float) -> float:
+        return coll(kind, p_dense, nbytes, n_dense, stride_dense) + coll(kind, p_exp, nbytes, n_exp, stride_exp)
+
+    window = ov.dp_overlap if plan.overlap_grad_reduce else 0.0
+    if plan.zero == 0:
+        return max(0.0, both("all_reduce", gb) - window * bwd_s)
+    gather = both("all_gather", wb)
+    scatter = both("reduce_scatter", gb)
+    if plan.zero == 1:
+        return max(0.0, scatter - window * bwd_s) + max(0.0, gather - window * fwd_s)
+    if plan.zero == 2:
+        return m * max(0.0, scatter - window * bwd_s) + max(0.0, gather - window * fwd_s)
+    hide = ov.zero3_prefetch_overlap
+    per_mb = max(0.0, gather - hide * fwd_s) + max(0.0, gather + scatter - hide * bwd_s)
+    return m * per_mb

@@ -1,0 +1,109 @@
+"""Estimate: what `train estimate` reports for one job (time and memory breakdowns, utilisation)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on one GPU."""
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    overheads: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.overheads
+
+    def gib(self) -> dict[str, float]:
+        return {k: v / GIB for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds of one step on the critical pipeline rank; the parts sum to the step time."""
+
+    compute: float
+    tp_comm: float
+    pp_comm: float
+    dp_comm: float
+    cp_comm: float
+    ep_comm: float
+    bubble: float
+    optimizer: float
+    overhead: float
+
+    @property
+    def total(self) -> float:
+        return sum(asdict(self).values())
+
+
+@dataclass(frozen=True)
+class Estimate:
+    name: str
+    model: str
+    gpu: str
+    num_gpus: int
+    plan: dict[str, Any]
+    microbatches: int
+    step_time_s: float
+    time_s: TimeBreakdown
+    memory: MemoryBreakdown  # of the rank with the peak
+    peak_memory_rank: int
+    memory_per_rank_gib: tuple[float, ...]
+    gpu_memory_gib: float
+    tokens_per_s_per_gpu: float
+    samples_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    mfu_causal: float
+    hfu: float
+    bubble_definition: str
+    stage_times_s: dict[str, tuple[float, ...]]
+    days_to_train: float | None = None
+    cost_usd: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def peak_memory_gib(self) -> float:
+        return self.memory.total / GIB
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_gib <= self.gpu_memory_gib
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model,
+            "gpu": self.gpu,
+            "num_gpus": self.num_gpus,
+            "plan": self.plan,
+            "microbatches": self.microbatches,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "samples_per_s_per_gpu": self.samples_per_s_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "mfu_causal": self.mfu_causal,
+            "hfu": self.hfu,
+            "peak_memory_gib": self.peak_memory_gib,
+            "gpu_memory_gib": self.gpu_memory_gib,
+            "fits": self.fits,
+            "peak_memory_rank": self.peak_memory_rank,
+            "memory_gib": self.memory.gib(),
+            "memory_per_rank_gib": list(self.memory_per_rank_gib),
+            "time_s": asdict(self.time_s),
+            "bubble_definition": self.bubble_definition,
+            "stage_times_s": {k: list(v) for k, v in self.stage_times_s.items()},
+            "days_to_train": self.days_to_train,
+            "cost_usd": self.cost_usd,
+            "notes": list(self.notes),
+        }
