@@ -1,5 +1,38 @@
 """`shardwise train` commands."""
 
-import typer
+from __future__ import annotations
 
-app = typer.Typer(help="Training: estimate, plan, run.", no_args_is_help=True)
+import json
+from enum import Enum
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command("estimate")
+def estimate_cmd(
+    job: Path = typer.Argument(..., help="YAML or JSON job file (one job or a list of jobs)."),
+    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+) -> None:
+    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job."""
+    from shardwise.specs.job import load_jobs
+    from shardwise.train.estimate import estimate
+
+    results = [estimate(j) for j in load_jobs(job)]
+    if format is Format.json:
+        payload = [r.to_dict() for r in results]
+        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        return
+    from shardwise.train.report import estimate_table
+
+    console = Console()
+    for r in results:
+        console.print(estimate_table(r))

@@ -1,9 +1,10 @@
 """Operation timing on one GPU: a roofline with a size-dependent efficiency.
 
-t(op) = max(F / (peak * eta), bytes / (HBM * eta_mem)) + t_kernel
-(roofline: Williams et al. 2009; per-op form as in LLM-Viewer's roofline_model.py). The additive
-per-kernel cost t_kernel makes small GEMMs reach a lower fraction of peak, F/(F + F_half) with
-F_half = t_kernel * peak * eta: the launch/tail-effect curve. Constants: :mod:`shardwise.cost.constants`.
+t(op) = max(F / (peak * eta), bytes / (HBM * eta_mem)) + t_fixed
+(roofline: Williams et al. 2009; per-op form as in LLM-Viewer's roofline_model.py). For GEMMs the fixed
+time t_fixed = gemm_overhead_s (launch plus wave-quantisation tail) makes the efficiency depend on the
+operation's size: a GEMM of F FLOPs reaches F/(F + F_half) of eta, F_half = t_fixed * peak * eta; for
+memory-bound kernels t_fixed is the launch cost. Constants: :mod:`shardwise.cost.constants`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Device:
     attention_efficiency: float
     memory_efficiency: float
     kernel_overhead_s: float
+    gemm_overhead_s: float
 
     @classmethod
     def of(cls, gpu: GPU, precision: str, constants: ComputeConstants) -> Device:
@@ -36,13 +38,14 @@ class Device:
             attention_efficiency=constants.attention_efficiency,
             memory_efficiency=constants.memory_efficiency,
             kernel_overhead_s=constants.kernel_overhead_s,
+            gemm_overhead_s=constants.gemm_overhead_s,
         )
 
     def gemm_s(self, flops: float, bytes_moved: float, count: int = 1) -> float:
         """`count` identical GEMMs (or one grouped GEMM of `count` problems) of `flops` each."""
         compute = flops / (self.peak_flops * self.gemm_efficiency)
         memory = bytes_moved / (self.hbm_bytes_s * self.memory_efficiency)
-        return count * (max(compute, memory) + self.kernel_overhead_s)
+        return count * (max(compute, memory) + self.gemm_overhead_s)
 
     def attention_s(self, flops: float, bytes_moved: float) -> float:
         """A fused attention kernel (FlashAttention): compute at its own efficiency."""

@@ -20,13 +20,14 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class ComputeConstants:
-    """Roofline efficiencies. A GEMM of F FLOPs takes F/(peak*gemm_efficiency) + kernel_overhead_s,
-    i.e. efficiency F/(F + F_half) of the asymptote, the usual launch/tail-effect curve (derived)."""
+    """Roofline efficiencies. A GEMM of F FLOPs takes F/(peak*gemm_efficiency) + gemm_overhead_s,
+    i.e. efficiency F/(F + F_half) of the asymptote, the launch/wave-tail curve (derived)."""
 
     gemm_efficiency: float = 0.70  # fitted per GPU family: achieved/peak for large bf16 GEMMs
-    kernel_overhead_s: float = 8e-6  # fitted: per-GEMM launch + wave-tail cost
-    attention_efficiency: float = 0.55  # flash-attention core vs peak (Dao 2023 FA2 reports 50-73% on A100)
-    memory_efficiency: float = 0.80  # achieved/peak HBM bandwidth for streaming kernels (STREAM-like)
+    gemm_overhead_s: float = 20e-6  # fitted: fixed time per GEMM (launch + wave-quantisation tail)
+    kernel_overhead_s: float = 5e-6  # per-kernel launch cost, a few microseconds (CUDA C Best Practices Guide)
+    attention_efficiency: float = 0.50  # FlashAttention-2 forward+backward, ~50% of A100 peak (Dao 2023, Fig. 4-5)
+    memory_efficiency: float = 0.85  # achieved/peak HBM bandwidth of streaming kernels (STREAM-like copy)
 
 
 @dataclass(frozen=True)

@@ -69,8 +69,11 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
         raise ShardwiseError(
             f"parallel.dp: tp*pp*cp*dp = {denom * p.dp} but the cluster has {cluster.num_gpus} GPUs; set dp: auto or dp: {dp}"
         )
-    if model.layers < p.pp * p.vpp:
-        raise ShardwiseError(f"parallel.pp: {p.pp} stages x vpp {p.vpp} exceeds the {model.layers} layers of {model.name}")
+    if model.layers + 2 < p.pp * p.vpp:
+        raise ShardwiseError(
+            f"parallel.pp: {p.pp} stages x vpp {p.vpp} = {p.pp * p.vpp} virtual stages for {model.layers} layers; "
+            "at most layers + 2 (the first and last stage may hold only the embedding and the LM head)"
+        )
     if p.vpp > 1 and p.pp == 1:
         raise ShardwiseError("parallel.vpp: virtual stages need pp > 1; set vpp: 1")
     if training.seq_len % p.cp:

@@ -89,7 +89,9 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
             act += embedding_activation_bytes(model, tokens, tp, sp)
         acts.append(act)
 
-    p2p_bytes = tokens * model.hidden * ab / (tp if sp else 1)
+    # Scatter/gather optimisation (Narayanan et al. 2021 Sec. 4.1): each TP rank sends 1/t of the
+    # boundary activation; the receiver all-gathers it over the intra-node link.
+    p2p_bytes = tokens * model.hidden * ab / tp
     p2p_s = group_collective_s(cluster, "send_recv", p2p_bytes, 2, plan.stride("pp")) if pp > 1 else 0.0
     timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts)
 

@@ -62,6 +62,8 @@ def pipeline_timing(
     m, p, v = microbatches, pp, vpp
     if name != "interleaved" and v > 1:
         raise ShardwiseError(f"parallel.vpp: {v} virtual stages need schedule: interleaved (got {schedule})")
+    if name == "interleaved" and v < 2:
+        raise ShardwiseError("parallel.vpp: the interleaved schedule needs vpp >= 2 (vpp 1 is plain 1f1b)")
     if name == "interleaved" and m % p:
         raise ShardwiseError(f"parallel.schedule: interleaved needs micro-batches ({m}) to be a multiple of pp ({p})")
     ranks = stage_to_rank(p, v)

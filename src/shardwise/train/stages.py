@@ -28,9 +28,10 @@ class StageContent:
 
 
 def layer_counts(layers: int, stages: int) -> list[int]:
-    """Even split; the remainder goes to the stages nearest the middle."""
-    if stages > layers:
-        raise ShardwiseError(f"{stages} pipeline stages for {layers} layers: every stage needs at least one layer")
+    """Even split; the remainder goes to the stages nearest the middle. Up to two stages more than
+    layers are allowed: the first and last then hold only the embedding and the LM head."""
+    if stages > layers + 2:
+        raise ShardwiseError(f"{stages} pipeline stages for {layers} layers: at most layers + 2 stages")
     base, extra = divmod(layers, stages)
     counts = [base] * stages
     order = sorted(range(stages), key=lambda s: (abs(2 * s - (stages - 1)), s))

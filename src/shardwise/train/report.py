@@ -1,0 +1,68 @@
+"""Readable rich tables for training estimates."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from shardwise.train.result import Estimate
+
+
+def _plan_text(e: Estimate) -> str:
+    p = e.plan
+    parts = [f"tp{p['tp']}", f"pp{p['pp']}"]
+    if p["vpp"] > 1:
+        parts.append(f"vpp{p['vpp']}")
+    parts.append(f"dp{p['dp']}")
+    for k in ("cp", "ep"):
+        if p[k] > 1:
+            parts.append(f"{k}{p[k]}")
+    parts += [f"zero{p['zero']}", f"mb{p['micro_batch']}", p["schedule"], f"recompute={p['recompute']}"]
+    if p["sequence_parallel"] and p["tp"] > 1:
+        parts.append("sp")
+    return " ".join(parts)
+
+
+def estimate_table(e: Estimate) -> Group:
+    """Headline figures, then the time and memory breakdowns side by side."""
+    head = Table(title=f"{e.name}: {e.model} on {e.num_gpus} x {e.gpu}", show_header=False, title_justify="left")
+    head.add_column(style="bold")
+    head.add_column()
+    fits = Text("yes", style="green") if e.fits else Text("NO (out of memory)", style="bold red")
+    rows = [
+        ("plan", _plan_text(e) + f"  ({e.microbatches} micro-batches)"),
+        ("step time", f"{e.step_time_s:.3f} s"),
+        ("tokens/s per GPU", f"{e.tokens_per_s_per_gpu:,.0f}"),
+        ("model TFLOP/s per GPU", f"{e.model_tflops_per_gpu:.1f}"),
+        ("MFU / causal MFU / HFU", f"{e.mfu:.1%} / {e.mfu_causal:.1%} / {e.hfu:.1%}"),
+        ("peak memory per GPU", f"{e.peak_memory_gib:.1f} GiB of {e.gpu_memory_gib:.0f} (pipeline rank {e.peak_memory_rank})"),
+        ("fits", fits),
+    ]
+    if e.days_to_train is not None:
+        rows.append(("days to train", f"{e.days_to_train:,.1f}"))
+    if e.cost_usd is not None:
+        rows.append(("cost", f"${e.cost_usd:,.0f}"))
+    for k, v in rows:
+        head.add_row(k, v)
+
+    time = Table(title="step time breakdown", title_justify="left")
+    time.add_column("part")
+    time.add_column("seconds", justify="right")
+    time.add_column("share", justify="right")
+    for k, v in vars(e.time_s).items():
+        time.add_row(k.replace("_", " "), f"{v:.3f}", f"{v / e.step_time_s:.1%}")
+    time.add_row(Text("total", style="bold"), f"{e.step_time_s:.3f}", "100%")
+
+    mem = Table(title=f"memory per GPU (rank {e.peak_memory_rank}), GiB", title_justify="left")
+    mem.add_column("part")
+    mem.add_column("GiB", justify="right")
+    for k, v in e.memory.gib().items():
+        mem.add_row(k, f"{v:.2f}")
+    mem.add_row(Text("total", style="bold"), f"{e.peak_memory_gib:.2f}")
+
+    side = Table.grid(padding=(0, 4))
+    side.add_row(time, mem)
+    parts = [head, side, Text(f"bubble measured on the {e.bubble_definition}", style="dim")]
+    parts += [Text(f"note: {n}", style="yellow") for n in e.notes]
+    return Group(*parts)
