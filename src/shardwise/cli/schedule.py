@@ -1,5 +1,210 @@
-"""`shardwise schedule` commands (placeholder until the schedule issue lands)."""
+"""`shardwise schedule` commands: list, simulate, export, import, compare pipeline schedules."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
-app = typer.Typer(help="schedule commands.", no_args_is_help=True)
+from shardwise.errors import ShardwiseError
+
+app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
+                  no_args_is_help=True)
+
+
+class OutFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class ExportFormat(str, Enum):
+    csv = "csv"
+    text = "text"
+
+
+def _times(text: str, label: str) -> float | list[float]:
+    """``"1"`` -> 1.0; ``"1,1,1.2"`` -> per-stage list."""
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ShardwiseError(f"--{label} takes a number or comma-separated per-stage numbers; got {text!r}") from None
+    if not vals:
+        raise ShardwiseError(f"--{label} is empty")
+    return vals[0] if len(vals) == 1 else vals
+
+
+_SCHEDULE = typer.Option("1f1b", "--schedule", "-s", help="Schedule name (see `shardwise schedule list`).")
+_PP = typer.Option(4, "--pp", help="Pipeline ranks.")
+_MB = typer.Option(8, "--microbatches", "-m", help="Micro-batches per step.")
+_VPP = typer.Option(None, "--vpp", help="Stages per rank (interleaved/bfs; V schedules use 2).")
+_F = typer.Option("1", "--f", help="Forward time per stage: a number or comma-separated per-stage values.")
+_I = typer.Option("1", "--i", help="Input-gradient (I) time per stage.")
+_W = typer.Option("1", "--w", help="Weight-gradient (W) time per stage.")
+_COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + bytes/bandwidth).")
+_CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
+_RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
+
+
+def _build(schedule: str, pp: int, microbatches: int, vpp: Optional[int], f: str, i: str, w: str,
+           comm: float, mem_cap: Optional[float], rho: float, from_csv: Optional[Path]):
+    from shardwise.pipeline import generate_schedule, load_csv, resolve, validate_schedule
+
+    times = (_times(f, "f"), _times(i, "i"), _times(w, "w"))
+    if from_csv is not None:
+        sched = validate_schedule(load_csv(from_csv))
+        return sched, times
+    kw = {}
+    if resolve(schedule) == "auto":
+        kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": comm, "mem_cap": mem_cap,
+              "w_retained_fraction": rho}
+    elif mem_cap is not None:
+        raise ShardwiseError("--mem-cap only applies to --schedule auto")
+    return generate_schedule(schedule, pp, microbatches, vpp, **kw), times
+
+
+def _console() -> Console:
+    """A console at least 120 columns wide so the tables' headers are not cut."""
+    return Console(width=max(Console().width, 120))
+
+
+def _print_result(res, console: Console) -> None:
+    summary = Table(title=f"{res.name}: pp={res.pp}, vpp={res.vpp}, stages={res.num_stages}, "
+                          f"microbatches={res.microbatches}", show_header=False)
+    summary.add_column("metric")
+    summary.add_column("value", justify="right")
+    summary.add_row("makespan (global step, first start to last end)", f"{res.makespan:.6g}")
+    summary.add_row("longest rank span (zero-bubble step)", f"{res.stage_span:.6g}")
+    summary.add_row("bubble_fraction (idle / (pp x makespan))", f"{res.bubble_fraction:.4f}")
+    summary.add_row("bubble_ratio (idle / compute)", f"{res.bubble_ratio:.4f}")
+    summary.add_row(f"stage_bubble_ratio (idle / span, rank {res.critical_rank})", f"{res.stage_bubble_ratio:.4f}")
+    summary.add_row("peak activation, max rank (micro-batches of a stage)",
+                    f"{max(res.peak_activation_microbatches):.4g}")
+    summary.add_row("peak activation, max rank (micro-batches of a rank slice)",
+                    f"{max(res.peak_activation_rank_microbatches):.4g}")
+    console.print(summary)
+    ranks = Table(title="per rank")
+    for col in ("rank", "span", "busy", "idle in span", "peak act. (stage mb)", "peak act. (rank mb)"):
+        ranks.add_column(col, justify="right")
+    for r in range(res.pp):
+        ranks.add_row(str(r), f"{res.rank_spans[r]:.6g}", f"{res.rank_busy[r]:.6g}",
+                      f"{res.rank_spans[r] - res.rank_busy[r]:.6g}", f"{res.peak_activation_microbatches[r]:.4g}",
+                      f"{res.peak_activation_rank_microbatches[r]:.4g}")
+    console.print(ranks)
+
+
+def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Optional[Path]) -> None:
+    from shardwise.pipeline import simulate
+
+    res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)
+    if plot is not None:
+        from shardwise.pipeline.plot import plot_timeline
+
+        plot_timeline(res, plot)
+    if fmt is OutFormat.json:
+        typer.echo(json.dumps(res.to_dict(), indent=1))
+        return
+    console = _console()
+    _print_result(res, console)
+    if plot is not None:
+        console.print(f"timeline written to {plot}")
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """List the schedules and what each one is."""
+    from shardwise.pipeline import list_schedules, schedule_info
+
+    table = Table(title="pipeline schedules")
+    table.add_column("name")
+    table.add_column("stages per rank")
+    table.add_column("description")
+    for name in list_schedules():
+        info = schedule_info(name)
+        table.add_row(name, {"1": "1", ">=2": ">= 2", ">=1": ">= 1", "2": "2 (V)"}[info.vpp_rule], info.description)
+    _console().print(table)
+
+
+@app.command("simulate")
+def simulate_cmd(
+    schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: Optional[int] = _VPP,
+    f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: Optional[float] = _CAP,
+    w_retained: float = _RHO,
+    from_csv: Optional[Path] = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
+    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+) -> None:
+    """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank."""
+    sched, times = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv)
+    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+
+
+@app.command("import")
+def import_cmd(
+    file: Path = typer.Argument(..., help="Schedule CSV, one row per rank (PyTorch _dump_csv layout)."),
+    f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, w_retained: float = _RHO,
+    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+) -> None:
+    """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch)."""
+    sched, times = _build("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file)
+    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+
+
+@app.command("export")
+def export_cmd(
+    schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: Optional[int] = _VPP,
+    f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: Optional[float] = _CAP,
+    w_retained: float = _RHO,
+    format: ExportFormat = typer.Option(ExportFormat.csv, "--format", help="csv (PyTorch layout) or text."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+) -> None:
+    """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank)."""
+    from shardwise.pipeline import write_csv_text
+
+    sched, _ = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, None)
+    text = write_csv_text(sched) if format is ExportFormat.csv else sched.to_text()
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, newline="")
+        Console(stderr=True).print(f"{sched.name}: {sched.num_actions} actions on {sched.pp} ranks -> {output}")
+
+
+@app.command("compare")
+def compare_cmd(
+    pp: int = _PP, microbatches: int = _MB,
+    vpp: int = typer.Option(2, "--vpp", help="Stages per rank for interleaved and bfs."),
+    f: str = typer.Option("1", "--f", help="Forward time of a rank's slice (number or per-rank list)."),
+    i: str = typer.Option("1", "--i", help="I time of a rank's slice."),
+    w: str = typer.Option("1", "--w", help="W time of a rank's slice."),
+    comm: float = _COMM, mem_cap: Optional[float] = _CAP, w_retained: float = _RHO,
+    schedules: Optional[str] = typer.Option(None, "--schedules", help="Comma-separated subset."),
+    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+) -> None:
+    """Every schedule side by side on the same model (times per rank slice, split over its stages)."""
+    from shardwise.pipeline import compare_schedules
+
+    names = [s.strip() for s in schedules.split(",")] if schedules else None
+    rows = compare_schedules(pp, microbatches, vpp, _times(f, "f"), _times(i, "i"), _times(w, "w"), comm,
+                             mem_cap, w_retained, names)
+    if format is OutFormat.json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    table = Table(title=f"schedules at pp={pp}, microbatches={microbatches} (times per rank slice F={f} I={i} "
+                        f"W={w}, comm={comm})")
+    for col in ("schedule", "vpp", "makespan", "stage span", "bubble_fraction", "bubble_ratio",
+                "stage_bubble_ratio", "peak act. (rank mb)"):
+        table.add_column(col, justify="left" if col == "schedule" else "right")
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["schedule"], str(row["vpp"]), "[dim]n/a: " + row["error"][:60] + "[/dim]")
+            continue
+        table.add_row(row["schedule"], str(row["vpp"]), f"{row['makespan']:.6g}", f"{row['stage_span']:.6g}",
+                      f"{row['bubble_fraction']:.4f}", f"{row['bubble_ratio']:.4f}",
+                      f"{row['stage_bubble_ratio']:.4f}", f"{row['peak_activation_rank_microbatches']:.3g}")
+    _console().print(table)

@@ -1,0 +1,169 @@
+"""Automatic schedule search and the side-by-side comparison of every schedule.
+
+``auto`` follows the zero-bubble paper's automatic scheduling (Qi et al. 2024, Sec. 3.1): for the given
+stage times and a per-rank activation-memory cap it runs the memory-capped greedy of
+:mod:`.listsched` under a few policy variants (with and without look-ahead; depth- or breadth-first for
+multi-stage placements), times each candidate exactly with :func:`.simulate`, and keeps the best for
+the chosen objective. The paper refines its heuristic with an ILP; we do not (the greedy is what the
+paper uses as the ILP's starting point).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from shardwise.errors import ShardwiseError
+from shardwise.pipeline.ir import Schedule, loop_placement, make_schedule, v_placement
+from shardwise.pipeline.listsched import Policy, greedy_order
+from shardwise.pipeline.simulate import DEFAULT_W_RETAINED_FRACTION, _per_stage, simulate
+
+OBJECTIVES = ("makespan", "stage")
+
+
+def auto_schedule(
+    pp: int,
+    microbatches: int,
+    vpp: int = 1,
+    f_s: float | Sequence[float] = 1.0,
+    i_s: float | Sequence[float] = 1.0,
+    w_s: float | Sequence[float] = 1.0,
+    p2p_s: float = 0.0,
+    mem_cap: float | None = None,
+    activation: Sequence[float] | None = None,
+    w_retained_fraction: float = DEFAULT_W_RETAINED_FRACTION,
+    placement: str = "loop",
+    objective: str = "makespan",
+) -> Schedule:
+    """Best greedy schedule under a per-rank activation cap.
+
+    Times are per stage of this layout (``pp * vpp`` stages). ``mem_cap`` is per rank in micro-batches
+    of the rank's whole model slice (1F1B needs ``pp``; the default) or, when ``activation`` is given,
+    in the units of ``activation``. ``placement``: ``"loop"`` (stage s on rank s % pp) or ``"v"``
+    (needs vpp = 2). ``objective``: ``"makespan"`` (global step time) or ``"stage"`` (longest rank
+    span, the zero-bubble paper's measure with optimizer post-validation).
+    """
+    if placement not in ("loop", "v"):
+        raise ShardwiseError(f"auto placement must be 'loop' or 'v'; got {placement!r}")
+    if placement == "v" and vpp != 2:
+        raise ShardwiseError(f"auto with placement 'v' needs vpp=2 (two stages per rank); got vpp={vpp}")
+    if objective not in OBJECTIVES:
+        raise ShardwiseError(f"auto objective must be one of {OBJECTIVES}; got {objective!r}")
+    S = pp * vpp
+    s2r = v_placement(pp) if placement == "v" else loop_placement(pp, vpp)
+    f = _per_stage(f_s, S, "forward time f_s")
+    i = _per_stage(i_s, S, "input-gradient time i_s")
+    w = _per_stage(w_s, S, "weight-gradient time w_s")
+    if activation is None:
+        a = np.ones(S)
+        cap_units = float(pp if mem_cap is None else mem_cap) * vpp
+    else:
+        a = _per_stage(activation, S, "activation")
+        per_rank = max(sum(a[s] for s in range(S) if s2r[s] == r) for r in range(pp))
+        cap_units = float(pp * per_rank if mem_cap is None else mem_cap)
+    if not np.isfinite(cap_units) or cap_units <= 0:
+        raise ShardwiseError(f"mem_cap must be a positive number; got {mem_cap!r}")
+    cap_reported = cap_units / vpp if activation is None else cap_units
+    candidates: list[tuple[str, list[list[int]]]] = []
+    steps = (0, 1, 2) if vpp == 1 else (0,)
+    for pol in (Policy(lookahead=la, depth_first=df, warmup_step=st) for st in steps for la in (False, True)
+                for df in ((True, False) if vpp > 1 else (True,))):
+        ranks = greedy_order(pp, microbatches, s2r, f, i, w, float(p2p_s), a, [cap_units] * pp,
+                             w_retained_fraction, pol)
+        candidates.append((f"greedy(lookahead={pol.lookahead}, depth_first={pol.depth_first}, "
+                           f"warmup_step={pol.warmup_step})", ranks))
+    candidates += _named_seeds(pp, microbatches, vpp, s2r)
+    best, best_key = None, None
+    for source, ranks in candidates:
+        sched = make_schedule("auto", pp, microbatches, s2r, ranks, {
+            "mem_cap": cap_reported, "placement": placement, "objective": objective, "source": source})
+        res = simulate(sched, f, i, w, p2p_s, a, w_retained_fraction)
+        if max(res.peak_activation) > cap_units * (1 + 1e-9):
+            continue
+        key = (res.makespan, res.stage_span) if objective == "makespan" else (res.stage_span, res.makespan)
+        if best_key is None or key < best_key:
+            best, best_key = sched, key
+    return best
+
+
+def _named_seeds(pp: int, m: int, vpp: int, s2r: list[int]) -> list[tuple[str, list]]:
+    """Named schedules with the same placement, offered to ``auto`` as candidates (kept only if they
+    respect the memory cap under the caller's times)."""
+    from shardwise.pipeline.registry import generate_schedule, list_schedules
+
+    seeds = []
+    for name in list_schedules():
+        if name == "auto":
+            continue
+        try:
+            sched = generate_schedule(name, pp, m, vpp)
+        except ShardwiseError:
+            continue
+        if list(sched.stage_to_rank) == list(s2r):
+            seeds.append((name, [arr for arr in sched.codes]))
+    return seeds
+
+
+def compare_schedules(
+    pp: int,
+    microbatches: int,
+    vpp: int = 2,
+    f_s: float | Sequence[float] = 1.0,
+    i_s: float | Sequence[float] = 1.0,
+    w_s: float | Sequence[float] = 1.0,
+    p2p_s: float = 0.0,
+    mem_cap: float | None = None,
+    w_retained_fraction: float = DEFAULT_W_RETAINED_FRACTION,
+    names: Sequence[str] | None = None,
+) -> list[dict]:
+    """Simulate every schedule (or ``names``) on the same model and return one row per schedule.
+
+    Times are per rank slice (one number, or ``pp`` numbers); a schedule with ``v`` stages per rank
+    splits a rank's time evenly over them (``vpp`` is used by interleaved and bfs, V schedules use 2).
+    Peak activation is in micro-batches of a rank's slice (1F1B's rank 0 = pp). A schedule that does
+    not admit the configuration gets a row with ``error`` set instead of figures.
+    """
+    from shardwise.pipeline.registry import generate_schedule, list_schedules, schedule_info
+
+    rows = []
+    for name in names or list_schedules():
+        info = schedule_info(name)
+        v = 2 if info.placement == "v" else (vpp if info.vpp_rule in (">=2",) else 1)
+        if info.name == "bfs":
+            v = vpp
+        row: dict = {"schedule": info.name, "vpp": v}
+        try:
+            times = [_rank_to_stage(x, pp, v, info.placement, label)
+                     for x, label in ((f_s, "f_s"), (i_s, "i_s"), (w_s, "w_s"))]
+            kw = {}
+            if info.name == "auto":
+                kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": p2p_s,
+                      "mem_cap": mem_cap, "w_retained_fraction": w_retained_fraction}
+            sched = generate_schedule(info.name, pp, microbatches, v, **kw)
+            res = simulate(sched, *times, p2p_s=p2p_s, w_retained_fraction=w_retained_fraction)
+        except ShardwiseError as exc:
+            row["error"] = str(exc)
+            rows.append(row)
+            continue
+        row.update(
+            makespan=res.makespan,
+            stage_span=res.stage_span,
+            bubble_fraction=res.bubble_fraction,
+            bubble_ratio=res.bubble_ratio,
+            stage_bubble_ratio=res.stage_bubble_ratio,
+            peak_activation_rank_microbatches=max(res.peak_activation_rank_microbatches),
+        )
+        rows.append(row)
+    return rows
+
+
+def _rank_to_stage(x, pp: int, v: int, placement: str, label: str) -> np.ndarray:
+    """Per-rank-slice times -> per-stage times for a layout with ``v`` stages per rank."""
+    arr = np.asarray(x, dtype=float)
+    if arr.ndim == 0:
+        return np.full(pp * v, float(arr) / v)
+    if arr.shape != (pp,):
+        raise ShardwiseError(f"{label} must be one number or {pp} per-rank values; got {arr.size}")
+    s2r = v_placement(pp) if placement == "v" else loop_placement(pp, v)
+    return np.array([arr[s2r[s]] / v for s in range(pp * v)])

@@ -1,0 +1,123 @@
+"""Generators for the looped-placement schedules: GPipe, 1F1B, interleaved 1F1B, looped BFS, ZB-H1.
+
+Each returns per-rank flat action lists ``[stage, mb, kind, ...]``; :mod:`.registry` wraps them into a
+:class:`~shardwise.pipeline.ir.Schedule`. Stage ``s`` lives on rank ``s % pp``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from shardwise.errors import ShardwiseError
+from shardwise.pipeline.ir import B_CODE, F_CODE, I_CODE, W_CODE
+
+
+def gpipe(pp: int, m: int) -> list[list[int]]:
+    """GPipe (Huang et al. 2019, "GPipe: Efficient Training of Giant Neural Networks using Pipeline
+    Parallelism"): all forwards, then all (fused) backwards. Activation memory grows with m."""
+    ranks = []
+    for r in range(pp):
+        acts: list[int] = []
+        for k in range(m):
+            acts += (r, k, F_CODE)
+        for k in range(m):
+            acts += (r, k, B_CODE)
+        ranks.append(acts)
+    return ranks
+
+
+def looped_bfs(pp: int, m: int, vpp: int) -> list[list[int]]:
+    """Looped breadth-first (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism", as in PyTorch's
+    ``ScheduleLoopedBFS``): each rank runs all micro-batches through one local stage before the next,
+    forwards in stage order, then fused backwards in reverse stage and micro-batch order."""
+    ranks = []
+    for r in range(pp):
+        stages = [c * pp + r for c in range(vpp)]
+        acts: list[int] = []
+        for s in stages:
+            for k in range(m):
+                acts += (s, k, F_CODE)
+        for s in reversed(stages):
+            for k in range(m - 1, -1, -1):
+                acts += (s, k, B_CODE)
+        ranks.append(acts)
+    return ranks
+
+
+def interleave_group(pp: int, m: int) -> int:
+    """Micro-batches per round in the depth-first interleaved order.
+
+    Megatron-LM (Narayanan et al. 2021) needs ``m % pp == 0`` and uses groups of ``pp``. PyTorch's
+    ``ScheduleInterleaved1F1B`` relaxes it: ``rounds = max(1, m // pp)``, group ``m // rounds``, valid
+    when ``m % rounds == 0`` (equal to Megatron's whenever ``m % pp == 0``). We use the relaxed rule.
+    """
+    rounds = max(1, m // pp)
+    if m % rounds:
+        ok = [x for x in range(max(1, m - 2 * pp), m + 2 * pp + 1) if x % max(1, x // pp) == 0]
+        raise ShardwiseError(
+            f"interleaved schedules group micro-batches in rounds of about pp: with pp={pp} and "
+            f"microbatches={m} there are {rounds} rounds, which do not divide {m}. Use a multiple of pp "
+            f"(as Megatron-LM requires) or one of {ok[:8]}"
+        )
+    return m // rounds
+
+
+def one_f_one_b(pp: int, m: int, vpp: int = 1, zero_bubble: bool = False) -> list[list[int]]:
+    """1F1B and its interleaved / zero-bubble variants.
+
+    - ``vpp == 1``, fused: 1F1B (PipeDream-flush; Narayanan et al. 2021, Sec. 2.2.1): rank ``r`` runs
+      ``pp-1-r`` warm-up forwards, then one forward / one backward, then the remaining backwards.
+    - ``vpp >= 2``, fused: interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2): depth-first order over
+      local chunks in groups of :func:`interleave_group` micro-batches; warm-up
+      ``(vpp-1)*group + 2*(pp-1-r)`` (Megatron-LM's formula).
+    - ``zero_bubble``: ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2.1, Fig. 3 top):
+      backward split into I and W; warm-up ``(vpp-1)*group + (pp-1-r)``; rank ``r`` delays its W passes
+      by ``r`` steps so every rank keeps 1F1B's in-flight count. With ``vpp >= 2`` this is PyTorch's
+      ``ScheduleInterleavedZeroBubble``.
+    """
+    g = interleave_group(pp, m) if vpp > 1 else m
+    total = m * vpp
+    bwd_kind = I_CODE if zero_bubble else B_CODE
+    ranks = []
+    for r in range(pp):
+        if vpp == 1 and not zero_bubble:
+            warm = min(pp - 1 - r, m)
+        elif zero_bubble:
+            warm = min((vpp - 1) * g + (pp - 1 - r), total)
+        else:
+            warm = min((vpp - 1) * g + 2 * (pp - 1 - r), total)
+
+        def fwd(k: int, r: int = r) -> tuple[int, int]:
+            chunk = (k // g) % vpp
+            return chunk * pp + r, (k // (g * vpp)) * g + k % g
+
+        def bwd(k: int, r: int = r) -> tuple[int, int]:
+            chunk = vpp - 1 - (k // g) % vpp
+            return chunk * pp + r, (k // (g * vpp)) * g + k % g
+
+        acts: list[int] = []
+        pending: deque[tuple[int, int]] = deque()
+
+        def backward(j: int) -> None:
+            s, k = bwd(j)
+            acts.extend((s, k, bwd_kind))
+            if zero_bubble:
+                pending.append((s, k))
+                if j >= r:  # ZB-H1: rank r starts its W passes r steps late
+                    ws, wk = pending.popleft()
+                    acts.extend((ws, wk, W_CODE))
+
+        for k in range(warm):
+            s, mb = fwd(k)
+            acts += (s, mb, F_CODE)
+        for j in range(total - warm):
+            s, mb = fwd(warm + j)
+            acts += (s, mb, F_CODE)
+            backward(j)
+        for j in range(total - warm, total):
+            backward(j)
+        while pending:
+            ws, wk = pending.popleft()
+            acts += (ws, wk, W_CODE)
+        ranks.append(acts)
+    return ranks

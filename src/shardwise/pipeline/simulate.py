@@ -1,0 +1,212 @@
+"""Timed, memory-aware simulation of any schedule IR.
+
+Bubble conventions (both reported, never mixed):
+
+- on the *global makespan* (first start to last end over all ranks, the step time when the optimizer
+  step synchronises the stages): ``bubble_fraction = idle / (pp * makespan)`` and
+  ``bubble_ratio = idle / compute`` with ``idle = pp * makespan - sum(busy)``. For 1F1B with equal
+  stages these are ``(p-1)/(m+p-1)`` and ``(p-1)/m`` (Narayanan et al. 2021, Sec. 2.2).
+- on the *longest per-rank span* (first to last action of one rank, the steady step time when the
+  optimizer step does not synchronise stages; Qi et al. 2024 "Zero Bubble PP", Sec. 3 and Table 5):
+  ``stage_bubble_ratio = (span - busy) / span`` of the rank with the longest span, i.e. the paper's
+  ``(cost - m(T_F+T_B+T_W)) / cost``.
+
+Activation memory (Qi et al. 2024, Table 1): F adds the stage's activations ``a_s``; I frees
+``(1 - w_retained_fraction) * a_s``; W frees the rest; a fused B frees all of ``a_s``. Memory on a rank
+depends only on its action order, so the peak is the largest prefix sum of those deltas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from shardwise.errors import ShardwiseError
+from shardwise.pipeline.engine import blocked_actions, compile_schedule, run
+from shardwise.pipeline.ir import KINDS, Schedule
+
+#: Default fraction of a micro-batch's stage activations held from I until W. 1.0 is the accounting of
+#: the V-schedule paper's memory counts (a micro-batch is in flight from F to its W); the zero-bubble
+#: paper's Table 1 gives M_W = 32sbh of M_B = 34sbh + 5as^2b per layer, i.e. about 0.9.
+DEFAULT_W_RETAINED_FRACTION = 1.0
+
+
+@dataclass
+class SimResult:
+    """Outcome of :func:`simulate`. Times are in the units of the durations given (seconds in the API)."""
+
+    name: str
+    pp: int
+    vpp: int
+    num_stages: int
+    microbatches: int
+    makespan: float
+    rank_spans: list[float]
+    rank_busy: list[float]
+    bubble_fraction: float
+    bubble_ratio: float
+    stage_bubble_ratio: float
+    critical_rank: int
+    peak_activation: list[float]
+    peak_activation_microbatches: list[float]
+    starts: list[np.ndarray] = field(repr=False)
+    ends: list[np.ndarray] = field(repr=False)
+    actions: list[np.ndarray] = field(repr=False)  # per rank (n, 3): stage, mb, kind code (compute only)
+    p2p_s: float = 0.0
+
+    @property
+    def stage_span(self) -> float:
+        """Longest per-rank span (the zero-bubble paper's step 'cost')."""
+        return max(self.rank_spans)
+
+    @property
+    def peak_activation_rank_microbatches(self) -> list[float]:
+        """Peak per rank in units of one micro-batch's activations of the whole slice a rank holds
+        (stage units / stages per rank): 1F1B's rank 0 is ``pp``; comparable across vpp."""
+        v = max(self.vpp, 1)
+        return [p / v for p in self.peak_activation_microbatches]
+
+    def timeline(self, rank: int) -> list[dict]:
+        """Rank ``rank``'s actions with start and end, in execution order."""
+        acts = self.actions[rank].tolist()
+        st, en = self.starts[rank].tolist(), self.ends[rank].tolist()
+        return [
+            {"action": f"{s}{KINDS[k].value}{m}", "stage": s, "microbatch": m, "kind": KINDS[k].value,
+             "start": a, "end": b}
+            for (s, m, k), a, b in zip(acts, st, en)
+        ]
+
+    def to_dict(self, timeline: bool = True) -> dict:
+        """JSON-ready summary; ``ranks`` holds each rank's timeline unless ``timeline=False``."""
+        d = {
+            "schedule": self.name,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "num_stages": self.num_stages,
+            "microbatches": self.microbatches,
+            "p2p_s": self.p2p_s,
+            "makespan": self.makespan,
+            "stage_span": self.stage_span,
+            "bubble_fraction": self.bubble_fraction,
+            "bubble_ratio": self.bubble_ratio,
+            "stage_bubble_ratio": self.stage_bubble_ratio,
+            "critical_rank": self.critical_rank,
+            "rank_spans": list(self.rank_spans),
+            "rank_busy": list(self.rank_busy),
+            "peak_activation": list(self.peak_activation),
+            "peak_activation_microbatches": list(self.peak_activation_microbatches),
+            "peak_activation_rank_microbatches": self.peak_activation_rank_microbatches,
+        }
+        if timeline:
+            d["ranks"] = [self.timeline(r) for r in range(self.pp)]
+        return d
+
+
+def _per_stage(value, S: int, what: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim == 0:
+        arr = np.full(S, float(arr))
+    if arr.shape != (S,):
+        raise ShardwiseError(
+            f"{what} must be one number or {S} per-stage values (the schedule has {S} stages); got "
+            f"{arr.size} values"
+        )
+    if not np.all(np.isfinite(arr)) or (arr < 0).any():
+        raise ShardwiseError(f"{what} must be finite and >= 0; got {arr.tolist()}")
+    return arr
+
+
+def simulate(
+    sched: Schedule,
+    f_s: float | Sequence[float] = 1.0,
+    i_s: float | Sequence[float] = 1.0,
+    w_s: float | Sequence[float] = 1.0,
+    p2p_s: float = 0.0,
+    activation: Sequence[float] | None = None,
+    w_retained_fraction: float = DEFAULT_W_RETAINED_FRACTION,
+    b_s: float | Sequence[float] | None = None,
+) -> SimResult:
+    """Time ``sched`` and track activation memory.
+
+    ``f_s``, ``i_s``, ``w_s``: forward, input-gradient and weight-gradient durations, one number or one
+    per stage (first/last stages may be heavier). ``b_s``: fused-backward duration, default ``i_s + w_s``.
+    ``p2p_s``: seconds per cross-rank hop (latency + bytes/bandwidth); same-rank hops are free.
+    ``activation``: per-stage amount F adds (default 1 = one micro-batch's activations of one stage).
+    Raises :class:`ShardwiseError` on bad inputs or a deadlocking schedule.
+    """
+    S = sched.num_stages
+    f = _per_stage(f_s, S, "forward time f_s")
+    i = _per_stage(i_s, S, "input-gradient time i_s")
+    w = _per_stage(w_s, S, "weight-gradient time w_s")
+    b = i + w if b_s is None else _per_stage(b_s, S, "full-backward time b_s")
+    if not (np.isfinite(p2p_s) and p2p_s >= 0):
+        raise ShardwiseError(f"p2p_s (seconds per cross-rank hop) must be finite and >= 0; got {p2p_s}")
+    if not 0.0 <= w_retained_fraction <= 1.0:
+        raise ShardwiseError(f"w_retained_fraction must be in [0, 1]; got {w_retained_fraction}")
+    a = np.ones(S) if activation is None else _per_stage(activation, S, "activation")
+    comp = compile_schedule(sched)
+    dur_table = np.stack([f, i, w, b])
+    rho = float(w_retained_fraction)
+    unit = np.ones(S)
+    delta_unit = np.stack([unit, -(1 - rho) * unit, -rho * unit, -unit])
+    delta_a = np.stack([a, -(1 - rho) * a, -rho * a, -a])
+
+    durs, lats = [], []
+    for r in range(sched.pp):
+        k, s = comp.kind[r], comp.stage[r]
+        durs.append(dur_table[k, s].tolist())
+        lats.append((comp.cross[r] * float(p2p_s)).tolist())
+    starts, progress = run(comp, durs, lats)
+    if any(p < len(d) for p, d in zip(progress, comp.dep)):
+        raise ShardwiseError(
+            f"schedule {sched.name!r} deadlocks: " + "; ".join(blocked_actions(sched, comp, progress))
+            + ". Reorder the actions so every dependency can run first"
+        )
+
+    st_l, en_l, spans, busy, peak_a, peak_u, acts = [], [], [], [], [], [], []
+    first, last = np.inf, -np.inf
+    for r in range(sched.pp):
+        st = np.asarray(starts[r], dtype=float)
+        d = np.asarray(durs[r], dtype=float)
+        en = st + d
+        st_l.append(st)
+        en_l.append(en)
+        k, s = comp.kind[r], comp.stage[r]
+        acts.append(np.stack([s, comp.mb[r], k], axis=1) if len(k) else np.zeros((0, 3), dtype=np.int64))
+        busy.append(float(d.sum()))
+        if len(st):
+            spans.append(float(en.max() - st.min()))
+            first, last = min(first, float(st.min())), max(last, float(en.max()))
+            peak_u.append(max(0.0, float(np.cumsum(delta_unit[k, s]).max())))
+            peak_a.append(max(0.0, float(np.cumsum(delta_a[k, s]).max())))
+        else:
+            spans.append(0.0)
+            peak_u.append(0.0)
+            peak_a.append(0.0)
+    makespan = max(last - first, 0.0) if np.isfinite(first) else 0.0
+    total_busy = float(sum(busy))
+    idle = sched.pp * makespan - total_busy
+    crit = max(range(sched.pp), key=lambda r: (spans[r], spans[r] - busy[r]))
+    span_c = spans[crit]
+    return SimResult(
+        name=sched.name,
+        pp=sched.pp,
+        vpp=sched.vpp,
+        num_stages=S,
+        microbatches=sched.microbatches,
+        makespan=makespan,
+        rank_spans=spans,
+        rank_busy=busy,
+        bubble_fraction=idle / (sched.pp * makespan) if makespan > 0 else 0.0,
+        bubble_ratio=idle / total_busy if total_busy > 0 else 0.0,
+        stage_bubble_ratio=(span_c - busy[crit]) / span_c if span_c > 0 else 0.0,
+        critical_rank=crit,
+        peak_activation=peak_a,
+        peak_activation_microbatches=peak_u,
+        starts=st_l,
+        ends=en_l,
+        actions=acts,
+        p2p_s=float(p2p_s),
+    )
