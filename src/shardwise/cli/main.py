@@ -41,12 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 1
-    except Exception as exc:  # click usage errors (bad option, missing argument)
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:  # usage errors (bad option, missing argument) from typer's click core
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
-            return exc.exit_code
+            return int(exc.exit_code)
         raise
     return 0
 

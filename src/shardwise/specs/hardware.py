@@ -125,9 +125,9 @@ class Cluster(BaseModel):
         return max(1, self.num_gpus // self.gpus_per_node)
 
     def tier_for(self, size: int, stride: int) -> NetworkTier:
-        """Outermost tier crossed by a group of `size` ranks spaced `stride` apart (ranks laid out
-        contiguously: the group spans size*stride consecutive ranks)."""
-        span = size * stride
+        """Outermost tier crossed by a group of `size` ranks spaced `stride` apart: the group spans
+        (size - 1) * stride + 1 consecutive ranks (domains are aligned blocks of `tier.size` ranks)."""
+        span = (size - 1) * stride + 1
         for tier in self.tiers:
             if span <= tier.size:
                 return tier

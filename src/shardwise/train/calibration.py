@@ -273,10 +273,16 @@ def _throughput_cases(record: dict[str, Any], label: str) -> list[Case] | Skip:
         return flops / est(constants).step_time_s / n / 1e12
 
     eq3 = label.startswith(("Narayanan", "Megatron README", "BigScience"))
+
+    def paper_hfu(constants: Constants | None) -> float:
+        """HFU in the Megatron papers' convention (Korthikanti et al. 2022 Sec. 5 closed forms)."""
+        flops = megatron_gpt_flops(tr.global_batch, tr.seq_len, model.layers, model.hidden, model.vocab, plan.recompute)
+        return flops / (est(constants).step_time_s * n * job.cluster.gpu.peak_flops(tr.precision))
+
     getters: dict[str, tuple[str, Callable[[Constants | None], float]]] = {
         "iteration_s": ("time", lambda c: est(c).step_time_s),
         "mfu": ("mfu", lambda c: est(c).mfu),
-        "hfu": ("mfu", lambda c: est(c).hfu),
+        "hfu": ("mfu", paper_hfu if label.startswith("Korthikanti") else lambda c: est(c).hfu),
         "samples_per_sec_per_gpu": ("throughput", lambda c: est(c).samples_per_s_per_gpu),
         "samples_per_sec": ("throughput", lambda c: est(c).samples_per_s_per_gpu * n),
         "memory_gb": ("memory", lambda c: est(c).peak_memory_gib),

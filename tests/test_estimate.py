@@ -1,0 +1,115 @@
+"""train estimate: invariants, consistency of the breakdowns, and behaviour across plans."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardwise.errors import ShardwiseError
+from shardwise.specs.job import job_from_mapping
+from shardwise.train.estimate import estimate
+
+
+def job(**parallel):
+    doc = {
+        "model": parallel.pop("model", "llama-3.1-70b"),
+        "cluster": {"gpu": parallel.pop("gpu", "H100-SXM"), "gpus": parallel.pop("gpus", 64)},
+        "training": {"seq_len": parallel.pop("seq_len", 8192), "global_batch": parallel.pop("global_batch", 64), "tokens": 1e12},
+        "parallel": {"tp": 8, "pp": 4, "sequence_parallel": True, "recompute": "selective", **parallel},
+    }
+    return job_from_mapping(doc)
+
+
+def test_breakdowns_add_up_and_json_has_the_contract_keys():
+    e = estimate(job())
+    assert e.time_s.total == pytest.approx(e.step_time_s, rel=1e-9)
+    assert e.memory.total / 2**30 == pytest.approx(e.peak_memory_gib)
+    d = e.to_dict()
+    for key in ("step_time_s", "tokens_per_s_per_gpu", "samples_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "mfu_causal", "hfu", "peak_memory_gib", "fits", "days_to_train", "cost_usd"):
+        assert key in d
+    assert set(d["memory_gib"]) == {"params", "grads", "optimizer", "activations", "overheads"}
+    assert {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "ep_comm", "bubble", "optimizer"} <= set(d["time_s"])
+    assert d["days_to_train"] == pytest.approx(1e12 / (64 * 8192) * e.step_time_s / 86400)
+    assert d["cost_usd"] == pytest.approx(d["days_to_train"] * 24 * 64 * 6.88)
+
+
+def test_deterministic():
+    assert estimate(job()).to_dict() == estimate(job()).to_dict()
+
+
+def test_does_not_fit_is_not_an_error():
+    e = estimate(job(model="llama-3.1-405b", gpus=8, tp=8, pp=1))
+    assert not e.fits and e.peak_memory_gib > 80
+
+
+def test_more_microbatches_shrink_the_bubble_share():
+    small, large = estimate(job(global_batch=16)), estimate(job(global_batch=256))
+    assert large.time_s.bubble / large.step_time_s < small.time_s.bubble / small.step_time_s
+    # 1F1B with equal stages: bubble = (p - 1)/m of the busy time (Narayanan et al. 2021 Sec. 2.2).
+    m = small.microbatches
+    busy = small.time_s.compute + small.time_s.tp_comm
+    assert small.time_s.bubble == pytest.approx(busy * 3 / m, rel=0.15)
+
+
+def test_interleaving_cuts_the_bubble_and_raises_memory():
+    plain, inter = estimate(job(global_batch=32)), estimate(job(global_batch=32, vpp=2, schedule="interleaved"))
+    assert inter.time_s.bubble < plain.time_s.bubble
+    assert inter.memory.activations > plain.memory.activations
+
+
+def test_zero_stages_reduce_memory_monotonically():
+    mems = [estimate(job(pp=1, zero=z)).memory for z in (0, 1, 2, 3)]
+    totals = [m.params + m.grads + m.optimizer for m in mems]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_full_recompute_saves_memory_and_costs_time():
+    sel, full = estimate(job(recompute="selective")), estimate(job(recompute="full"))
+    assert full.memory.activations < sel.memory.activations
+    assert full.step_time_s > sel.step_time_s
+    assert full.hfu > full.mfu
+
+
+def test_context_and_expert_parallel():
+    base = dict(model="llama-3.1-8b", tp=1, pp=1, seq_len=131072, global_batch=8, gpus=8)
+    one, cp = estimate(job(cp=1, **base)), estimate(job(cp=8, **base))
+    assert cp.memory.activations < one.memory.activations / 6  # the sequence is split 8 ways
+    assert cp.time_s.cp_comm == 0.0  # K/V gathers hide under the long attention (Ring Attention)
+    moe = estimate(job(model="mixtral-8x7b", tp=2, pp=1, ep=8, global_batch=64))
+    assert moe.time_s.ep_comm > 0
+    dense_like = estimate(job(model="mixtral-8x7b", tp=2, pp=1, ep=1, global_batch=64))
+    assert moe.memory.params < dense_like.memory.params  # experts sharded over EP
+
+
+PLANS = st.fixed_dictionaries({
+    "tp": st.sampled_from([1, 2, 4, 8]),
+    "pp": st.sampled_from([1, 2, 4]),
+    "zero": st.sampled_from([0, 1, 2, 3]),
+    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "micro_batch": st.sampled_from([1, 2]),
+    "sequence_parallel": st.booleans(),
+    "flash_attention": st.booleans(),
+    "gpu": st.sampled_from(["A100-80GB", "H100-SXM", "MI300X", "L40S"]),
+})
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=PLANS)
+def test_utilisation_bounded_and_positive(p):
+    e = estimate(job(model="llama-3.1-8b", gpus=32, global_batch=64, seq_len=4096, **p))
+    assert 0 < e.mfu <= e.hfu <= 1.0
+    assert 0 < e.mfu_causal <= e.mfu
+    assert e.step_time_s > 0 and all(math.isfinite(v) and v >= 0 for v in vars(e.time_s).values())
+    assert e.time_s.total == pytest.approx(e.step_time_s, rel=1e-9)
+
+
+def test_uneven_layers_put_extras_in_the_middle():
+    e = estimate(job(model="llama-3.1-405b", gpus=128, pp=16))  # 126 layers on 16 stages: 7 at the ends, 8 inside
+    f = e.stage_times_s["F"]
+    assert f[1] > f[0] * 0.9 and max(f[1:-1]) == pytest.approx(f[7])
+
+
+def test_unknown_schedule_is_a_clear_error():
+    with pytest.raises(ShardwiseError, match="unknown schedule"):
+        estimate(job(schedule="wavy"))
