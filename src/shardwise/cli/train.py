@@ -36,3 +36,14 @@ def estimate_cmd(
     console = Console()
     for r in results:
         console.print(estimate_table(r))
+
+
+def _register() -> None:
+    from shardwise.cli.train_plan import plan_cmd
+    from shardwise.cli.train_run import run_cmd
+
+    app.command("plan")(plan_cmd)
+    app.command("run")(run_cmd)
+
+
+_register()
