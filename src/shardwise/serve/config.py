@@ -1,0 +1,209 @@
+"""Serve job files: the `shardwise serve simulate JOB` contract (keep these names; add, don't rename).
+
+    model: llama-3.1-8b                  # preset | config.json path | mapping
+    precision: bf16                      # weights and KV cache: bf16 | fp16 | fp8
+    deployment:                          # colocated replicas ...
+      gpu: a100-80gb
+      tp: 1
+      pp: 1
+      replicas: 1
+      engine: {max_num_seqs: 256, max_num_batched_tokens: 8192, chunked_prefill: true,
+               gpu_memory_utilization: 0.9, block_size: 16, prefix_caching: false}
+    # ... or disaggregated:
+    # deployment: {prefill: {gpu: h100, tp: 2, replicas: 1}, decode: {gpu: a100-80gb, tp: 4, replicas: 2},
+    #              kv_link_gbps: 400, engine: {...}}
+    # ... or several pools, each serving length classes (what `serve plan` writes for a GPU mix):
+    # deployment: {pools: [{gpu: a100-80gb, replicas: 2, classes: [{input: [1, 512], output: [1, 256]}]}, ...]}
+    workload: {arrival: poisson, rate: 4.0, num_requests: 1200, input_len: {dist: sharegpt},
+               output_len: {dist: sharegpt}, seed: 0}
+    slo: {ttft_ms: 300, tpot_ms: 50}     # optional
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shardwise.errors import ShardwiseError
+from shardwise.serve.workload import WorkloadSpec
+from shardwise.specs._loading import format_validation_error, read_document
+from shardwise.specs.model import ModelSpec, load_model
+
+BYTES_PER_ELEMENT = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_block(cls: type[M], data: Any, where: str) -> M:
+    """Validate one block of a job file; pydantic errors become one ShardwiseError line."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ShardwiseError(f"{where} must be a mapping, got {type(data).__name__}: {data!r}")
+    try:
+        return cls(**data)
+    except ValidationError as exc:
+        raise ShardwiseError(format_validation_error(exc, where)) from None
+
+
+class EngineSpec(BaseModel):
+    """Engine knobs, named as vLLM's engine arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    chunked_prefill: bool = Field(default=True, description="true: vLLM v1 mixed batches with chunked prompts; false: vLLM v0 prefill-first")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    block_size: int = Field(default=16, gt=0)
+    prefix_caching: bool = False
+    num_scheduler_steps: int = Field(default=1, gt=0, description="vLLM v0 multi-step: decode steps per scheduling round")
+    max_model_len: int | None = Field(default=None, gt=1, description="cap on prompt + output tokens")
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineSpec:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs}), "
+                "as vLLM requires; raise the token budget or lower max_num_seqs"
+            )
+        return self
+
+
+class LengthClass(BaseModel):
+    """Requests with input in [lo, hi] and output in [lo, hi] tokens (bounds inclusive)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: tuple[int, int] = (1, 10**9)
+    output: tuple[int, int] = (1, 10**9)
+    share: float = Field(default=1.0, gt=0, le=1, description="fraction of this class the pool takes")
+
+
+class PoolSpec(BaseModel):
+    """Identical replicas of one GPU type and parallel layout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    replicas: int = Field(default=1, gt=0)
+    engine: dict[str, Any] | None = None
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    classes: list[LengthClass] | None = None
+
+
+class DeploymentSpec(BaseModel):
+    """Colocated replicas (gpu/tp/pp/replicas), a prefill/decode split, or several pools."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str | None = None
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    replicas: int = Field(default=1, gt=0)
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    engine: dict[str, Any] | None = None
+    router: Literal["round_robin", "least_outstanding"] = "round_robin"
+    prefill: PoolSpec | None = None
+    decode: PoolSpec | None = None
+    kv_link_gbps: float = Field(default=400.0, gt=0, description="prefill->decode KV transfer bandwidth per GPU pair")
+    pools: list[PoolSpec] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> DeploymentSpec:
+        kinds = [self.gpu is not None, self.prefill is not None or self.decode is not None, self.pools is not None]
+        if sum(kinds) != 1:
+            raise ValueError("give exactly one of: gpu (colocated replicas), prefill + decode (disaggregated), or pools")
+        if kinds[1] and (self.prefill is None or self.decode is None):
+            raise ValueError("a disaggregated deployment needs both prefill and decode pools")
+        if kinds[2] and not self.pools:
+            raise ValueError("pools must list at least one pool")
+        return self
+
+    @property
+    def kind(self) -> str:
+        if self.gpu is not None:
+            return "colocated"
+        return "disaggregated" if self.prefill is not None else "pools"
+
+
+class SLOSpec(BaseModel):
+    """Per-request latency targets, as `vllm bench serve --goodput ttft:X tpot:Y e2el:Z` (ms)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+    attainment: float = Field(default=0.9, gt=0, le=1, description="fraction of requests that must meet every target (DistServe: 90%)")
+
+    @model_validator(mode="after")
+    def _check(self) -> SLOSpec:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError("an slo needs at least one of ttft_ms, tpot_ms, e2e_ms")
+        return self
+
+
+class ServeJobSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | dict[str, Any]
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    deployment: DeploymentSpec
+    workload: WorkloadSpec
+    slo: SLOSpec | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ServeJob:
+    """A parsed job: the model resolved; deployment, workload and SLO as validated specs."""
+
+    model: ModelSpec
+    precision: str
+    deployment: DeploymentSpec
+    workload: WorkloadSpec
+    slo: SLOSpec | None
+    name: str = "serve"
+    base_dir: Path | None = None
+
+    @property
+    def bytes_per_element(self) -> float:
+        return BYTES_PER_ELEMENT[self.precision]
+
+
+def engine_spec(*layers: dict[str, Any] | None, where: str = "deployment.engine") -> EngineSpec:
+    """Engine knobs from the shared block overlaid by a pool's own block."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if layer:
+            merged.update(layer)
+    return parse_block(EngineSpec, merged, where)
+
+
+def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job") -> ServeJob:
+    """Validate a job mapping (see the module docstring) into a :class:`ServeJob`."""
+    if not isinstance(data, dict):
+        raise ShardwiseError(f"{where}: a serve job must be a mapping with model, deployment and workload, got {type(data).__name__}")
+    missing = [k for k in ("model", "deployment", "workload") if k not in data]
+    if missing:
+        raise ShardwiseError(f"{where}: missing {', '.join(missing)}; a serve job needs model, deployment and workload")
+    spec = parse_block(ServeJobSpec, data, where)
+    model = load_model(spec.model)
+    dep = spec.deployment
+    engine_spec(dep.engine)  # validate the shared engine block early
+    for name, pool in (("prefill", dep.prefill), ("decode", dep.decode)):
+        if pool is not None:
+            engine_spec(dep.engine, pool.engine, where=f"deployment.{name}.engine")
+    return ServeJob(model, spec.precision, dep, spec.workload, spec.slo, spec.name or model.name, base_dir)
+
+
+def load_serve_job(path: str | Path) -> ServeJob:
+    """Read a YAML/JSON serve job file."""
+    p = Path(path)
+    return parse_serve_job(read_document(p), base_dir=p.expanduser().resolve().parent, where=str(p))

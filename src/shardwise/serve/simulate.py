@@ -1,0 +1,177 @@
+"""Run a serve job: route requests to engines, run them, and collect per-request timestamps.
+
+Colocated: a router (round-robin or least-outstanding, as vLLM's DP load balancer and Vidur's global
+schedulers) spreads requests over every engine of the pool. Disaggregated (DistServe, Zhong et al.
+2024 Sec. 3): the prefill pool runs each prompt and emits the first token; the KV cache then crosses
+the link (KV bytes / bandwidth) and the request joins a decode engine. Decode pools never push back
+on prefill pools here (DistServe's pull-based transfer hides that queue). Pools (GPU mix): requests
+go to the pool that serves their length class (Mélange's request-size slices).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardwise.errors import ShardwiseError
+from shardwise.serve.config import ServeJob, engine_spec, load_serve_job
+from shardwise.serve.constants import ServingConstants, serving_constants
+from shardwise.serve.deploy import Pool, make_pool
+from shardwise.serve.engine import Engine
+from shardwise.serve.state import ITLRecord, RequestTable
+from shardwise.serve.timing import kv_transfer_s
+from shardwise.serve.workload import Requests, build_requests
+
+
+@dataclass
+class SimResult:
+    """What a run produced: per-request timestamps (client clock), pooled ITL, and the deployment."""
+
+    requests: Requests
+    first_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray
+    itl: ITLRecord
+    pools: list[Pool]
+    kind: str
+    iterations: int = 0
+    busy_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.pools)
+
+    @property
+    def usd_per_hour(self) -> float:
+        return sum(p.usd_per_hour for p in self.pools)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return sum(p.capacity.tokens * p.replicas for p in self.pools)
+
+
+def run_pool(pool: Pool, table: RequestTable, ids: np.ndarray, router: str = "round_robin", prefill_only: bool = False) -> list[Engine]:
+    """Run every request in `ids` (sorted by engine arrival) on `pool`'s engines."""
+    engines = [Engine(pool.timer, pool.engine, pool.blocks_per_engine, table, prefill_only) for _ in range(pool.engines)]
+    if router == "round_robin" or len(engines) == 1:
+        for k, rid in enumerate(ids.tolist()):
+            engines[k % len(engines)].submit(rid)
+        for e in engines:
+            e.advance()
+        return engines
+    arrival = table.arrival_s
+    for rid in ids.tolist():
+        t = float(arrival[rid])
+        for e in engines:
+            e.advance(t)
+        min(engines, key=Engine.outstanding).submit(rid)
+    for e in engines:
+        e.advance()
+    return engines
+
+
+def _collect(engines: list[Engine], itl: ITLRecord) -> tuple[int, float]:
+    for e in engines:
+        itl.extend(e.itl)
+    return sum(e.iterations for e in engines), sum(e.busy_s for e in engines)
+
+
+def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
+    d, m = job.deployment, job.model
+    args = (m, job.precision, job.bytes_per_element)
+    if d.kind == "colocated":
+        eng = engine_spec(d.engine)
+        return [make_pool("deployment", *args, d.gpu, d.tp, d.pp, d.replicas, eng, constants, d.price_usd_per_gpu_hour)]
+    if d.kind == "disaggregated":
+        out = []
+        for name, p in (("prefill", d.prefill), ("decode", d.decode)):
+            eng = engine_spec(d.engine, p.engine, where=f"deployment.{name}.engine")
+            out.append(make_pool(f"deployment.{name}", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour))
+        return out
+    pools = []
+    for k, p in enumerate(d.pools or []):
+        eng = engine_spec(d.engine, p.engine, where=f"deployment.pools[{k}].engine")
+        pools.append(make_pool(f"deployment.pools[{k}]", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, p.classes))
+    return pools
+
+
+def _class_assignment(pools: list[Pool], req: Requests, seed: int) -> np.ndarray:
+    """Pool index per request: among the pools whose classes contain it, by their shares."""
+    n = len(req)
+    weights = np.zeros((n, len(pools)))
+    for j, pool in enumerate(pools):
+        for c in pool.classes or ():
+            inside = (req.input_len >= c.input[0]) & (req.input_len <= c.input[1]) & (req.output_len >= c.output[0]) & (req.output_len <= c.output[1])
+            weights[inside, j] += c.share
+        if not pool.classes:
+            weights[:, j] += 1.0
+    total = weights.sum(axis=1)
+    if np.any(total <= 0):
+        k = int(np.argmax(total <= 0))
+        raise ShardwiseError(f"request {k} (input {req.input_len[k]}, output {req.output_len[k]} tokens) matches no pool's classes; widen the classes")
+    u = np.random.default_rng(seed + 7919).random(n) * total
+    return np.argmax(np.cumsum(weights, axis=1) > u[:, None], axis=1)
+
+
+def simulate(job: ServeJob, requests: Requests | None = None, constants: ServingConstants | None = None) -> SimResult:
+    """Simulate `job` (its workload, or `requests` when given) and return the timestamps."""
+    c = constants or serving_constants()
+    pools = build_pools(job, c)
+    max_len = min((p.engine.max_model_len or 10**12) for p in pools)
+    req = requests if requests is not None else build_requests(job.workload, job.base_dir, None if max_len >= 10**12 else max_len)
+    kind = job.deployment.kind
+    itl = ITLRecord()
+    if kind == "disaggregated":
+        return _simulate_disaggregated(job, req, pools, c, itl)
+    table = RequestTable(req, req.arrival_s + c.frontend_s)
+    ids = np.arange(len(req))
+    iters, busy = 0, 0.0
+    if kind == "colocated":
+        pools[0].check_requests(req.input_len, req.output_len)
+        engines = run_pool(pools[0], table, ids, job.deployment.router)
+        iters, busy = _collect(engines, itl)
+    else:
+        owner = _class_assignment(pools, req, job.workload.seed)
+        for j, pool in enumerate(pools):
+            mine = ids[owner == j]
+            if len(mine):
+                pool.check_requests(req.input_len[mine], req.output_len[mine])
+                i, b = _collect(run_pool(pool, table, mine, job.deployment.router), itl)
+                iters, busy = iters + i, busy + b
+    return SimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy)
+
+
+def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: ServingConstants, itl: ITLRecord) -> SimResult:
+    pre, dec = pools
+    pre.check_requests(req.input_len, np.ones_like(req.output_len))
+    dec.check_requests(req.input_len, req.output_len)
+    ptab = RequestTable(req, req.arrival_s + c.frontend_s)
+    n = len(req)
+    e1 = run_pool(pre, ptab, np.arange(n), job.deployment.router, prefill_only=True)
+    links = min(pre.tp * pre.pp, dec.tp * dec.pp)
+    ready = ptab.first_s + kv_transfer_s(job.model, req.input_len, job.bytes_per_element, job.deployment.kv_link_gbps * links, c.link_efficiency)
+    dtab = RequestTable(req, ready)
+    dtab.first_s[:] = ptab.first_s
+    multi = req.output_len > 1
+    for rid in np.flatnonzero(multi).tolist():
+        dtab.prefilled[rid] = True
+        dtab.generated[rid] = 1
+    order = np.flatnonzero(multi)[np.argsort(ready[multi], kind="stable")]
+    e2 = run_pool(dec, dtab, order, job.deployment.router) if len(order) else []
+    finish = np.where(multi, dtab.finish_s, ptab.first_s)
+    i1, b1 = _collect(e1, itl)
+    i2, b2 = _collect(e2, itl)
+    extra = {"kv_transfer_ms_mean": float(np.mean(ready - ptab.first_s) * 1e3)}
+    return SimResult(req, ptab.first_s, finish, ptab.preemptions + dtab.preemptions, itl, pools, "disaggregated", i1 + i2, b1 + b2, extra)
+
+
+def simulate_file(path: str) -> tuple[ServeJob, SimResult]:
+    job = load_serve_job(path)
+    return job, simulate(job)
+
+
+def finite(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else x

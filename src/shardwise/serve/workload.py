@@ -1,0 +1,188 @@
+"""Serving workloads: when requests arrive and how long their prompts and outputs are.
+
+Arrivals follow `vllm bench serve` (vllm/benchmarks/serve.py::get_request): Poisson, or Gamma
+inter-arrival gaps with shape k = 1/cv^2 and scale 1/(rate*k) (vLLM's `burstiness` is k), or fixed
+gaps; the cumulative gaps are rescaled so the last request is sent at num_requests/rate, as vLLM does
+to stabilise throughput across seeds. rate = inf sends every request at t = 0 (offline throughput).
+Lengths are fixed, uniform, ShareGPT-like (see :mod:`shardwise.serve.lengths`) or read from a trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shardwise.errors import ShardwiseError
+from shardwise.serve.lengths import LengthSpec, sample_lengths
+from shardwise.serve.trace import read_trace
+
+
+class WorkloadSpec(BaseModel):
+    """The `workload:` block of a serve job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
+    rate: float | str | None = Field(default=None, description="requests/s; 'inf' = all at t=0; with a trace: rescale to this mean rate")
+    num_requests: int | None = Field(default=None, gt=0)
+    input_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"))
+    output_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"))
+    seed: int = 0
+    cv: float = Field(default=1.0, gt=0, description="coefficient of variation of gamma inter-arrival gaps")
+    path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
+    prefix_len: int = Field(default=0, ge=0, description="tokens of a shared system prompt inside input_len (for prefix caching)")
+    prefix_groups: int = Field(default=1, gt=0, description="distinct shared prefixes; request i uses prefix i mod groups")
+
+    @field_validator("input_len", "output_len", mode="before")
+    @classmethod
+    def _length(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError("give a number of tokens or {dist: ...}")
+        if isinstance(v, int | float):
+            return {"dist": "fixed", "value": v}
+        if isinstance(v, str):
+            return {"dist": v}
+        return v
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _rate(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, str):
+            if v.strip().lower() in {"inf", "infinity", "offline"}:
+                return math.inf
+            try:
+                v = float(v)
+            except ValueError:
+                raise ValueError(f"rate must be a number of requests/s or 'inf', got {v!r}") from None
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"rate must be a number of requests/s or 'inf', got {v!r}")
+        if not v > 0:
+            raise ValueError(f"rate must be positive (requests/s), got {v}; use 'inf' for offline throughput")
+        return float(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadSpec:
+        if self.arrival == "trace":
+            if not self.path:
+                raise ValueError("arrival 'trace' needs path: a CSV with timestamp, input tokens, output tokens")
+        else:
+            if self.rate is None:
+                raise ValueError(f"arrival '{self.arrival}' needs rate (requests/s, or 'inf')")
+            if self.num_requests is None:
+                raise ValueError("num_requests is required unless arrival is 'trace'")
+            if self.input_len.dist == "trace" or self.output_len.dist == "trace":
+                raise ValueError("lengths {dist: trace} need arrival: trace with a path")
+        return self
+
+
+@dataclass(frozen=True)
+class Requests:
+    """A concrete request list, sorted by arrival; all arrays have one entry per request."""
+
+    arrival_s: np.ndarray  # float64, seconds from the start of the run
+    input_len: np.ndarray  # int64 prompt tokens (prefix included)
+    output_len: np.ndarray  # int64 generated tokens (>= 1)
+    prefix_len: int = 0
+    prefix_group: np.ndarray | None = None  # int64 shared-prefix id per request
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if n == 0:
+            raise ShardwiseError("the workload has no requests; give num_requests > 0 or a non-empty trace")
+        if len(self.input_len) != n or len(self.output_len) != n:
+            raise ShardwiseError("arrival, input and output arrays must have the same length")
+        if np.any(self.input_len < 1) or np.any(self.output_len < 1):
+            raise ShardwiseError("every request needs at least 1 input and 1 output token")
+        if np.any(np.diff(self.arrival_s) < 0):
+            raise ShardwiseError("request arrivals must be sorted in time")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def mean_rate(self) -> float:
+        span = float(self.arrival_s[-1] - self.arrival_s[0])
+        return math.inf if span <= 0 else (len(self) - 1) / span
+
+    def subset(self, mask: np.ndarray) -> Requests:
+        group = None if self.prefix_group is None else self.prefix_group[mask]
+        return Requests(self.arrival_s[mask], self.input_len[mask], self.output_len[mask], self.prefix_len, group)
+
+    def shifted(self, delay_s: float) -> Requests:
+        return Requests(self.arrival_s + delay_s, self.input_len, self.output_len, self.prefix_len, self.prefix_group)
+
+
+def arrival_times(kind: str, rate: float, n: int, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
+    """Send times as `vllm bench serve` draws them (see the module docstring)."""
+    if n <= 0:
+        raise ShardwiseError(f"num_requests must be positive, got {n}")
+    if not rate > 0:
+        raise ShardwiseError(f"rate must be positive (requests/s), got {rate}")
+    if math.isinf(rate):
+        return np.zeros(n)
+    if kind == "fixed":
+        gaps = np.full(n, 1.0 / rate)
+    elif kind == "poisson":
+        gaps = rng.exponential(1.0 / rate, n)
+    elif kind == "gamma":
+        shape = 1.0 / (cv * cv)
+        gaps = rng.gamma(shape, 1.0 / (rate * shape), n)
+    else:
+        raise ShardwiseError(f"unknown arrival {kind!r}; use poisson, gamma, fixed or trace")
+    times = np.cumsum(gaps)
+    return times * ((n / rate) / times[-1])
+
+
+def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = None, max_len: int | None = None) -> Requests:
+    """Draw a concrete request list from a workload spec (deterministic for a given seed)."""
+    if isinstance(spec, dict):
+        from shardwise.serve.config import parse_block
+
+        spec = parse_block(WorkloadSpec, spec, "workload")
+    rng = np.random.default_rng(spec.seed)
+    if spec.arrival == "trace":
+        path = Path(spec.path or "")
+        if base_dir is not None and not path.is_absolute() and not path.exists():
+            path = base_dir / path
+        t, inp, out = read_trace(path)
+        if spec.num_requests is not None:
+            t, inp, out = t[: spec.num_requests], inp[: spec.num_requests], out[: spec.num_requests]
+        t = t - t[0]
+        if spec.rate is not None:
+            if math.isinf(spec.rate):
+                t = np.zeros_like(t)
+            elif t[-1] > 0:
+                t = t * ((len(t) - 1) / spec.rate / t[-1])
+        n = len(t)
+        if spec.input_len.dist != "trace":
+            inp = sample_lengths(spec.input_len, n, rng, "input")
+        if spec.output_len.dist != "trace":
+            out = sample_lengths(spec.output_len, n, rng, "output")
+    else:
+        n = int(spec.num_requests or 0)
+        rate = float(spec.rate)  # type: ignore[arg-type]
+        t = arrival_times(spec.arrival, rate, n, rng, spec.cv)
+        inp, out = _draw_lengths(spec, n, rng)
+    if max_len is not None:
+        inp = np.minimum(inp, max_len - 1)
+        out = np.minimum(out, np.maximum(max_len - inp, 1))
+    if spec.prefix_len and np.any(inp < spec.prefix_len):
+        raise ShardwiseError(f"workload.prefix_len ({spec.prefix_len}) is longer than some prompts; lower it or raise input_len")
+    group = np.arange(n, dtype=np.int64) % spec.prefix_groups
+    return Requests(np.asarray(t, float), np.asarray(inp, np.int64), np.asarray(out, np.int64), spec.prefix_len, group)
+
+
+def _draw_lengths(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """ShareGPT input and output lengths are drawn jointly (the dataset filter caps their sum)."""
+    if spec.input_len.dist == "sharegpt" and spec.output_len.dist == "sharegpt":
+        from shardwise.serve.lengths import sharegpt_pairs
+
+        return sharegpt_pairs(n, rng)
+    return sample_lengths(spec.input_len, n, rng, "input"), sample_lengths(spec.output_len, n, rng, "output")
