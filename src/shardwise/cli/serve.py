@@ -1,5 +1,96 @@
-"""`shardwise serve` commands (placeholder until the serve issue lands)."""
+"""`shardwise serve` commands: simulate a deployment, plan the cheapest one under SLOs, validate."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="serve commands.", no_args_is_help=True)
+app = typer.Typer(help="Serving: simulate a deployment, plan the cheapest one under SLOs, validate against published runs.", no_args_is_help=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command()
+def simulate(
+    job: Path = typer.Argument(..., help="Serve job file (YAML/JSON): model, precision, deployment, workload, slo."),
+    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    plot_cdf: Path = typer.Option(None, "--plot-cdf", help="Write TTFT/TPOT/ITL/E2E CDFs to this PNG."),
+) -> None:
+    """Simulate a serving deployment iteration by iteration and report vLLM-style metrics."""
+    from shardwise.serve.config import load_serve_job
+    from shardwise.serve.metrics import compute_metrics
+    from shardwise.serve.simulate import simulate as run
+
+    spec = load_serve_job(job)
+    result = run(spec)
+    metrics = compute_metrics(result, spec.slo)
+    metrics["deployment"] = [p.describe() for p in result.pools]
+    if plot_cdf is not None:
+        from shardwise.serve.plots import plot_latency_cdfs
+
+        plot_latency_cdfs(result, plot_cdf, f"{spec.name}: {'; '.join(metrics['deployment'])}", spec.slo)
+    if format is Format.json:
+        typer.echo(json.dumps(metrics, indent=2))
+        return
+    from shardwise.serve.report import metrics_tables, print_tables
+
+    print_tables(metrics_tables(f"{spec.name} ({spec.precision}) on {'; '.join(metrics['deployment'])}", metrics))
+    if plot_cdf is not None:
+        typer.echo(f"latency CDFs written to {plot_cdf}")
+
+
+@app.command()
+def plan(
+    job: Path = typer.Argument(None, help="Optional job file: model, precision, workload, slo (its deployment is ignored)."),
+    model: str = typer.Option(None, "--model", help="Model preset, config.json path (overrides the job's)."),
+    rate: float = typer.Option(None, "--rate", help="Target request rate (req/s)."),
+    slo_ttft_ms: float = typer.Option(None, "--slo-ttft-ms", help="TTFT target (ms)."),
+    slo_tpot_ms: float = typer.Option(None, "--slo-tpot-ms", help="TPOT target (ms)."),
+    attainment: float = typer.Option(None, "--attainment", help="Fraction of requests that must meet the SLOs (default 0.9)."),
+    gpus: str = typer.Option("h100:8,a100-80gb:8", "--gpus", help="Allowed GPU types with counts available, e.g. h100:8,a100-80gb:16."),
+    workload: Path = typer.Option(None, "--workload", help="Workload file (YAML/JSON `workload:` block or a CSV trace)."),
+    precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8."),
+    disaggregation: bool = typer.Option(True, "--disagg/--no-disagg", help="Also search prefill/decode-disaggregated deployments."),
+    mix: bool = typer.Option(True, "--mix/--no-mix", help="Also search GPU-type mixes by length class (MILP)."),
+    num_requests: int = typer.Option(None, "--num-requests", help="Requests per candidate simulation (default 600)."),
+    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    plot: Path = typer.Option(None, "--plot", help="Write the cost-vs-rate curve of the candidates to this PNG."),
+) -> None:
+    """Find the cheapest deployment that meets the SLOs at the target rate."""
+    from shardwise.serve.plan_cli import plan_request, print_plan
+    from shardwise.serve.planner import plan as run_plan
+
+    request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, gpus, workload, precision, num_requests)
+    result = run_plan(request, disaggregation=disaggregation, mix=mix)
+    if plot is not None:
+        from shardwise.serve.planner import cost_curves
+        from shardwise.serve.plots import plot_cost_vs_rate
+
+        plot_cost_vs_rate(cost_curves(result), plot, f"{request.model.name}: cost vs rate under the SLOs", request.rate)
+    if format is Format.json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    print_plan(result)
+    if plot is not None:
+        typer.echo(f"cost-vs-rate curve written to {plot}")
+
+
+@app.command()
+def validate(
+    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    split: str = typer.Option("all", "--split", help="fit | validate | all."),
+) -> None:
+    """Compare the simulator with published vLLM/SGLang runs (data/serving_measurements.yaml)."""
+    from shardwise.serve.validate import print_validation, run_validation
+
+    rows = run_validation(split=split)
+    if format is Format.json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    print_validation(rows)

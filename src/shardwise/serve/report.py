@@ -1,0 +1,51 @@
+"""Human-readable tables for serve results (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(x: float, digits: int = 1) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
+    """Latency table, then throughput / capacity / cost table."""
+    lat = Table(title=title, title_justify="left")
+    lat.add_column("latency (ms)")
+    for col in ("mean", "median", "p90", "p99"):
+        lat.add_column(col, justify="right")
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT (excl. 1st token)"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
+        lat.add_row(label, *(_fmt(m[key][c], 2) for c in ("mean", "median", "p90", "p99")))
+    tp = Table(show_header=False)
+    tp.add_column("metric")
+    tp.add_column("value", justify="right")
+    rows = [
+        ("completed requests", f"{m['completed']:,}"),
+        ("duration (s)", _fmt(m["duration_s"], 2)),
+        ("request throughput (req/s)", _fmt(m["request_throughput"], 2)),
+        ("output tokens/s", _fmt(m["output_tokens_per_s"])),
+        ("total tokens/s", _fmt(m["total_tokens_per_s"])),
+        ("KV capacity (tokens)", f"{m['kv_capacity_tokens']:,}"),
+        ("preemptions", f"{m['preemptions']:,}"),
+        ("GPUs, $/hour", f"{m['gpus']}, ${m['usd_per_hour']:,.2f}"),
+        ("$ per M input / output tokens", f"${m['cost_usd_per_mtok_input']:.3f} / ${m['cost_usd_per_mtok_output']:.3f}"),
+    ]
+    if "goodput" in m:
+        slo = ", ".join(f"{k} {v:g}" for k, v in m["slo"].items() if k != "attainment")
+        rows += [("SLO", slo), ("goodput (req/s)", _fmt(m["goodput"], 2)),
+                 ("SLO attainment", f"{m['slo_attainment']:.1%} (target {m['slo']['attainment']:.0%}: {'met' if m['slo_met'] else 'NOT met'})")]
+    if "kv_transfer_ms_mean" in m:
+        rows.append(("mean KV transfer (ms)", _fmt(m["kv_transfer_ms_mean"], 2)))
+    for k, v in rows:
+        tp.add_row(k, v)
+    return [lat, tp]
+
+
+def print_tables(tables: list[Table]) -> None:
+    console = Console()
+    for t in tables:
+        console.print(t)
