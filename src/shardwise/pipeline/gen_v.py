@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import accumulate
 
 from shardwise.pipeline.ir import F_CODE, I_CODE, W_CODE
 
@@ -77,38 +78,109 @@ def _pattern_v_half(d: int) -> list[tuple[int, int, int, int]]:
 PATTERN_PERIOD = 6  # unit slots per micro-batch per rank: F, I, W for each of the two chunks
 
 
-def v_pattern(pp: int, m: int, kind: str) -> list[list[int]]:
+def v_pattern(pp: int, m: int, kind: str, squeeze: bool = True) -> list[list[int]]:
     """V-Half (``kind="half"``) or V-Min (``kind="min"``) from the paper's building block.
 
     Micro-batch ``k``'s passes on rank ``r`` sit at the pattern slots + ``6k``; W passes take the free
-    slots in I order. The peak in-flight count follows from the block's lifespan (paper Sec. 3).
-    The paper additionally "squeezes" warm-up and cool-down; we keep the pattern order and let the
-    simulator start each pass as early as its dependencies allow (see docs/schedules.md)."""
+    slots in I order. The peak in-flight count follows from the block's lifespan (paper Sec. 3). With
+    ``squeeze`` the warm-up and cool-down are compacted as in the paper (Sec. 4, "squeeze"): passes
+    before rank 0's first chunk-0 backward and after its last forward move to the earliest free slot their
+    dependencies allow, when that does not raise the peak memory; the steady phase keeps the pattern."""
     pattern = _pattern_v_min(pp) if kind == "min" else _pattern_v_half(pp)
+    # per rank, slot of op j*m + k (types j: 0 F chunk 0, 1 F chunk 1, 2 I chunk 1, 3 I chunk 0) and of
+    # W number n at 4m + n; w_src[r][n] is the op index of the I that W n completes
+    slot: list[list[int]] = []
+    w_src: list[list[int]] = []
+    for offs in pattern:
+        row = [offs[j] + PATTERN_PERIOD * k for j in range(4) for k in range(m)]
+        taken = set(row)
+        i_ops = sorted(range(2 * m, 4 * m), key=row.__getitem__)
+        src, w_slots = [], []
+        t, n_i = 0, 0
+        while len(w_slots) < 2 * m:
+            if t in taken:
+                t += 1
+                continue
+            while n_i < 2 * m and row[i_ops[n_i]] < t:
+                n_i += 1
+            if n_i > len(w_slots):  # an I finished before this free slot is still waiting for its W
+                src.append(i_ops[len(w_slots)])
+                w_slots.append(t)
+            t += 1
+        slot.append(row + w_slots)
+        w_src.append(src)
+    if squeeze:
+        _squeeze(pp, m, slot, w_src)
     ranks = []
-    for r, offs in enumerate(pattern):
+    for r in range(pp):
         stages = (r, 2 * pp - 1 - r, 2 * pp - 1 - r, r)
         kinds = (F_CODE, F_CODE, I_CODE, I_CODE)
-        slots: dict[int, tuple[int, int, int]] = {}
-        for k in range(m):
-            for j in range(4):
-                slots[offs[j] + PATTERN_PERIOD * k] = (stages[j], k, kinds[j])
         acts: list[int] = []
-        pending: deque[tuple[int, int]] = deque()
-        for t in range(max(slots) + 1):
-            a = slots.get(t)
-            if a is not None:
-                acts += a
-                if a[2] == I_CODE:
-                    pending.append((a[0], a[1]))
-            elif pending:
-                s, k = pending.popleft()
-                acts += (s, k, W_CODE)
-        while pending:
-            s, k = pending.popleft()
-            acts += (s, k, W_CODE)
+        for op in sorted(range(6 * m), key=slot[r].__getitem__):
+            if op >= 4 * m:
+                j, k = divmod(w_src[r][op - 4 * m], m)
+                acts += (stages[j], k, W_CODE)
+            else:
+                j, k = divmod(op, m)
+                acts += (stages[j], k, kinds[j])
         ranks.append(acts)
     return ranks
+
+
+def _squeeze(pp: int, m: int, slot: list[list[int]], w_src: list[list[int]]) -> None:
+    """Move warm-up and cool-down passes to earlier free slots without raising the peak memory."""
+    horizon = max(max(row) for row in slot) + 2
+    used = [bytearray(horizon) for _ in range(pp)]
+    mem = []  # in-flight micro-batches (F to W) per slot
+    for r in range(pp):
+        delta = [0] * horizon
+        for op, t in enumerate(slot[r]):
+            used[r][t] = 1
+            if op < 2 * m:
+                delta[t] += 1
+            elif op >= 4 * m:
+                delta[t] -= 1
+        mem.append(list(accumulate(delta)))
+    peak = max(max(row) for row in mem)
+
+    def dep_slot(r: int, op: int) -> int:
+        if op >= 4 * m:
+            n = op - 4 * m
+            d = slot[r][w_src[r][n]]
+            return max(d, slot[r][op - 1]) + 1 if n > 0 else d + 1
+        j, k = divmod(op, m)
+        d = slot[r][op - 1] if k > 0 else -1
+        if j == 0:
+            up = slot[r - 1][op] if r > 0 else -1
+        elif j == 1:
+            up = slot[r + 1][op] if r < pp - 1 else slot[r][k]
+        elif j == 2:
+            up = slot[r - 1][op] if r > 0 else slot[r][m + k]
+        else:
+            up = slot[r + 1][op] if r < pp - 1 else slot[r][2 * m + k]
+        return max(d, up) + 1
+
+    # rank 0's first chunk-0 backward opens the steady phase and its last forward closes it; passes are
+    # handled in slot order (then rank, type, micro-batch) and only those outside that phase may move
+    start = (slot[0][3 * m], 0, 3 * m)
+    end = (slot[0][m - 1], 0, m - 1)
+    movable = sorted(
+        key for r in range(pp) for op in range(6 * m) if (key := (slot[r][op], r, op)) < start or key > end
+    )
+    for t, r, op in movable:
+        lo = dep_slot(r, op)
+        row, busy = mem[r], used[r]
+        is_f = op < 2 * m
+        for t2 in range(lo, t):
+            if busy[t2] or (is_f and max(row[t2:t]) + 1 > peak):
+                continue
+            busy[t], busy[t2] = 0, 1
+            if is_f or op >= 4 * m:
+                d = 1 if is_f else -1
+                for x in range(t2, t):
+                    row[x] += d
+            slot[r][op] = t2
+            break
 
 
 def pattern_is_collision_free(pp: int, kind: str) -> bool:

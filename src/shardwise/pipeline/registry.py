@@ -114,6 +114,14 @@ def _zb_h2(pp: int, m: int, vpp: int) -> Schedule:
     return _loop("zb-h2", ranks, pp, m, 1)
 
 
+def _v_controllable(kind: str, pp: int, m: int) -> Schedule:
+    """V-Half / V-Min (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): the paper's V-shape
+    building block (per-rank memory (pp+2)//2 and (pp+4)//3 micro-batches of a rank's slice) with its
+    warm-up and cool-down squeezed (see :func:`.gen_v.v_pattern`)."""
+    name = "v-half" if kind == "half" else "v-min"
+    return _v(name, gen_v.v_pattern(pp, m, kind), pp, m)
+
+
 def _auto(pp: int, m: int, vpp: int, **kw) -> Schedule:
     from shardwise.pipeline.auto import auto_schedule
 
@@ -141,9 +149,9 @@ register(ScheduleInfo("zbv", "ZB-V: ~zero bubble, 1F1B memory, V placement (Qi e
                       lambda pp, m, v: _v("zbv", gen_v.zbv(pp, m), pp, m)),
          ("zb-v", "zbvzerobubble", "v-zb"))
 register(ScheduleInfo("v-half", "V-Half: 1/2 of 1F1B memory (Qi et al. 2024, controllable memory)", "v", "2",
-                      lambda pp, m, v: _v("v-half", gen_v.v_pattern(pp, m, "half"), pp, m)), ("vhalf",))
+                      lambda pp, m, v: _v_controllable("half", pp, m)), ("vhalf",))
 register(ScheduleInfo("v-min", "V-Min: 1/3 of 1F1B memory (Qi et al. 2024, controllable memory)", "v", "2",
-                      lambda pp, m, v: _v("v-min", gen_v.v_pattern(pp, m, "min"), pp, m)), ("vmin",))
+                      lambda pp, m, v: _v_controllable("min", pp, m)), ("vmin",))
 register(ScheduleInfo("dualpipev", "DualPipeV: DualPipe folded into a V (DeepSeek-V3 report)", "v", "2",
                       lambda pp, m, v: _v("dualpipev", gen_dualpipe.dualpipev(pp, m), pp, m)),
          ("dualpipe-v", "dual-pipe-v"))

@@ -70,6 +70,13 @@ def check_schedule(sched: Schedule) -> list[str]:
             problems.append(f"missing forward passes: {_fmt(miss, 'F')}")
         if len(dup):
             problems.append(f"duplicated forward passes: {_fmt(dup, 'F')}")
+        partial = [k for k in range(M) if 0 < (f[:, k] > 0).sum() < S]
+        if partial:
+            where = "; ".join(f"micro-batch {k} only on stages {np.nonzero(f[:, k])[0].tolist()}"
+                              for k in partial[:3])
+            problems.append(f"forwards cover only some stages ({where}): are micro-batch indices shifted? "
+                            "(PyTorch's Schedule1F1B pipeline_order emits F1..Fm instead of F0..F(m-1) on its "
+                            "last rank)")
     fused_ok = (b == 1) & (i == 0) & (w == 0)
     split_ok = (b == 0) & (i == 1) & (w == 1)
     bad = ~(fused_ok | split_ok)
