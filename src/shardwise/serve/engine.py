@@ -59,6 +59,10 @@ class Engine:
         self.stragglers: dict[int, float] = {}  # ... and of those that emitted at another time
         self.prefix_cached: set[int] = set()
         self.itl = ITLRecord()
+        # vLLM v0 keeps 1% of blocks free when admitting prompts (BlockSpaceManager watermark=0.01);
+        # v1 has none but admits nothing in a step that preempted.
+        self.watermark = 0 if spec.chunked_prefill else max(1, num_blocks // 100)
+        self.hold_admission = False
         self.iterations = 0
         self.busy_s = 0.0
 
@@ -119,9 +123,11 @@ class Engine:
         tab = self.tab
         if tab.prefilled[rid] and tab.phase[rid] == WAITING and tab.generated[rid] == 1:
             return False  # handled by _admit_prefilled
+        if self.hold_admission:
+            return False
         todo = self._todo(rid) - self._hit(rid)
         first = min(todo, self.spec.max_num_batched_tokens) if self.spec.chunked_prefill else todo
-        return -(-first // self.bs) <= self.free
+        return -(-first // self.bs) + self.watermark <= self.free
 
     def _todo(self, rid: int) -> int:
         return self.tab.prompt[rid] + self.tab.generated[rid]
@@ -217,6 +223,7 @@ class Engine:
         tab.preemptions[rid] += 1
         tab.prefilled[rid] = False
         self.waiting.appendleft(rid)
+        self.hold_admission = True
 
     # --- decode-only stretch -----------------------------------------------------------------------
     def _blocks_for(self, n: int) -> int:
@@ -257,11 +264,12 @@ class Engine:
     def _stretch(self, until: float) -> None:
         k = self.k
         n_kv = self._steps_with_blocks()
-        if k > 1:
-            n_kv -= n_kv % k
-        if n_kv <= 0:
+        while n_kv < k:
             self._preempt_one()
-            return
+            if not self.b:
+                return
+            n_kv = self._steps_with_blocks()
+        n_kv -= n_kv % k
         b, a = self.b, self.a_tab[self.b]
         a1 = a + self.c_ctx * (self.koff + b * (self.g + 1))
         slope = self.c_ctx * b
@@ -285,6 +293,7 @@ class Engine:
         self.g += n
         self.iterations += n
         self.busy_s += total
+        self.hold_admission = False
         self._finish_due()
 
     # --- iterations with prompt work ---------------------------------------------------------------
@@ -321,7 +330,7 @@ class Engine:
                 break
             chunk = min(todo, budget)
             need = -(-chunk // self.bs)
-            if need > self.free:
+            if need + self.watermark > self.free:
                 break
             self.waiting.popleft()
             self.free -= need
@@ -347,6 +356,7 @@ class Engine:
         self.t = t_end
         self.iterations += 1
         self.busy_s += dt
+        self.hold_admission = False
         for rid, before, c in sched:
             tab.computed[rid] = before + c
         for rid in done:
@@ -356,8 +366,10 @@ class Engine:
 
     def _mixed_iteration(self) -> None:
         """vLLM v1: all decodes + prompt chunks up to the token budget."""
+        preempted = False
         while self.b and self.cnt[self.g % self.bs] > self.free:
             self._preempt_one()
+            preempted = True
         budget = self.spec.max_num_batched_tokens - self.b
         tab, sched = self.tab, []
         for rid in list(self.prefilling):
@@ -372,8 +384,9 @@ class Engine:
             self.free -= -(-(before + chunk - tab.hit[rid]) // self.bs) - owned
             sched.append((rid, before, chunk))
             budget -= chunk
-        more, _ = self._admit_waiting(budget, whole=False)
-        sched += more
+        if not preempted:
+            more, _ = self._admit_waiting(budget, whole=False)
+            sched += more
         if not sched and not self.b:
             self._preempt_one()  # partial prefills hold every block: free some
             return
