@@ -79,3 +79,20 @@ def output_layer_activation_bytes(model: ModelSpec, tokens: float, tp: int, sp: 
 def embedding_activation_bytes(model: ModelSpec, tokens: float, tp: int, sp: bool) -> float:
     """First stage: the embedding dropout mask (Korthikanti et al. 2022 Sec. 4.3, the p/L term)."""
     return (tokens * model.hidden / (tp if sp else 1)) if model.dropout else 0.0
+
+
+def weight_gradient_bytes(model: ModelSpec, moe_layer: bool, tokens: float, tp: int, sp: bool, act_bytes: float = 2.0) -> float:
+    """Bytes a layer still holds between its input-gradient (I) and weight-gradient (W) passes: the
+    inputs of its weight GEMMs and the gradients of their outputs (Qi et al. 2024 Table 1: M_W = 32sbh
+    of M_B = 34sbh + 5as^2b for a GPT layer)."""
+    h = model.hidden
+    full = tokens * h / (tp if sp else 1)  # hidden-sized tensors, sequence-sharded with SP
+    heads = model.heads / tp
+    kv = max(model.n_kv_heads / tp, 1.0)
+    qkv_out = tokens * (heads * model.d_head + kv * (model.d_head + model.d_v_head))
+    attn = (full + qkv_out) + (tokens * heads * model.d_v_head + full)  # QKV and projection GEMMs
+    mats = 3 if model.mlp == "swiglu" else 2
+    width = model.d_expert if moe_layer else model.ffn
+    copies = (model.top_k + model.shared_experts) if moe_layer else 1
+    mlp = copies * (full + tokens * (mats - 1) * width / tp + tokens * width / tp + full)
+    return act_bytes * (attn + mlp)

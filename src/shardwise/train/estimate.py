@@ -2,7 +2,7 @@
 
 Assembly (each piece cited in its module): per-layer F/I/W work from :mod:`shardwise.cost.layer`;
 stage contents from :mod:`shardwise.train.stages`; the pipeline makespan from
-:mod:`shardwise.train.pipeline_timing`; data-parallel communication and the optimizer step per pipeline
+:mod:`shardwise.train.pipeline_timing` (exact simulation of the schedule); data-parallel communication and the optimizer step per pipeline
 rank; memory by placement (:mod:`shardwise.cost.memory`) with activations from
 :mod:`shardwise.cost.activations`. Exposure rules (named constants in :mod:`shardwise.cost.constants`):
 
@@ -26,6 +26,7 @@ from shardwise.cost.activations import (
     full_recompute_working_bytes,
     layer_activation_bytes,
     output_layer_activation_bytes,
+    weight_gradient_bytes,
 )
 from shardwise.cost.comm import group_collective_s
 from shardwise.cost.compute import Device
@@ -34,7 +35,7 @@ from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_toke
 from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
 from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
 from shardwise.specs.job import TrainJob
-from shardwise.train.pipeline_timing import pipeline_timing
+from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -69,6 +70,8 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
     emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, ab)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, rc, flash, ab)
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, rc, flash, ab) if model.is_moe else act_dense
+    kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
+    w_retained = 1.0 if rc == "full" else min(1.0, kept / (act_moe if model.is_moe else act_dense))
 
     stages = stage_contents(model, pp * vpp)
     ov = consts.overlap
@@ -89,61 +92,66 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
             act += embedding_activation_bytes(model, tokens, tp, sp)
         acts.append(act)
 
-    # Scatter/gather optimisation (Narayanan et al. 2021 Sec. 4.1): each TP rank sends 1/t of the
-    # boundary activation; the receiver all-gathers it over the intra-node link.
-    p2p_bytes = tokens * model.hidden * ab / tp
-    p2p_s = group_collective_s(cluster, "send_recv", p2p_bytes, 2, plan.stride("pp")) if pp > 1 else 0.0
-    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts)
-
-    # Per pipeline rank: model states, DP communication, optimizer, memory.
-    rank_of = [s % pp for s in range(pp * vpp)]
+    # Model states and fixed overheads per pipeline rank (placement: cost/memory.py).
+    s2r = stage_layout(plan.schedule, pp, vpp)
+    mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     dense_group, expert_group = dp * cp, max(1, dp * cp // ep)
     opt_bpp = optimizer_bytes_per_param(training.precision)
     wb, gb = training.weight_bytes, training.grad_bytes
     mem_const, step_const = consts.memory, consts.step
+    fixed = (mem_const.cuda_context_gib + mem_const.comm_buffers_gib) * GIB
+    if plan.zero >= 3:
+        largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
+        fixed += 2 * largest * wb  # current + prefetched layer, gathered
+    elif dense_group > 1:
+        fixed += 2 * mem_const.dp_bucket_mib * 2**20  # reduce buckets in flight
+    params, states = [], []
+    for r in range(pp):
+        p_dense = p_exp = 0.0
+        for s in mine[r]:
+            d, e = stage_params(model, stages[s], tp, ep)
+            p_dense, p_exp = p_dense + d, p_exp + e
+        params.append((p_dense, p_exp))
+        states.append(model_state_bytes(p_dense, dense_group, plan.zero, wb, gb, opt_bpp)
+                      + model_state_bytes(p_exp, expert_group, plan.zero, wb, gb, opt_bpp))
+    extra_act = [0.0] * pp
+    extra_act[s2r[-1]] += output_layer_activation_bytes(model, tokens, tp, sp, ab)
+    if rc == "full":
+        extra_act = [x + full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) for x in extra_act]
+    cap = min((gpu.memory_bytes - states[r].total - fixed) / (1 + mem_const.fragmentation) - extra_act[r] for r in range(pp))
+
+    # Scatter/gather optimisation (Narayanan et al. 2021 Sec. 4.1): each TP rank sends 1/t of the
+    # boundary activation; the receiver all-gathers it over the intra-node link.
+    p2p_bytes = tokens * model.hidden * ab / tp
+    p2p_s = group_collective_s(cluster, "send_recv", p2p_bytes, 2, plan.stride("pp")) if pp > 1 else 0.0
+    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, w_retained, max(cap, max(acts)))
+
     hbm = gpu.hbm_bytes_s * dev.memory_efficiency
     ranks = []
     for r in range(pp):
-        mine = [s for s in range(pp * vpp) if rank_of[s] == r]
-        p_dense = p_exp = 0.0
-        for s in mine:
-            d, e = stage_params(model, stages[s], tp, ep)
-            p_dense, p_exp = p_dense + d, p_exp + e
-        states = model_state_bytes(p_dense, dense_group, plan.zero, wb, gb, opt_bpp)
-        states = states + model_state_bytes(p_exp, expert_group, plan.zero, wb, gb, opt_bpp)
-        fwd = sum(f_s[s] for s in mine)
-        bwd = sum(i_s[s] + w_s[s] for s in mine)
+        p_dense, p_exp = params[r]
+        fwd = sum(f_s[s] for s in mine[r])
+        bwd = sum(i_s[s] + w_s[s] for s in mine[r])
         dp_s = _dp_exposed_s(cluster, plan, m, p_dense, p_exp, dense_group, expert_group, wb, gb, fwd, bwd, ov)
-        opt_params = p_dense / (dense_group if plan.zero >= 1 else 1) + p_exp / (expert_group if plan.zero >= 1 else 1)
+        shard = plan.zero >= 1
+        opt_params = p_dense / (dense_group if shard else 1) + p_exp / (expert_group if shard else 1)
         optimizer_s = opt_params * step_const.optimizer_bytes_per_param / hbm
-        activations = timing.peak_activation[r]
-        if r == rank_of[-1]:
-            activations += output_layer_activation_bytes(model, tokens, tp, sp, ab)
-        if rc == "full":
-            activations += full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab)
-        overheads = (mem_const.cuda_context_gib + mem_const.comm_buffers_gib) * GIB
-        overheads += mem_const.fragmentation * activations
-        if plan.zero >= 3:
-            largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
-            overheads += 2 * largest * wb  # current + prefetched layer, gathered
-        elif dense_group > 1:
-            overheads += 2 * mem_const.dp_bucket_mib * 2**20  # reduce buckets in flight
-        mem = MemoryBreakdown(states.weights, states.grads, states.optimizer, activations, overheads)
-        ranks.append((mem, dp_s, optimizer_s, mine))
+        activations = timing.peak_activation[r] + extra_act[r]
+        overheads = fixed + mem_const.fragmentation * activations
+        st_ = states[r]
+        ranks.append((MemoryBreakdown(st_.weights, st_.grads, st_.optimizer, activations, overheads), dp_s, optimizer_s))
 
     peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)
     dp_s = max(x[1] for x in ranks)
     optimizer_s = max(x[2] for x in ranks)
-    # Time breakdown on the busiest rank.
-    busy = [sum(f_s[s] + i_s[s] + w_s[s] for s in x[3]) for x in ranks]
-    crit = max(range(pp), key=lambda r: busy[r])
-    comp = sum(exposed[s][0] for s in ranks[crit][3]) * m
-    e_tp, e_cp, e_ep = (sum(exposed[s][k] for s in ranks[crit][3]) * m for k in (1, 2, 3))
+    crit = timing.critical_rank
+    comp = sum(exposed[s][0] for s in mine[crit]) * m
+    e_tp, e_cp, e_ep = (sum(exposed[s][k] for s in mine[crit]) * m for k in (1, 2, 3))
     overhead = step_const.step_overhead_s
-    step = timing.makespan_s + dp_s + optimizer_s + overhead
+    step = timing.step_s + dp_s + optimizer_s + overhead
     times = TimeBreakdown(
         compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
-        bubble=timing.makespan_s - timing.pp_comm_s - m * busy[crit], optimizer=optimizer_s, overhead=overhead,
+        bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead,
     )
     n = cluster.num_gpus
     tokens_step = training.tokens_per_step
@@ -180,6 +188,8 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
         mfu_causal=mf_causal / (step * n * peak),
         hfu=hf / (step * n * peak),
         bubble_definition=timing.bubble_definition,
+        bubble_fraction=timing.bubble_fraction,
+        stage_bubble_ratio=timing.stage_bubble_ratio,
         stage_times_s={"F": tuple(f_s), "I": tuple(i_s), "W": tuple(w_s)},
         days_to_train=days,
         cost_usd=cost,

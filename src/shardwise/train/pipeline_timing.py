@@ -1,47 +1,72 @@
-"""The seam between the cost model and pipeline schedules: per-stage F/I/W times in, makespan, bubble
-and peak in-flight activations per rank out.
+"""The seam between the cost model and the schedule engine: per-stage F/I/W times in; step time,
+bubble and peak activations per rank out, from the exact event simulation of the schedule's IR
+(:mod:`shardwise.pipeline`).
 
-Closed forms (equal micro-batch work per rank r, t_r = sum of its stages' F+I+W):
-- gpipe, 1f1b: makespan = (m - 1) * max_r t_r + sum_r t_r  ((p-1)(t_F+t_B) bubble for equal stages;
-  Huang et al. 2019; Narayanan et al. 2021 Sec. 2.2); in flight on rank r: m (GPipe) or min(p - r, m).
-- interleaved: bubble (p-1)/v of a rank's micro-batch time (Narayanan et al. 2021 Sec. 2.2.2); in flight
-  (chunks) on rank r: min(2(p-r-1) + (v-1)p + 1, v*m) (Megatron-LM's warm-up count).
-Point-to-point transfers block in Megatron-LM's schedules: 2 per micro-batch chunk on the critical path.
+Which time is the step time depends on the schedule family:
+- classic schedules (gpipe, 1f1b, interleaved, bfs, dualpipev): the optimizer step synchronises all
+  stages, so a step lasts the *global makespan* (first start to last end over all ranks);
+- the zero-bubble family (zb-h1, zb-h2, zbv, v-half, v-min, auto) is run, as in its papers, with
+  optimizer post-validation (Qi et al. 2024 Sec. 4): the optimizer step does not synchronise the
+  stages, so the steady-state step lasts the *longest per-rank span* (first to last action of a rank).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardwise.errors import ShardwiseError
+from shardwise.pipeline import auto_schedule, generate_schedule, list_schedules, resolve, schedule_info, simulate
+from shardwise.pipeline.ir import Schedule
 
-CLOSED_FORM = ("gpipe", "1f1b", "interleaved")
+POST_VALIDATION = frozenset({"zb-h1", "zb-h2", "zbv", "v-half", "v-min", "auto"})
+GLOBAL = "global makespan (the optimizer step synchronises the stages)"
+SPAN = "longest per-rank span (zero-bubble optimizer post-validation)"
 
 
 @dataclass(frozen=True)
 class PipelineTiming:
-    makespan_s: float  # pipelined forward/backward work, first start to last end
-    bubble_s: float  # idle time of the busiest rank within the makespan
-    pp_comm_s: float  # point-to-point time on the critical path
+    step_s: float  # pipelined forward/backward part of the step, in the sense of `bubble_definition`
+    makespan_s: float  # global makespan
+    span_s: float  # longest per-rank span
+    critical_rank: int  # the rank whose time sets step_s
+    rank_busy_s: tuple[float, ...]
+    pp_comm_s: float  # what point-to-point transfers add to step_s
     peak_activation: tuple[float, ...]  # per rank, in the units of the per-stage activations given
-    bubble_definition: str = "global makespan"
+    stage_to_rank: tuple[int, ...]
+    bubble_definition: str
+    bubble_fraction: float  # idle share of the global makespan
+    stage_bubble_ratio: float  # idle share of the longest per-rank span
 
     @property
-    def step_s(self) -> float:
-        return self.makespan_s
+    def bubble_s(self) -> float:
+        """Idle time of the critical rank within step_s, point-to-point waits excluded."""
+        return max(0.0, self.step_s - self.pp_comm_s - self.rank_busy_s[self.critical_rank])
 
 
 def schedule_names() -> list[str]:
-    return list(CLOSED_FORM)
+    return list_schedules()
 
 
 def known_schedule(name: str) -> bool:
-    return name.lower() in CLOSED_FORM
+    try:
+        resolve(name)
+    except ShardwiseError:
+        return False
+    return True
 
 
-def stage_to_rank(pp: int, vpp: int) -> list[int]:
-    """Interleaved placement: virtual stage s lives on rank s % pp."""
-    return [s % pp for s in range(pp * vpp)]
+@lru_cache(maxsize=512)
+def cached_schedule(name: str, pp: int, microbatches: int, vpp: int) -> Schedule:
+    """Generated IR of a named schedule (pure: cached). A V-shaped schedule takes vpp 2 as given."""
+    return generate_schedule(name, pp, microbatches, vpp)
+
+
+def stage_layout(schedule: str, pp: int, vpp: int) -> tuple[int, ...]:
+    """Stage-to-rank map of a schedule family without generating it (loop or V placement)."""
+    if schedule_info(schedule).placement == "v" or (resolve(schedule) == "auto" and vpp == 2):
+        return tuple(list(range(pp)) + list(range(pp - 1, -1, -1)))
+    return tuple(s % pp for s in range(pp * vpp))
 
 
 def pipeline_timing(
@@ -54,32 +79,46 @@ def pipeline_timing(
     w_s: list[float],
     p2p_s: float,
     activation: list[float],
+    w_retained_fraction: float = 1.0,
+    activation_cap: float | None = None,
 ) -> PipelineTiming:
-    """Makespan, bubble and peak activations for `schedule` over per-virtual-stage costs."""
-    name = schedule.lower()
-    if name not in CLOSED_FORM:
-        raise ShardwiseError(f"parallel.schedule: unknown schedule {schedule!r}; use one of {', '.join(CLOSED_FORM)}")
-    m, p, v = microbatches, pp, vpp
-    if name != "interleaved" and v > 1:
-        raise ShardwiseError(f"parallel.vpp: {v} virtual stages need schedule: interleaved (got {schedule})")
-    if name == "interleaved" and v < 2:
-        raise ShardwiseError("parallel.vpp: the interleaved schedule needs vpp >= 2 (vpp 1 is plain 1f1b)")
-    if name == "interleaved" and m % p:
-        raise ShardwiseError(f"parallel.schedule: interleaved needs micro-batches ({m}) to be a multiple of pp ({p})")
-    ranks = stage_to_rank(p, v)
-    per_rank = [0.0] * p
-    act_rank = [0.0] * p
-    for s, r in enumerate(ranks):
-        per_rank[r] += f_s[s] + i_s[s] + w_s[s]
-        act_rank[r] += activation[s] / v
-    busiest = max(per_rank)
-    if name == "interleaved":
-        fill = (p - 1) * busiest / v
-        inflight = [min(2 * (p - r - 1) + (v - 1) * p + 1, v * m) for r in range(p)]
+    """Simulate `schedule` on per-virtual-stage costs. `activation_cap` (per rank, in the units of
+    `activation`) is the memory limit the `auto` schedule is searched under."""
+    name = resolve(schedule)
+    if pp == 1:
+        busy = sum(f_s) + sum(i_s) + sum(w_s)
+        total = microbatches * busy
+        peak = (sum(activation) if name != "gpipe" else microbatches * sum(activation),)
+        return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)), GLOBAL, 0.0, 0.0)
+    if name == "auto":
+        sched = auto_schedule(pp, microbatches, vpp, f_s, i_s, w_s, p2p_s, mem_cap=activation_cap,
+                              activation=activation, w_retained_fraction=w_retained_fraction,
+                              placement="v" if vpp == 2 else "loop", objective="stage")
     else:
-        fill = sum(per_rank) - busiest
-        inflight = [m if name == "gpipe" else min(p - r, m) for r in range(p)]
-    pp_comm = 2 * (m * v + p - 1) * p2p_s if p > 1 else 0.0
-    makespan = m * busiest + fill + pp_comm
-    peak = tuple(act_rank[r] * inflight[r] for r in range(p))
-    return PipelineTiming(makespan_s=makespan, bubble_s=fill, pp_comm_s=pp_comm, peak_activation=peak)
+        sched = cached_schedule(name, pp, microbatches, vpp)
+    res = simulate(sched, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction)
+    span_rule = name in POST_VALIDATION
+    if p2p_s > 0:
+        free = simulate(sched, f_s, i_s, w_s, 0.0, activation, w_retained_fraction)
+        pp_comm = (res.stage_span - free.stage_span) if span_rule else (res.makespan - free.makespan)
+    else:
+        pp_comm = 0.0
+    if span_rule:
+        crit = max(range(pp), key=lambda r: res.rank_spans[r])
+        step = res.stage_span
+    else:
+        crit = max(range(pp), key=lambda r: res.rank_busy[r])
+        step = res.makespan
+    return PipelineTiming(
+        step_s=step,
+        makespan_s=res.makespan,
+        span_s=res.stage_span,
+        critical_rank=crit,
+        rank_busy_s=tuple(res.rank_busy),
+        pp_comm_s=max(0.0, pp_comm),
+        peak_activation=tuple(res.peak_activation),
+        stage_to_rank=tuple(sched.stage_to_rank),
+        bubble_definition=SPAN if span_rule else GLOBAL,
+        bubble_fraction=res.bubble_fraction,
+        stage_bubble_ratio=res.stage_bubble_ratio,
+    )

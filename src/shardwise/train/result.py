@@ -66,6 +66,8 @@ class Estimate:
     mfu_causal: float
     hfu: float
     bubble_definition: str
+    bubble_fraction: float  # idle share of the global makespan (all ranks)
+    stage_bubble_ratio: float  # idle share of the longest per-rank span
     stage_times_s: dict[str, tuple[float, ...]]
     days_to_train: float | None = None
     cost_usd: float | None = None
@@ -102,6 +104,8 @@ class Estimate:
             "memory_per_rank_gib": list(self.memory_per_rank_gib),
             "time_s": asdict(self.time_s),
             "bubble_definition": self.bubble_definition,
+            "bubble_fraction": self.bubble_fraction,
+            "stage_bubble_ratio": self.stage_bubble_ratio,
             "stage_times_s": {k: list(v) for k, v in self.stage_times_s.items()},
             "days_to_train": self.days_to_train,
             "cost_usd": self.cost_usd,
