@@ -66,13 +66,13 @@ def auto_schedule(
         raise ShardwiseError(f"mem_cap must be a positive number; got {mem_cap!r}")
     cap_reported = cap_units / vpp if activation is None else cap_units
     candidates: list[tuple[str, list[list[int]]]] = []
-    steps = (0, 1, 2) if vpp == 1 else (0,)
-    for pol in (Policy(lookahead=la, depth_first=df, warmup_step=st) for st in steps for la in (False, True)
-                for df in ((True, False) if vpp > 1 else (True,))):
+    warmups = [(0, False), (0, True)] + ([(1, False), (2, False)] if vpp == 1 else [])
+    for pol in (Policy(lookahead=la, depth_first=df, warmup_step=st, warmup_to_first_i=wf)
+                for st, wf in warmups for la in (False, True) for df in ((True, False) if vpp > 1 else (True,))):
         ranks = greedy_order(pp, microbatches, s2r, f, i, w, float(p2p_s), a, [cap_units] * pp,
                              w_retained_fraction, pol)
         candidates.append((f"greedy(lookahead={pol.lookahead}, depth_first={pol.depth_first}, "
-                           f"warmup_step={pol.warmup_step})", ranks))
+                           f"warmup_step={pol.warmup_step}, warmup_to_first_i={pol.warmup_to_first_i})", ranks))
     candidates += _named_seeds(pp, microbatches, vpp, s2r)
     best, best_key = None, None
     for source, ranks in candidates:

@@ -33,11 +33,14 @@ class Policy:
     stage among ready forwards, as interleaved 1F1B does; else the earlier one, breadth-first),
     ``warmup_step``: when > 0, rank ``r`` admits at most ``cap - warmup_step * r`` micro-batches before
     its first I (the paper's rule that each stage warms up with fewer forwards than the one before;
-    1 gives ZB-H1's staircase, 2 ZB-H2's)."""
+    1 gives ZB-H1's staircase, 2 ZB-H2's); ``warmup_to_first_i``: before its first I a rank admits a
+    forward only if it ends before that I can arrive, computed from the pass times as if nothing waited
+    (the paper's warm-up rule, its "no bubble before the first B")."""
 
     lookahead: bool = False
     depth_first: bool = True
     warmup_step: int = 0
+    warmup_to_first_i: bool = False
 
 
 def greedy_order(
@@ -76,6 +79,15 @@ def greedy_order(
         for r in range(pp):
             warm_left[r] = max(1, int((cap[r] + 1e-9) // resv[r]) - policy.warmup_step * r)
     started_i = [False] * pp
+    first_i_at = [INF] * pp  # earliest arrival of micro-batch 0's I on each rank, nothing waiting
+    if policy.warmup_to_first_i:
+        t_f = 0.0
+        for s in range(S):
+            t_f += (p2p_s if s > 0 and s2r[s - 1] != s2r[s] else 0.0) + float(f[s])
+        t_i = t_f
+        for s in range(S - 1, -1, -1):
+            first_i_at[s2r[s]] = min(first_i_at[s2r[s]], t_i)
+            t_i += float(i[s]) + (p2p_s if s > 0 and s2r[s - 1] != s2r[s] else 0.0)
     lat = [[0.0] * S for _ in range(2)]  # lat[0][s]: hop into F(s); lat[1][s]: hop into I(s)
     for s in range(S):
         lat[0][s] = p2p_s if s > 0 and s2r[s - 1] != s2r[s] else 0.0
@@ -116,8 +128,8 @@ def greedy_order(
             for s in f_order[r]:
                 k = next_f[s]
                 if k < m and ready_f[s][k] <= t:
-                    if s == first[r] and (mem[r] + resv[r] > cap[r] + 1e-12
-                                          or (not started_i[r] and warm_left[r] <= 0)):
+                    if s == first[r] and (mem[r] + resv[r] > cap[r] + 1e-12 or (not started_i[r] and (
+                            warm_left[r] <= 0 or (mem[r] > 0 and t + fl[s] > first_i_at[r] + 1e-12)))):
                         continue
                     if policy.lookahead and t + fl[s] > t_next_i:
                         continue

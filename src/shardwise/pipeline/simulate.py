@@ -187,7 +187,7 @@ def simulate(
             peak_a.append(0.0)
     makespan = max(last - first, 0.0) if np.isfinite(first) else 0.0
     total_busy = float(sum(busy))
-    idle = sched.pp * makespan - total_busy
+    idle = max(sched.pp * makespan - total_busy, 0.0)  # >= 0 exactly; clamp float round-off
     crit = max(range(sched.pp), key=lambda r: (spans[r], spans[r] - busy[r]))
     span_c = spans[crit]
     return SimResult(
@@ -201,7 +201,7 @@ def simulate(
         rank_busy=busy,
         bubble_fraction=idle / (sched.pp * makespan) if makespan > 0 else 0.0,
         bubble_ratio=idle / total_busy if total_busy > 0 else 0.0,
-        stage_bubble_ratio=(span_c - busy[crit]) / span_c if span_c > 0 else 0.0,
+        stage_bubble_ratio=max(span_c - busy[crit], 0.0) / span_c if span_c > 0 else 0.0,
         critical_rank=crit,
         peak_activation=peak_a,
         peak_activation_microbatches=peak_u,
