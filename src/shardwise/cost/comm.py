@@ -10,7 +10,7 @@ a ring's n-1 (x2 for all-reduce) inside a node; across nodes NCCL's tree/hierarc
 
 from __future__ import annotations
 
-import math
+import numpy as np
 
 from shardwise.specs.hardware import Cluster, NetworkTier
 
@@ -19,26 +19,40 @@ FACTORS = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
-    "send_recv": lambda n: 1.0,
+    "send_recv": lambda n: 1.0 + 0.0 * n,
 }
+
+
+def collective_time_s(kind, size_bytes, n, gbyte_s, latency_s, efficiency, ring):
+    """Array-friendly core: every argument may be a number or a numpy array (`ring`: the group sits in
+    one domain, so NCCL uses a ring; otherwise a tree)."""
+    n_safe = np.maximum(n, 1)
+    factor = FACTORS[kind](n_safe)
+    if kind == "send_recv":
+        steps = 1.0
+    else:
+        ring_steps = (n_safe - 1) * (2 if kind == "all_reduce" else 1)
+        steps = np.where(ring, ring_steps, 2 * np.ceil(np.log2(n_safe)))
+    t = steps * latency_s + factor * size_bytes / (gbyte_s * 1e9 * efficiency)
+    return np.where((n > 1) & (size_bytes > 0), t, 0.0)
 
 
 def collective_s(kind: str, size_bytes: float, n: int, tier: NetworkTier) -> float:
     """Time of one collective of `kind` over `n` ranks on `tier`; S = `size_bytes` (full array)."""
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    factor = FACTORS[kind](n)
-    if kind == "send_recv":
-        steps = 1
-    elif tier.size >= n and tier.size < 2**40:  # inside one domain: ring
-        steps = (n - 1) * (2 if kind == "all_reduce" else 1)
-    else:
-        steps = 2 * math.ceil(math.log2(n))
-    return steps * tier.latency_s + factor * size_bytes / (tier.gbyte_s * 1e9 * tier.efficiency)
+    ring = tier.size >= n and tier.size < 2**40
+    return float(collective_time_s(kind, size_bytes, n, tier.gbyte_s, tier.latency_s, tier.efficiency, ring))
 
 
-def group_collective_s(cluster: Cluster, kind: str, size_bytes: float, n: int, stride: int) -> float:
-    """Collective over a group of `n` ranks spaced `stride` apart in the global rank order."""
-    if n <= 1:
-        return 0.0
-    return collective_s(kind, size_bytes, n, cluster.tier_for(n, stride))
+def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride):
+    """Collective over groups of `n` ranks spaced `stride` apart in the global rank order; arguments
+    may be numpy arrays (one group per element), each group on the outermost tier it spans."""
+    n_arr, stride_arr = np.asarray(n), np.asarray(stride)
+    span = (n_arr - 1) * stride_arr + 1
+    tiers = cluster.tiers
+    inside = [span <= t.size for t in tiers[:-1]]
+    pick = lambda attr: np.select(inside, [getattr(t, attr) for t in tiers[:-1]], getattr(tiers[-1], attr))
+    ring = np.select(inside, [t.size < 2**40 for t in tiers[:-1]], False)
+    t = collective_time_s(kind, size_bytes, n_arr, pick("gbyte_s"), pick("latency_s"), pick("efficiency"), ring)
+    return float(t) if np.ndim(t) == 0 else t

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 
 class Placement(Enum):
     REPLICATED = "replicated"
@@ -20,18 +22,13 @@ class Placement(Enum):
     GATHERED_ON_USE = "sharded, gathered on use"
 
 
+# The ZeRO stage from which each state is sharded over the data-parallel group, and how.
+SHARDED_FROM = {"weights": (3, Placement.GATHERED_ON_USE), "grads": (2, Placement.SHARDED), "optimizer": (1, Placement.SHARDED)}
+
+
 def zero_placements(zero: int) -> dict[str, Placement]:
     """Placement of each model state over the data-parallel group for a ZeRO stage (3 = FSDP)."""
-    return {
-        "weights": Placement.GATHERED_ON_USE if zero >= 3 else Placement.REPLICATED,
-        "grads": Placement.SHARDED if zero >= 2 else Placement.REPLICATED,
-        "optimizer": Placement.SHARDED if zero >= 1 else Placement.REPLICATED,
-    }
-
-
-def placed_bytes(total_bytes: float, placement: Placement, group: int) -> float:
-    """Bytes per GPU of a state of `total_bytes` placed over a group of `group` GPUs (at rest)."""
-    return total_bytes if placement is Placement.REPLICATED else total_bytes / group
+    return {state: how if zero >= stage else Placement.REPLICATED for state, (stage, how) in SHARDED_FROM.items()}
 
 
 @dataclass(frozen=True)
@@ -59,13 +56,14 @@ def model_state_bytes(
     """Per-GPU bytes of `params` parameters (already split by TP/PP/EP) under ZeRO over `dp_group`.
 
     ZeRO paper example (Fig. 1, Psi = 7.5B, N_d = 64): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB for stages 0-3.
+    `params`, `dp_group` and `zero` may be numpy arrays (one plan per element).
     """
-    place = zero_placements(zero)
-    return ModelStateBytes(
-        weights=placed_bytes(params * weight_bytes, place["weights"], dp_group),
-        grads=placed_bytes(params * grad_bytes, place["grads"], dp_group),
-        optimizer=placed_bytes(params * optimizer_bytes, place["optimizer"], dp_group),
-    )
+
+    def per_gpu(state: str, nbytes: float):
+        stage, _ = SHARDED_FROM[state]
+        return params * nbytes / np.where(np.asarray(zero) >= stage, dp_group, 1)
+
+    return ModelStateBytes(per_gpu("weights", weight_bytes), per_gpu("grads", grad_bytes), per_gpu("optimizer", optimizer_bytes))
 
 
 def optimizer_bytes_per_param(precision: str) -> float:

@@ -2,24 +2,12 @@
 
 Assembly (each piece cited in its module): per-layer F/I/W work from :mod:`shardwise.cost.layer`;
 stage contents from :mod:`shardwise.train.stages`; the pipeline makespan from
-:mod:`shardwise.train.pipeline_timing` (exact simulation of the schedule); data-parallel communication and the optimizer step per pipeline
-rank; memory by placement (:mod:`shardwise.cost.memory`) with activations from
-:mod:`shardwise.cost.activations`. Exposure rules (named constants in :mod:`shardwise.cost.constants`):
-
-- TP: forward collectives are exposed (each GEMM waits for its input); a fraction
-  `tp_backward_overlap` of the backward ones hides under the weight-gradient GEMMs (Megatron-LM overlaps
-  the input-gradient all-reduce with the wgrad GEMM; Korthikanti et al. 2022 Sec. 6.2).
-- CP: the K/V all-gather hides under the attention of the blocks already received (Liu et al. 2023,
-  Ring Attention): exposed = max(0, comm - attention time).
-- EP: token all-to-alls are exposed (dispatch and combine sit between the router and the experts).
-- DP: with overlap_grad_reduce the gradient reduce-scatter/all-reduce hides under the backward of the
-  last micro-batch and the parameter all-gather under the forward of the next step, up to `dp_overlap`
-  of that window; ZeRO-2 reduce-scatters every micro-batch, ZeRO-3 also all-gathers parameters before
-  each forward and backward (Rajbhandari et al. 2020 Sec. 7: 1.5x the data-parallel volume).
+:mod:`shardwise.train.pipeline_timing` (exact simulation of the schedule); data-parallel
+communication and the optimizer step per pipeline rank; memory by placement (:mod:`shardwise.cost.memory`) with activations from
+:mod:`shardwise.cost.activations`. What communication stays exposed: :mod:`shardwise.cost.overlap`.
 """
 
 from __future__ import annotations
-
 
 from shardwise.cost.activations import (
     embedding_activation_bytes,
@@ -32,23 +20,13 @@ from shardwise.cost.comm import group_collective_s
 from shardwise.cost.compute import Device
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
-from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
+from shardwise.cost.layer import Groups, embedding, lm_head, transformer_layer
 from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
+from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.specs.job import TrainJob
 from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
-
-
-def _exposed(cost: PassCost, tp_overlap: float) -> tuple[float, float, float, float, float, float]:
-    """(F, I, W, exposed tp, exposed cp, exposed ep) seconds for one micro-batch of a stage."""
-    tp = cost.tp_fwd_s + cost.tp_bwd_s * (1.0 - tp_overlap)
-    cp = max(0.0, cost.cp_fwd_s - cost.attention_s) + max(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s)
-    ep = cost.ep_fwd_s + cost.ep_bwd_s
-    f = cost.f_s + cost.tp_fwd_s + max(0.0, cost.cp_fwd_s - cost.attention_s) + cost.ep_fwd_s
-    i = cost.i_s + cost.recompute_s + cost.tp_bwd_s * (1.0 - tp_overlap)
-    i += max(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s) + cost.ep_bwd_s
-    return f, i, cost.w_s, tp, cp, ep
 
 
 def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
@@ -82,7 +60,7 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
             cost = cost + emb
         if st.lm_head:
             cost = cost + head
-        f, i, w, e_tp, e_cp, e_ep = _exposed(cost, ov.tp_backward_overlap)
+        f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, ov.tp_backward_overlap)
         f_s.append(f)
         i_s.append(i)
         w_s.append(w)
@@ -132,14 +110,16 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
         p_dense, p_exp = params[r]
         fwd = sum(f_s[s] for s in mine[r])
         bwd = sum(i_s[s] + w_s[s] for s in mine[r])
-        dp_s = _dp_exposed_s(cluster, plan, m, p_dense, p_exp, dense_group, expert_group, wb, gb, fwd, bwd, ov)
+        dp_s = dp_exposed_s(cluster, plan.zero, plan.overlap_grad_reduce, m, tp, ep, p_dense, p_exp,
+                            dense_group, expert_group, wb, gb, fwd, bwd, ov)
         shard = plan.zero >= 1
         opt_params = p_dense / (dense_group if shard else 1) + p_exp / (expert_group if shard else 1)
         optimizer_s = opt_params * step_const.optimizer_bytes_per_param / hbm
         activations = timing.peak_activation[r] + extra_act[r]
         overheads = fixed + mem_const.fragmentation * activations
         st_ = states[r]
-        ranks.append((MemoryBreakdown(st_.weights, st_.grads, st_.optimizer, activations, overheads), dp_s, optimizer_s))
+        mem = MemoryBreakdown(float(st_.weights), float(st_.grads), float(st_.optimizer), activations, overheads)
+        ranks.append((mem, dp_s, optimizer_s))
 
     peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)
     dp_s = max(x[1] for x in ranks)
@@ -195,27 +175,3 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
         cost_usd=cost,
         notes=tuple(notes),
     )
-
-
-def _dp_exposed_s(cluster, plan, m, p_dense, p_exp, n_dense, n_exp, wb, gb, fwd_s, bwd_s, ov) -> float:
-    """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring)."""
-    stride_dense, stride_exp = plan.tp, plan.tp * plan.ep
-
-    def coll(kind: str, params: float, nbytes: float, n: int, stride: int) -> float:
-        return group_collective_s(cluster, kind, params * nbytes, n, stride)
-
-    def both(kind: str, nbytes: float) -> float:
-        return coll(kind, p_dense, nbytes, n_dense, stride_dense) + coll(kind, p_exp, nbytes, n_exp, stride_exp)
-
-    window = ov.dp_overlap if plan.overlap_grad_reduce else 0.0
-    if plan.zero == 0:
-        return max(0.0, both("all_reduce", gb) - window * bwd_s)
-    gather = both("all_gather", wb)
-    scatter = both("reduce_scatter", gb)
-    if plan.zero == 1:
-        return max(0.0, scatter - window * bwd_s) + max(0.0, gather - window * fwd_s)
-    if plan.zero == 2:
-        return m * max(0.0, scatter - window * bwd_s) + max(0.0, gather - window * fwd_s)
-    hide = ov.zero3_prefetch_overlap
-    per_mb = max(0.0, gather - hide * fwd_s) + max(0.0, gather + scatter - hide * bwd_s)
-    return m * per_mb

@@ -79,7 +79,7 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.peak_memory_gib <= self.gpu_memory_gib
+        return bool(self.peak_memory_gib <= self.gpu_memory_gib)
 
     def to_dict(self) -> dict[str, Any]:
         return {
