@@ -1,0 +1,116 @@
+"""`serve plan` input (options and/or a job file) and its table output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shardwise.errors import ShardwiseError
+from shardwise.serve.config import SLOSpec, parse_block, parse_serve_job
+from shardwise.serve.planner import PlanRequest, PlanResult
+from shardwise.serve.workload import WorkloadSpec
+from shardwise.specs._loading import read_document
+from shardwise.specs.hardware import get_gpu
+from shardwise.specs.model import load_model
+
+
+def parse_gpus(text: str) -> dict[str, int]:
+    """'h100:8,a100-80gb:16' -> {'H100-SXM': 8, 'A100-80GB': 16}."""
+    out: dict[str, int] = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, _, count = item.partition(":")
+        try:
+            n = int(count) if count else 8
+        except ValueError:
+            raise ShardwiseError(f"--gpus: bad count in {item!r}; write TYPE:COUNT, e.g. h100:8") from None
+        if n <= 0:
+            raise ShardwiseError(f"--gpus: the count of {name} must be positive, got {n}")
+        out[get_gpu(name).name] = out.get(get_gpu(name).name, 0) + n
+    if not out:
+        raise ShardwiseError("--gpus must name at least one GPU type with a count, e.g. h100:8,a100-80gb:16")
+    return out
+
+
+def _workload_file(path: Path) -> WorkloadSpec:
+    if path.suffix.lower() == ".csv":
+        return parse_block(WorkloadSpec, {"arrival": "trace", "path": str(path.resolve())}, "workload")
+    doc = read_document(path)
+    block = doc.get("workload", doc) if isinstance(doc, dict) else doc
+    if isinstance(block, dict) and block.get("arrival") == "trace" and block.get("path") and not Path(block["path"]).is_absolute():
+        block = {**block, "path": str((path.parent / block["path"]).resolve())}
+    return parse_block(WorkloadSpec, block, f"{path}: workload")
+
+
+def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: float | None, tpot: float | None,
+                 attainment: float | None, gpus: str, workload: Path | None, precision: str | None, num_requests: int | None) -> PlanRequest:
+    """Merge the job file (if any) with the command-line options (which win)."""
+    data: dict[str, Any] = {}
+    base = None
+    if job is not None:
+        doc = read_document(job)
+        if not isinstance(doc, dict):
+            raise ShardwiseError(f"{job}: a serve job must be a mapping")
+        doc.setdefault("deployment", {"gpu": "h100"})
+        parsed = parse_serve_job(doc, base_dir=job.resolve().parent, where=str(job))
+        data = {"model": parsed.model, "precision": parsed.precision, "workload": parsed.workload, "slo": parsed.slo}
+        base = job.resolve().parent
+    m = load_model(model) if model else data.get("model")
+    if m is None:
+        raise ShardwiseError("serve plan needs --model (or a job file naming the model)")
+    wl = _workload_file(workload) if workload else data.get("workload") or parse_block(WorkloadSpec, {"rate": rate or 1.0, "num_requests": 600}, "workload")
+    target = rate if rate is not None else (wl.rate if wl.rate is not None else None)
+    if target is None:
+        raise ShardwiseError("serve plan needs --rate (req/s) or a workload with a rate")
+    slo = data.get("slo")
+    fields = {"ttft_ms": ttft if ttft is not None else (slo.ttft_ms if slo else None),
+              "tpot_ms": tpot if tpot is not None else (slo.tpot_ms if slo else None),
+              "attainment": attainment if attainment is not None else (slo.attainment if slo else 0.9)}
+    if fields["ttft_ms"] is None and fields["tpot_ms"] is None:
+        raise ShardwiseError("serve plan needs an SLO: --slo-ttft-ms and/or --slo-tpot-ms (or slo: in the job file)")
+    slo_spec = parse_block(SLOSpec, {k: v for k, v in fields.items() if v is not None}, "slo")
+    prec = precision or data.get("precision") or "bf16"
+    if prec not in ("bf16", "fp16", "fp8"):
+        raise ShardwiseError(f"--precision must be bf16, fp16 or fp8, got {prec!r}")
+    n = num_requests or 600
+    if n < 50:
+        raise ShardwiseError(f"--num-requests must be at least 50 for stable percentiles, got {n}")
+    return PlanRequest(m, prec, float(target), slo_spec, parse_gpus(gpus), wl, n, base)
+
+
+def print_plan(result: PlanResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    r = result.request
+    console = Console(width=None if Console().is_terminal else 130)
+    slo = ", ".join(f"{k} {v:g}" for k, v in r.slo.model_dump().items() if v is not None and k != "attainment")
+    console.print(f"[bold]{r.model.name}[/bold] ({r.precision}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
+                  f"GPUs available: {', '.join(f'{n}x {g}' for g, n in r.gpus.items())}")
+    table = Table(title_justify="left")
+    for col in ("", "deployment", "$/hour", "p90 TTFT ms", "p90 TPOT ms", "attainment", "$/M out tok"):
+        table.add_column(col, justify="left" if col in ("", "deployment") else "right")
+
+    def row(tag: str, c: Any) -> None:
+        m = c.metrics or {}
+        table.add_row(tag, c.describe(), f"{c.usd_per_hour:,.2f}",
+                      f"{m['ttft_ms']['p90']:.0f}" if m else "-", f"{m['tpot_ms']['p90']:.1f}" if m else "-",
+                      f"{m['slo_attainment']:.1%}" if m else "-", f"{m['cost_usd_per_mtok_output']:.3f}" if m else "-")
+
+    if result.chosen is not None:
+        table.title = "Cheapest deployment meeting the SLOs, then runners-up"
+        row("chosen", result.chosen)
+        for c in result.runners_up:
+            row("", c)
+    else:
+        table.title = "No feasible deployment: the closest candidates"
+        for c in result.closest:
+            row("", c)
+    console.print(table)
+    if result.chosen is None:
+        for c in result.closest:
+            console.print(f"  - {c.describe()}: {c.reason}")
+    if result.mix_note:
+        console.print(f"GPU mix: {result.mix_note}")
+    console.print(f"searched {len(result.options)} instance configs with {result.simulations} simulations in {result.seconds:.1f} s")
