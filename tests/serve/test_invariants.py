@@ -1,0 +1,97 @@
+"""Property tests: conservation, causality, Little's law, capacity bounds, determinism."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardwise.serve import compute_metrics, parse_serve_job, simulate
+from shardwise.serve.constants import serving_constants
+from shardwise.serve.simulate import build_pools, run_pool
+from shardwise.serve.state import RequestTable
+
+engines = st.fixed_dictionaries({
+    "chunked_prefill": st.booleans(),
+    "max_num_seqs": st.sampled_from([4, 32, 256]),
+    "max_num_batched_tokens": st.sampled_from([512, 2048, 8192]),
+    "num_scheduler_steps": st.sampled_from([1, 1, 4]),
+    "block_size": st.sampled_from([8, 16]),
+    "gpu_memory_utilization": st.sampled_from([0.3, 0.9]),
+})
+
+
+def job(engine, rate, n, seed, gpu="a100-80gb", replicas=1):
+    return parse_serve_job({"model": "llama-3.1-8b",
+                            "deployment": {"gpu": gpu, "replicas": replicas, "engine": engine},
+                            "workload": {"rate": rate, "num_requests": n, "seed": seed,
+                                         "input_len": {"dist": "uniform", "min": 8, "max": 500},
+                                         "output_len": {"dist": "uniform", "min": 1, "max": 300}}})
+
+
+@given(engine=engines, rate=st.sampled_from([0.5, 5.0, 50.0, "inf"]), seed=st.integers(0, 5), replicas=st.sampled_from([1, 2]))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_request_completes_causally_and_littles_law_holds(engine, rate, seed, replicas):
+    spec = job(engine, rate, 150, seed, replicas=replicas)
+    res = simulate(spec)
+    req = res.requests
+    c = serving_constants()
+    assert np.all(np.isfinite(res.finish_s))
+    assert np.all(res.first_s >= req.arrival_s + c.frontend_s - 1e-12)
+    assert np.all(res.finish_s >= res.first_s)
+    m = compute_metrics(res)
+    assert m["total_output_tokens"] == int(req.output_len.sum())
+    # Little's law on the decode phase: mean number of decoding requests = sum of decode times / duration,
+    # and a decoding request holds one of max_num_seqs slots of one engine
+    decoding = float(np.sum(res.finish_s - res.first_s)) / m["duration_s"]
+    assert decoding <= engine["max_num_seqs"] * replicas + 1e-9
+    # the pooled ITL gaps of a request add up to its decode time (sum over all requests)
+    v, w = res.itl.samples()
+    assert float(np.dot(v, w)) == pytest.approx(float(np.sum(res.finish_s - res.first_s)), rel=1e-9, abs=1e-9)
+    # TPOT is at least one decode step of a single sequence
+    pool = res.pools[0]
+    step = pool.timer.iteration_s(1, 1, 1)
+    multi = req.output_len > 1
+    tpot = (res.finish_s - res.first_s)[multi] / (req.output_len[multi] - 1)
+    assert np.all(tpot >= step * 0.999)
+
+
+@given(rate=st.sampled_from([1.0, 10.0, 100.0]), seed=st.integers(0, 3))
+@settings(max_examples=10, deadline=None)
+def test_throughput_never_exceeds_the_offered_load(rate, seed):
+    m = compute_metrics(simulate(job({}, rate, 200, seed)))
+    arrivals_end = 200 / rate
+    assert m["request_throughput"] <= 200 / arrivals_end + 1e-9
+
+
+def test_all_kv_blocks_are_returned():
+    spec = job({"gpu_memory_utilization": 0.3, "max_num_seqs": 256}, "inf", 400, 0)
+    pool = build_pools(spec, serving_constants())[0]
+    from shardwise.serve.workload import build_requests
+
+    req = build_requests(spec.workload)
+    table = RequestTable(req)
+    engs = run_pool(pool, table, np.arange(len(req)))
+    assert all(e.free == e.num_blocks for e in engs)
+
+
+def test_same_seed_same_metrics():
+    a = compute_metrics(simulate(job({}, 8.0, 300, 11)))
+    b = compute_metrics(simulate(job({}, 8.0, 300, 11)))
+    c = compute_metrics(simulate(job({}, 8.0, 300, 12)))
+    assert a == b
+    assert a["ttft_ms"] != c["ttft_ms"]
+
+
+def test_latency_grows_with_load_and_low_load_has_no_queueing():
+    low = compute_metrics(simulate(job({}, 0.2, 100, 0)))
+    high = compute_metrics(simulate(job({}, 30.0, 600, 0)))
+    assert high["ttft_ms"]["p90"] > low["ttft_ms"]["p90"]
+    assert high["tpot_ms"]["median"] > low["tpot_ms"]["median"]
+    assert low["preemptions"] == 0
+
+
+def test_least_outstanding_router_balances_better_than_round_robin_under_bursts():
+    base = {"model": "llama-3.1-8b", "workload": {"arrival": "gamma", "cv": 4.0, "rate": 20, "num_requests": 800, "seed": 3}}
+    rr = compute_metrics(simulate(parse_serve_job({**base, "deployment": {"gpu": "a100-80gb", "replicas": 4}})))
+    lor = compute_metrics(simulate(parse_serve_job({**base, "deployment": {"gpu": "a100-80gb", "replicas": 4, "router": "least_outstanding"}})))
+    assert lor["e2e_ms"]["p99"] <= rr["e2e_ms"]["p99"] * 1.05
