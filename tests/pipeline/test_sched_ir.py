@@ -7,11 +7,11 @@ from shardwise.errors import ShardwiseError
 from shardwise.pipeline import (
     Action,
     Kind,
+    dump_csv,
     from_text,
     generate_schedule,
     list_schedules,
     load_csv,
-    dump_csv,
     parse_action,
     read_csv_text,
     resolve,

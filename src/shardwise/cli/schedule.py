@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -50,8 +49,8 @@ _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in mi
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
 
 
-def _build(schedule: str, pp: int, microbatches: int, vpp: Optional[int], f: str, i: str, w: str,
-           comm: float, mem_cap: Optional[float], rho: float, from_csv: Optional[Path]):
+def _build(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
+           comm: float, mem_cap: float | None, rho: float, from_csv: Path | None):
     from shardwise.pipeline import generate_schedule, load_csv, resolve, validate_schedule
 
     times = (_times(f, "f"), _times(i, "i"), _times(w, "w"))
@@ -97,7 +96,7 @@ def _print_result(res, console: Console) -> None:
     console.print(ranks)
 
 
-def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Optional[Path]) -> None:
+def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | None) -> None:
     from shardwise.pipeline import simulate
 
     res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)
@@ -131,12 +130,12 @@ def list_cmd() -> None:
 
 @app.command("simulate")
 def simulate_cmd(
-    schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: Optional[int] = _VPP,
-    f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: Optional[float] = _CAP,
+    schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: int | None = _VPP,
+    f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: float | None = _CAP,
     w_retained: float = _RHO,
-    from_csv: Optional[Path] = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
+    from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
 ) -> None:
     """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank."""
     sched, times = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv)
@@ -148,7 +147,7 @@ def import_cmd(
     file: Path = typer.Argument(..., help="Schedule CSV, one row per rank (PyTorch _dump_csv layout)."),
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, w_retained: float = _RHO,
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
 ) -> None:
     """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch)."""
     sched, times = _build("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file)
@@ -157,11 +156,11 @@ def import_cmd(
 
 @app.command("export")
 def export_cmd(
-    schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: Optional[int] = _VPP,
-    f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: Optional[float] = _CAP,
+    schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: int | None = _VPP,
+    f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: float | None = _CAP,
     w_retained: float = _RHO,
     format: ExportFormat = typer.Option(ExportFormat.csv, "--format", help="csv (PyTorch layout) or text."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
 ) -> None:
     """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank)."""
     from shardwise.pipeline import write_csv_text
@@ -182,8 +181,8 @@ def compare_cmd(
     f: str = typer.Option("1", "--f", help="Forward time of a rank's slice (number or per-rank list)."),
     i: str = typer.Option("1", "--i", help="I time of a rank's slice."),
     w: str = typer.Option("1", "--w", help="W time of a rank's slice."),
-    comm: float = _COMM, mem_cap: Optional[float] = _CAP, w_retained: float = _RHO,
-    schedules: Optional[str] = typer.Option(None, "--schedules", help="Comma-separated subset."),
+    comm: float = _COMM, mem_cap: float | None = _CAP, w_retained: float = _RHO,
+    schedules: str | None = typer.Option(None, "--schedules", help="Comma-separated subset."),
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
 ) -> None:
     """Every schedule side by side on the same model (times per rank slice, split over its stages)."""

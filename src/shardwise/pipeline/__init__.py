@@ -17,8 +17,8 @@ from shardwise.pipeline.simulate import DEFAULT_W_RETAINED_FRACTION, SimResult, 
 from shardwise.pipeline.validate import check_schedule, validate_schedule
 
 __all__ = [
-    "Action",
     "DEFAULT_W_RETAINED_FRACTION",
+    "Action",
     "Kind",
     "Schedule",
     "SimResult",

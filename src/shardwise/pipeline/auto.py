@@ -10,7 +10,7 @@ paper uses as the ILP's starting point).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -71,9 +71,11 @@ def auto_schedule(
                 for st, wf in warmups for la in (False, True) for df in ((True, False) if vpp > 1 else (True,))):
         ranks = greedy_order(pp, microbatches, s2r, f, i, w, float(p2p_s), a, [cap_units] * pp,
                              w_retained_fraction, pol)
-        candidates.append((f"greedy(lookahead={pol.lookahead}, depth_first={pol.depth_first}, "
-                           f"warmup_step={pol.warmup_step}, warmup_to_first_i={pol.warmup_to_first_i})", ranks))
-    candidates += _named_seeds(pp, microbatches, vpp, s2r)
+        label = (f"greedy(lookahead={pol.lookahead}, depth_first={pol.depth_first}, "
+                 f"warmup_step={pol.warmup_step}, warmup_to_first_i={pol.warmup_to_first_i})")
+        candidates.append((label, ranks))
+    all_forward_first = microbatches * float(max(a)) * vpp > cap_units  # gpipe/bfs hold all m: skip them
+    candidates += _named_seeds(pp, microbatches, vpp, s2r, skip=("gpipe", "bfs") if all_forward_first else ())
     best, best_key = None, None
     for source, ranks in candidates:
         sched = make_schedule("auto", pp, microbatches, s2r, ranks, {
@@ -87,14 +89,14 @@ def auto_schedule(
     return best
 
 
-def _named_seeds(pp: int, m: int, vpp: int, s2r: list[int]) -> list[tuple[str, list]]:
+def _named_seeds(pp: int, m: int, vpp: int, s2r: list[int], skip: Sequence[str] = ()) -> list[tuple[str, list]]:
     """Named schedules with the same placement, offered to ``auto`` as candidates (kept only if they
     respect the memory cap under the caller's times)."""
     from shardwise.pipeline.registry import generate_schedule, list_schedules
 
     seeds = []
     for name in list_schedules():
-        if name == "auto":
+        if name == "auto" or name in skip:
             continue
         try:
             sched = generate_schedule(name, pp, m, vpp)

@@ -111,13 +111,13 @@ def run(comp: Compiled, durations: list[list[float]], latencies: list[list[float
     ptr = [0] * R
     tfree = [0.0] * R
     starts = [[0.0] * len(d) for d in comp.dep]
+    ctx = [(comp.dep[r], comp.out[r], durations[r], latencies[r], starts[r], len(comp.dep[r])) for r in range(R)]
     stack = list(range(R - 1, -1, -1))
-    deps, outs = comp.dep, comp.out
+    pop, push = stack.pop, stack.append
     while stack:
-        r = stack.pop()
+        r = pop()
         i, t = ptr[r], tfree[r]
-        dep_r, out_r, dur_r, lat_r, st = deps[r], outs[r], durations[r], latencies[r], starts[r]
-        n = len(dep_r)
+        dep_r, out_r, dur_r, lat_r, st, n = ctx[r]
         while i < n:
             d = dep_r[i]
             if d >= 0:
@@ -126,18 +126,18 @@ def run(comp: Compiled, durations: list[list[float]], latencies: list[list[float
                     waiter[d] = r
                     break
                 e += lat_r[i]
-                if e > t:
+                if e > t:  # noqa: PLR1730 - an if is faster than max() in this loop
                     t = e
             st[i] = t
             t += dur_r[i]
             o = out_r[i]
             end[o] = t
-            w = waiter[o]
-            if w >= 0:
-                stack.append(w)
+            if waiter[o] >= 0:
+                push(waiter[o])
                 waiter[o] = -1
             i += 1
-        ptr[r], tfree[r] = i, t
+        ptr[r] = i
+        tfree[r] = t
     return starts, ptr
 
 

@@ -76,48 +76,46 @@ def one_f_one_b(pp: int, m: int, vpp: int = 1, zero_bubble: bool = False) -> lis
       ``ScheduleInterleavedZeroBubble``.
     """
     g = interleave_group(pp, m) if vpp > 1 else m
+    return [_one_f_one_b_rank(pp, m, vpp, g, zero_bubble, r) for r in range(pp)]
+
+
+def _one_f_one_b_rank(pp: int, m: int, vpp: int, g: int, zero_bubble: bool, r: int) -> list[int]:
+    """Rank ``r``'s order for :func:`one_f_one_b` (group size ``g``)."""
     total = m * vpp
     bwd_kind = I_CODE if zero_bubble else B_CODE
-    ranks = []
-    for r in range(pp):
-        if vpp == 1 and not zero_bubble:
-            warm = min(pp - 1 - r, m)
-        elif zero_bubble:
-            warm = min((vpp - 1) * g + (pp - 1 - r), total)
-        else:
-            warm = min((vpp - 1) * g + 2 * (pp - 1 - r), total)
+    if vpp == 1 and not zero_bubble:
+        warm = min(pp - 1 - r, m)
+    elif zero_bubble:
+        warm = min((vpp - 1) * g + (pp - 1 - r), total)
+    else:
+        warm = min((vpp - 1) * g + 2 * (pp - 1 - r), total)
 
-        def fwd(k: int, r: int = r) -> tuple[int, int]:
-            chunk = (k // g) % vpp
-            return chunk * pp + r, (k // (g * vpp)) * g + k % g
+    def order(k: int, backward: bool) -> tuple[int, int]:
+        chunk = (k // g) % vpp
+        if backward:
+            chunk = vpp - 1 - chunk
+        return chunk * pp + r, (k // (g * vpp)) * g + k % g
 
-        def bwd(k: int, r: int = r) -> tuple[int, int]:
-            chunk = vpp - 1 - (k // g) % vpp
-            return chunk * pp + r, (k // (g * vpp)) * g + k % g
+    acts: list[int] = []
+    pending: deque[tuple[int, int]] = deque()
 
-        acts: list[int] = []
-        pending: deque[tuple[int, int]] = deque()
+    def backward(j: int) -> None:
+        s, k = order(j, True)
+        acts.extend((s, k, bwd_kind))
+        if zero_bubble:
+            pending.append((s, k))
+            if j >= r:  # ZB-H1: rank r starts its W passes r steps late
+                ws, wk = pending.popleft()
+                acts.extend((ws, wk, W_CODE))
 
-        def backward(j: int) -> None:
-            s, k = bwd(j)
-            acts.extend((s, k, bwd_kind))
-            if zero_bubble:
-                pending.append((s, k))
-                if j >= r:  # ZB-H1: rank r starts its W passes r steps late
-                    ws, wk = pending.popleft()
-                    acts.extend((ws, wk, W_CODE))
-
-        for k in range(warm):
-            s, mb = fwd(k)
-            acts += (s, mb, F_CODE)
-        for j in range(total - warm):
-            s, mb = fwd(warm + j)
-            acts += (s, mb, F_CODE)
-            backward(j)
-        for j in range(total - warm, total):
-            backward(j)
-        while pending:
-            ws, wk = pending.popleft()
-            acts += (ws, wk, W_CODE)
-        ranks.append(acts)
-    return ranks
+    for k in range(warm):
+        acts.extend((*order(k, False), F_CODE))
+    for j in range(total - warm):
+        acts.extend((*order(warm + j, False), F_CODE))
+        backward(j)
+    for j in range(total - warm, total):
+        backward(j)
+    while pending:
+        ws, wk = pending.popleft()
+        acts.extend((ws, wk, W_CODE))
+    return acts

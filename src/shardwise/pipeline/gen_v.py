@@ -10,8 +10,7 @@
 
 from __future__ import annotations
 
-from collections import deque
-from itertools import accumulate
+import numpy as np
 
 from shardwise.pipeline.ir import F_CODE, I_CODE, W_CODE
 
@@ -89,59 +88,47 @@ def v_pattern(pp: int, m: int, kind: str, squeeze: bool = True) -> list[list[int
     pattern = _pattern_v_min(pp) if kind == "min" else _pattern_v_half(pp)
     # per rank, slot of op j*m + k (types j: 0 F chunk 0, 1 F chunk 1, 2 I chunk 1, 3 I chunk 0) and of
     # W number n at 4m + n; w_src[r][n] is the op index of the I that W n completes
+    ks = np.arange(m)
     slot: list[list[int]] = []
     w_src: list[list[int]] = []
     for offs in pattern:
-        row = [offs[j] + PATTERN_PERIOD * k for j in range(4) for k in range(m)]
-        taken = set(row)
-        i_ops = sorted(range(2 * m, 4 * m), key=row.__getitem__)
-        src, w_slots = [], []
-        t, n_i = 0, 0
-        while len(w_slots) < 2 * m:
-            if t in taken:
-                t += 1
-                continue
-            while n_i < 2 * m and row[i_ops[n_i]] < t:
-                n_i += 1
-            if n_i > len(w_slots):  # an I finished before this free slot is still waiting for its W
-                src.append(i_ops[len(w_slots)])
-                w_slots.append(t)
-            t += 1
-        slot.append(row + w_slots)
-        w_src.append(src)
+        row = np.concatenate([offs[j] + PATTERN_PERIOD * ks for j in range(4)])
+        i_ops = 2 * m + np.argsort(row[2 * m:], kind="stable")
+        is_free = np.ones(int(row.max()) + 2 * m + 2, dtype=bool)
+        is_free[row] = False
+        free = np.nonzero(is_free)[0]
+        # W n takes the first free slot after its I and after W n-1
+        first = np.searchsorted(free, row[i_ops], side="right") - np.arange(2 * m)
+        w_slots = free[np.maximum.accumulate(first) + np.arange(2 * m)]
+        slot.append(np.concatenate([row, w_slots]).tolist())
+        w_src.append(i_ops.tolist())
     if squeeze:
         _squeeze(pp, m, slot, w_src)
     ranks = []
+    kinds = np.array([F_CODE, F_CODE, I_CODE, I_CODE] + [W_CODE] * 2)
     for r in range(pp):
-        stages = (r, 2 * pp - 1 - r, 2 * pp - 1 - r, r)
-        kinds = (F_CODE, F_CODE, I_CODE, I_CODE)
-        acts: list[int] = []
-        for op in sorted(range(6 * m), key=slot[r].__getitem__):
-            if op >= 4 * m:
-                j, k = divmod(w_src[r][op - 4 * m], m)
-                acts += (stages[j], k, W_CODE)
-            else:
-                j, k = divmod(op, m)
-                acts += (stages[j], k, kinds[j])
-        ranks.append(acts)
+        src = np.concatenate([np.arange(4 * m), np.asarray(w_src[r])])  # the pass, or a W's I
+        j, k = src // m, src % m
+        stages = np.array([r, 2 * pp - 1 - r, 2 * pp - 1 - r, r])[j]
+        kind = np.where(np.arange(6 * m) >= 4 * m, W_CODE, kinds[j])
+        order = np.argsort(np.asarray(slot[r]), kind="stable")
+        ranks.append(np.stack([stages, k, kind], axis=1)[order])
     return ranks
 
 
 def _squeeze(pp: int, m: int, slot: list[list[int]], w_src: list[list[int]]) -> None:
     """Move warm-up and cool-down passes to earlier free slots without raising the peak memory."""
-    horizon = max(max(row) for row in slot) + 2
-    used = [bytearray(horizon) for _ in range(pp)]
-    mem = []  # in-flight micro-batches (F to W) per slot
-    for r in range(pp):
-        delta = [0] * horizon
-        for op, t in enumerate(slot[r]):
-            used[r][t] = 1
-            if op < 2 * m:
-                delta[t] += 1
-            elif op >= 4 * m:
-                delta[t] -= 1
-        mem.append(list(accumulate(delta)))
+    sl = np.asarray(slot)
+    horizon = int(sl.max()) + 2
+    rows = np.arange(pp)[:, None]
+    delta = np.zeros((pp, horizon), dtype=np.int64)
+    np.add.at(delta, (rows, sl[:, : 2 * m]), 1)
+    np.add.at(delta, (rows, sl[:, 4 * m:]), -1)
+    mem = np.cumsum(delta, axis=1).tolist()  # in-flight micro-batches (F to W) per slot
     peak = max(max(row) for row in mem)
+    busy_np = np.zeros((pp, horizon), dtype=np.uint8)
+    busy_np[rows, sl] = 1
+    used = [bytearray(row.tobytes()) for row in busy_np]
 
     def dep_slot(r: int, op: int) -> int:
         if op >= 4 * m:
@@ -162,25 +149,30 @@ def _squeeze(pp: int, m: int, slot: list[list[int]], w_src: list[list[int]]) -> 
 
     # rank 0's first chunk-0 backward opens the steady phase and its last forward closes it; passes are
     # handled in slot order (then rank, type, micro-batch) and only those outside that phase may move
-    start = (slot[0][3 * m], 0, 3 * m)
-    end = (slot[0][m - 1], 0, m - 1)
-    movable = sorted(
-        key for r in range(pp) for op in range(6 * m) if (key := (slot[r][op], r, op)) < start or key > end
-    )
-    for t, r, op in movable:
+    n_ops = 6 * m
+    key = sl * (pp * n_ops) + rows * n_ops + np.arange(n_ops)
+    start, end = key[0, 3 * m], key[0, m - 1]
+    movable = np.sort(key[(key < start) | (key > end)])
+    for kk in movable.tolist():
+        t, rest = divmod(kk, pp * n_ops)
+        r, op = divmod(rest, n_ops)
         lo = dep_slot(r, op)
         row, busy = mem[r], used[r]
         is_f = op < 2 * m
-        for t2 in range(lo, t):
-            if busy[t2] or (is_f and max(row[t2:t]) + 1 > peak):
-                continue
-            busy[t], busy[t2] = 0, 1
-            if is_f or op >= 4 * m:
-                d = 1 if is_f else -1
-                for x in range(t2, t):
-                    row[x] += d
-            slot[r][op] = t2
-            break
+        if is_f:  # a forward moved to t2 holds one more micro-batch over [t2, t): stay under the peak
+            floor = t
+            while floor > lo and row[floor - 1] < peak:
+                floor -= 1
+            lo = floor
+        t2 = busy.find(0, lo, t)
+        if t2 < 0:
+            continue
+        busy[t], busy[t2] = 0, 1
+        if is_f or op >= 4 * m:
+            d = 1 if is_f else -1
+            for x in range(t2, t):
+                row[x] += d
+        slot[r][op] = t2
 
 
 def pattern_is_collision_free(pp: int, kind: str) -> bool:

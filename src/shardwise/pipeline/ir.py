@@ -13,10 +13,11 @@ when the action has none) and a kind code, so generating and simulating 50k acti
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class Kind(str, Enum):
     """Action kinds; the value is PyTorch's ``_ComputationType`` string."""
 
     F = "F"
-    I = "I"  # noqa: E741 - the name PyTorch and the zero-bubble paper use
+    I = "I"
     W = "W"
     B = "B"
     SEND_F = "SEND_F"
@@ -137,7 +138,7 @@ class Schedule:
         """One line per rank, actions separated by spaces, e.g. ``0F0 0F1 0B0 ...``."""
         return "\n".join(" ".join(str(a) for a in rank) for rank in self.ranks) + "\n"
 
-    def same_ir(self, other: "Schedule") -> bool:
+    def same_ir(self, other: Schedule) -> bool:
         """True when both schedules have the same pp, micro-batches, placement and per-rank actions."""
         return (
             self.pp == other.pp

@@ -16,8 +16,8 @@ still be running when a known I becomes ready (the paper's "allow bubble before 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -107,8 +107,10 @@ def greedy_order(
     remaining = 3 * S * m
     f_order = [sorted(loc, reverse=policy.depth_first) for loc in local]
 
+    pop, push = heapq.heappop, heapq.heappush
+    lookahead = policy.lookahead
     while heap:
-        t, _, r = heapq.heappop(heap)
+        t, _, r = pop(heap)
         if t < free_at[r]:
             continue
         # candidate input-gradient pass: the earliest-ready one
@@ -131,18 +133,18 @@ def greedy_order(
                     if s == first[r] and (mem[r] + resv[r] > cap[r] + 1e-12 or (not started_i[r] and (
                             warm_left[r] <= 0 or (mem[r] > 0 and t + fl[s] > first_i_at[r] + 1e-12)))):
                         continue
-                    if policy.lookahead and t + fl[s] > t_next_i:
+                    if lookahead and t + fl[s] > t_next_i:
                         continue
                     choice = (s, k, F_CODE)
                     break
             if choice is None and wq_head[r] < len(wq[r]):
                 s, k = wq[r][wq_head[r]]
-                if not (policy.lookahead and t + wl[s] > t_next_i and t_next_i < INF):
+                if not (lookahead and t + wl[s] > t_next_i and t_next_i < INF):
                     choice = (s, k, W_CODE)
                     wq_head[r] += 1
         if choice is None:
             if t_next_i < INF:
-                heapq.heappush(heap, (t_next_i, seq, r))
+                push(heap, (t_next_i, seq, r))
                 seq += 1
             continue
         s, k, kind = choice
@@ -155,10 +157,11 @@ def greedy_order(
                 mem[r] += resv[r]
                 warm_left[r] -= 1
             if s < S - 1:
-                ready_f[s + 1][k] = end + lat[0][s + 1]
+                ready = ready_f[s + 1][k] = end + lat[0][s + 1]
                 r2 = s2r[s + 1]
-                heapq.heappush(heap, (ready_f[s + 1][k], seq, r2))
-                seq += 1
+                if free_at[r2] <= ready:  # a busy rank re-decides when it frees up anyway
+                    push(heap, (ready, seq, r2))
+                    seq += 1
             else:
                 ready_i[s][k] = end
         elif kind == I_CODE:
@@ -168,15 +171,16 @@ def greedy_order(
             mem[r] -= (1.0 - rho) * a[s]
             wq[r].append((s, k))
             if s > 0:
-                ready_i[s - 1][k] = end + lat[1][s - 1]
+                ready = ready_i[s - 1][k] = end + lat[1][s - 1]
                 r2 = s2r[s - 1]
-                heapq.heappush(heap, (ready_i[s - 1][k], seq, r2))
-                seq += 1
+                if free_at[r2] <= ready:
+                    push(heap, (ready, seq, r2))
+                    seq += 1
         else:
             end = t + wl[s]
             mem[r] -= rho * a[s]
         free_at[r] = end
-        heapq.heappush(heap, (end, seq, r))
+        push(heap, (end, seq, r))
         seq += 1
 
     if remaining:

@@ -14,7 +14,7 @@ _COLOURS = {
     "B": ("#c0392b", "#e99a92"),
     "W": ("#3c9a4a", "#9fd4a6"),
 }
-_LABELS = {"F": "F forward", "I": "I input-grad backward", "B": "B full backward (I+W)", "W": "W weight-grad"}
+_LABELS = {"F": "F forward", "I": "I input grad", "B": "B full backward (I+W)", "W": "W weight grad"}
 
 
 def plot_timeline(res: SimResult, path: str | Path, title: str | None = None, dpi: int = 150) -> Path:
@@ -62,9 +62,10 @@ def plot_timeline(res: SimResult, path: str | Path, title: str | None = None, dp
     handles = [Patch(color=_COLOURS[k][0], label=_LABELS[k]) for k in "FIBW" if k in used]
     if res.vpp > 1:
         handles.append(Patch(facecolor="#bbbbbb", edgecolor="#888888",
-                             label="lighter shade: the rank's later stage (chunk)"))
+                             label="lighter: the rank's later stage"))
     fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles),
-               fontsize=8, frameon=False)
+               fontsize=8 if width >= 10 or len(handles) < 5 else 7, frameon=False, columnspacing=1.2,
+               handlelength=1.5)
     heading = title or (
         f"{res.name}  (pp={pp}, vpp={res.vpp}, microbatches={res.microbatches})\n"
         f"bubble_fraction {res.bubble_fraction:.3f}   bubble_ratio {res.bubble_ratio:.3f}   "

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import gen_classic, gen_dualpipe, gen_v
 from shardwise.pipeline.ir import Schedule, loop_placement, make_schedule, v_placement
-from shardwise.pipeline.listsched import Policy, greedy_order
+from shardwise.pipeline.listsched import greedy_order
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ depends only on its action order, so the peak is the largest prefix sum of those
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
