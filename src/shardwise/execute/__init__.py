@@ -1,0 +1,36 @@
+"""Execute a plan for real with torch.distributed, check its numerics, measure its timeline.
+
+torch is an optional extra: nothing here imports it at module level. Public API::
+
+    from shardwise.execute import config_from_job, run_plan
+    cfg = config_from_job(job, nproc=2, steps=3, check=True)
+    report = run_plan(cfg)          # dict: steps, memory, makespan, timeline, check, notes
+"""
+
+from __future__ import annotations
+
+from shardwise.errors import ShardwiseError
+from shardwise.execute.config import FAULTS, RunConfig, config_from_job
+
+INSTALL_HINT = ("install the exec extra: pip install -e '.[exec]' (on this project's machines: "
+                "pip install torch==2.13.0, a CPU build)")
+
+
+def require_torch():
+    """Import torch or raise ShardwiseError saying how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise ShardwiseError(f"train run needs PyTorch, which is not installed; {INSTALL_HINT}") from None
+    return torch
+
+
+def run_plan(cfg: RunConfig, workdir=None) -> dict:
+    """Run ``cfg`` on ``cfg.world_size`` processes; see :func:`shardwise.execute.run.run_plan`."""
+    require_torch()
+    from shardwise.execute.run import run_plan as _run
+
+    return _run(cfg, workdir)
+
+
+__all__ = ["FAULTS", "INSTALL_HINT", "RunConfig", "config_from_job", "require_torch", "run_plan"]

@@ -1,0 +1,147 @@
+"""What one executor run does: a job's plan turned into a checked, picklable run configuration.
+
+No torch here: the configuration is validated in the CLI process (so layout mistakes are one-line
+errors before any process starts) and handed to every worker. Rank layout follows
+:class:`~shardwise.specs.training.TrainPlan`: TP innermost, then DP, PP outermost (Megatron-LM's
+``tp-cp-ep-dp-pp`` order with cp = ep = 1), i.e. ``rank = (pp_rank * dp + dp_rank) * tp + tp_rank``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardwise.errors import ShardwiseError
+from shardwise.specs.job import TrainJob
+from shardwise.specs.model import ModelSpec
+
+#: Faults the executor can inject on purpose, to show that ``--check`` catches a broken layout.
+FAULTS = {
+    "skip-dp-grad-reduce": "gradients are not reduced across data-parallel ranks",
+}
+
+#: Optimizer of every run and of the reference (torch.optim.AdamW).
+ADAMW = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run: model, degrees, schedule, steps and what to record. ``microbatches`` is per DP rank."""
+
+    model: ModelSpec
+    tp: int
+    pp: int
+    dp: int
+    zero: int
+    micro_batch: int
+    microbatches: int
+    seq_len: int
+    schedule: str | None  # canonical schedule name; None when pp == 1
+    vpp: int | None  # stages per rank asked of the generator (None: the schedule's default)
+    steps: int = 3
+    backend: str = "gloo"
+    seed: int = 0
+    check: bool = False
+    calibrate: bool = False
+    calib_steps: int = 2
+    fault: str | None = None
+    timeout_s: float = 300.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step over all DP ranks."""
+        return self.dp * self.micro_batch * self.microbatches
+
+    @property
+    def local_batch(self) -> int:
+        """Sequences per step on one DP rank."""
+        return self.micro_batch * self.microbatches
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pp_rank, dp_rank, tp_rank) of global ``rank``."""
+        return rank // (self.dp * self.tp), (rank // self.tp) % self.dp, rank % self.tp
+
+    def describe(self) -> str:
+        parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", f"zero={self.zero}"]
+        if self.pp > 1:
+            parts.append(f"schedule={self.schedule}")
+        parts.append(f"micro_batch={self.micro_batch}x{self.microbatches}")
+        return " ".join(parts)
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ShardwiseError(msg)
+
+
+def config_from_job(
+    job: TrainJob,
+    nproc: int | None = None,
+    steps: int = 3,
+    backend: str = "gloo",
+    check: bool = False,
+    calibrate: bool = False,
+    seed: int = 0,
+    fault: str | None = None,
+    timeout_s: float = 300.0,
+    schedule: str | None = None,
+) -> RunConfig:
+    """Check that the executor can lay out ``job``'s plan on ``nproc`` processes and build the config.
+
+    ``schedule`` overrides the plan's schedule. Every knob the executor does not apply (precision,
+    recompute, sequence parallelism) becomes a note in the output rather than being dropped silently.
+    """
+    from shardwise.pipeline import generate_schedule, resolve
+
+    p, m = job.plan, job.model
+    dp = p.dp or 1
+    world = p.tp * p.pp * dp
+    nproc = world if nproc is None else nproc
+    _need(nproc == job.cluster.num_gpus,
+          f"--nproc {nproc} does not match cluster.gpus {job.cluster.num_gpus} of the job (tp*pp*dp = "
+          f"{p.tp}*{p.pp}*{dp}); set cluster.gpus: {nproc} in the job file or pass --nproc {job.cluster.num_gpus}")
+    _need(nproc == world, f"--nproc {nproc} is not tp*pp*dp = {world}; change the plan or --nproc")
+    _need(steps >= 1, f"--steps must be >= 1, got {steps}")
+    _need(backend in ("gloo", "nccl"), f"--backend must be gloo or nccl, got {backend!r}")
+    _need(fault is None or fault in FAULTS, f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
+    _need(p.cp == 1, f"parallel.cp: {p.cp}: the executor does not run context parallelism; set cp: 1")
+    _need(p.ep == 1, f"parallel.ep: {p.ep}: the executor runs dense models only; set ep: 1")
+    _need(m.n_kv_heads % p.tp == 0,
+          f"parallel.tp: {p.tp} does not divide the {m.n_kv_heads} KV heads; the executor splits KV heads "
+          "across TP ranks: use a tp that divides kv_heads")
+    for name, val in (("ffn", m.ffn), ("vocab", m.vocab)):
+        _need(val % p.tp == 0, f"parallel.tp: {p.tp} does not divide model.{name} = {val}; choose sizes tp divides")
+    _need(not (m.tied_embeddings and (p.tp > 1 or p.pp > 1)),
+          "tied_embeddings runs only without TP and PP in the executor; set tied_embeddings: false")
+    _need(not (p.zero == 1 and p.tp > 1 and dp > 1),
+          "parallel.zero: 1 with tp > 1 is not run by the executor (torch's ZeroRedundancyOptimizer takes "
+          "plain tensors, not TP-sharded DTensors); use zero: 0, 2 or 3")
+    notes: list[str] = []
+    if job.training.precision != "fp32":
+        notes.append(f"precision {job.training.precision} -> ran in fp32 (the numerics check needs fp32)")
+    if p.recompute != "none":
+        notes.append(f"recompute {p.recompute!r} not applied (it changes memory, not numerics)")
+    if p.sp:
+        notes.append("sequence_parallel not applied (TP runs with replicated activations)")
+    if p.zero > 0 and dp == 1:
+        notes.append(f"zero {p.zero} with dp=1 shards nothing: ran without a data-parallel wrapper")
+    mb = job.microbatches
+    sched_name, vpp = None, None
+    if p.pp > 1:
+        sched_name = resolve(schedule or p.schedule)
+        vpp = p.vpp if p.vpp > 1 else None
+        sched = generate_schedule(sched_name, p.pp, mb, vpp)  # raises for (pp, m, vpp) it does not admit
+        _need(m.layers >= sched.num_stages,
+              f"schedule {sched_name} has {sched.num_stages} stages but the model has {m.layers} layers; the "
+              "executor needs at least one layer per stage: add layers or lower pp/vpp")
+    elif schedule or p.schedule not in ("1f1b",):
+        notes.append(f"schedule {schedule or p.schedule!r} ignored: pp=1 has no pipeline")
+    return RunConfig(
+        model=m, tp=p.tp, pp=p.pp, dp=dp, zero=p.zero, micro_batch=p.micro_batch, microbatches=mb,
+        seq_len=job.training.seq_len, schedule=sched_name, vpp=vpp, steps=steps, backend=backend, seed=seed,
+        check=check, calibrate=calibrate, fault=fault, timeout_s=timeout_s, notes=tuple(notes),
+    )
