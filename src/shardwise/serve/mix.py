@@ -36,8 +36,14 @@ def allocate(rates: list[float], capacity: dict[str, list[float]], cost: dict[st
     items = [(b, rates[b] / slices) for b in range(nb) for _ in range(slices) if rates[b] > 0]
     ns = len(items)
     nz = ns * ng
-    # variables: z[s, g] (row-major), then y[g]
-    c = np.concatenate([np.zeros(nz), [cost[g] for g in types]])
+    # variables: z[s, g] (row-major), then y[g]; a tiny second objective breaks ties between equal-cost
+    # packings by sending each slice where it costs least per unit of load (fractional cost)
+    frac = np.zeros(nz)
+    for s_, (b, rate) in enumerate(items):
+        for j, g in enumerate(types):
+            if capacity[g][b] > 0:
+                frac[s_ * ng + j] = cost[g] * rate / capacity[g][b]
+    c = np.concatenate([1e-3 * frac / max(frac.max(), 1e-12) * min(cost.values()), [cost[g] for g in types]])
     upper_z = np.ones(nz)
     rows, lows, highs = [], [], []
     for s in range(ns):

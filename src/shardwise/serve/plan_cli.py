@@ -93,10 +93,15 @@ def print_plan(result: PlanResult) -> None:
         table.add_column(col, justify="left" if col in ("", "deployment") else "right")
 
     def row(tag: str, c: Any) -> None:
-        m = c.metrics or {}
-        table.add_row(tag, c.describe(), f"{c.usd_per_hour:,.2f}",
-                      f"{m['ttft_ms']['p90']:.0f}" if m else "-", f"{m['tpot_ms']['p90']:.1f}" if m else "-",
-                      f"{m['slo_attainment']:.1%}" if m else "-", f"{m['cost_usd_per_mtok_output']:.3f}" if m else "-")
+        m = c.metrics
+        if m:
+            ttft, tpot, att, usd = (f"{m['ttft_ms']['p90']:.0f}", f"{m['tpot_ms']['p90']:.1f}", f"{m['slo_attainment']:.1%}",
+                                    f"{m['cost_usd_per_mtok_output']:.3f}")
+        else:  # not simulated as a whole: one instance's figures from the capacity search
+            ttft = f"~{max(o.cap.p90_ttft_ms for o, _ in c.parts):.0f}"
+            tpot = f"~{max(o.cap.p90_tpot_ms for o, _ in c.parts):.1f}"
+            att, usd = "-", "-"
+        table.add_row(tag, c.describe(), f"{c.usd_per_hour:,.2f}", ttft, tpot, att, usd)
 
     if result.chosen is not None:
         table.title = "Cheapest deployment meeting the SLOs, then runners-up"

@@ -100,6 +100,8 @@ class Candidate:
         if self.kind == "disaggregated":
             (p, n_p), (d, n_d) = self.parts
             return f"prefill {n_p}x {p.label()} + decode {n_d}x {d.label()}"
+        if self.kind == "mix":
+            return " + ".join(f"{n}x {o.label()} [{_classes_label(self.classes.get(k, []))}]" for k, (o, n) in enumerate(self.parts))
         return " + ".join(f"{n}x {o.label()}" for o, n in self.parts)
 
     def deployment(self) -> dict[str, Any]:
@@ -120,6 +122,12 @@ class Candidate:
             block["classes"] = [c.model_dump() for c in self.classes.get(k, [])]
             pools.append(block)
         return {"pools": pools}
+
+
+def _classes_label(classes: list[LengthClass]) -> str:
+    def rng(lo: int, hi: int) -> str:
+        return f"<={hi}" if lo <= 1 else f">{lo - 1}"
+    return "; ".join(f"in {rng(*c.input)} out {rng(*c.output)}" + (f" {c.share:.0%}" if c.share < 1 else "") for c in classes)
 
 
 @dataclass

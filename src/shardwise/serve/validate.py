@@ -85,6 +85,8 @@ def summarize(rows: list[dict[str, Any]], bar: float = 0.15) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for split in sorted({r["split"] for r in rows}):
         mine = [r for r in rows if r["split"] == split and r["headline"]]
+        if not mine:
+            continue
         errs = np.abs([r["error"] for r in mine])
         out[split] = {"figures": len(mine), "mape": float(errs.mean()) if len(errs) else 0.0, "within_bar": int((errs <= bar).sum())}
     return out
