@@ -1,7 +1,8 @@
-"""`shardwise train run`: execute a plan for real with torch.distributed (placeholder until it lands)."""
+"""`shardwise train run`: execute a plan for real with torch.distributed, check numerics, time it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -9,6 +10,60 @@ import typer
 from shardwise.errors import ShardwiseError
 
 
-def run_cmd(job: Path = typer.Argument(..., help="Job file (YAML/JSON).")) -> None:
-    """Run a plan for real at small scale and check numerics against a single-process reference."""
-    raise ShardwiseError("train run is not available yet")
+def run_cmd(
+    job: Path = typer.Argument(..., help="Job file (YAML/JSON); its model should be small (an inline mapping)."),
+    nproc: int = typer.Option(None, "--nproc", "-n", help="Processes to launch (default: cluster.gpus)."),
+    steps: int = typer.Option(3, "--steps", "-k", help="Training steps on synthetic data."),
+    backend: str = typer.Option("gloo", "--backend", help="gloo (CPU) or nccl (one GPU per process)."),
+    check: bool = typer.Option(False, "--check", help="Compare loss and every gradient with a single-process run."),
+    calibrate: bool = typer.Option(False, "--calibrate",
+                                   help="Measure per-stage F/I/W/B times first, simulate, report the makespan error."),
+    timeline: Path = typer.Option(None, "--timeline", help="Write measured and predicted timelines (JSON)."),
+    plot: Path = typer.Option(None, "--plot", help="Plot measured vs predicted timeline (.png/.svg/.pdf)."),
+    format: str = typer.Option("table", "--format", "-f", help="table or json."),
+    schedule: str = typer.Option(None, "--schedule", help="Override the plan's pipeline schedule."),
+    seed: int = typer.Option(0, "--seed", help="Seed of weights and data."),
+    index: int = typer.Option(None, "--index", help="Which job of a file holding several (0-based)."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds before the run is stopped."),
+    inject_fault: str = typer.Option(None, "--inject-fault", hidden=True,
+                                     help="Break the layout on purpose (skip-dp-grad-reduce) to see --check fail."),
+) -> None:
+    """Run a plan for real at small scale: loss, step time, memory per rank, and with --check the largest
+    relative difference of loss and gradients against a single-process reference."""
+    from shardwise.execute import config_from_job, require_torch
+
+    require_torch()
+    if format not in ("table", "json"):
+        raise ShardwiseError(f"--format must be table or json, got {format!r}")
+    from shardwise.specs.job import load_jobs
+
+    jobs = load_jobs(job)
+    if index is None and len(jobs) > 1:
+        raise ShardwiseError(f"{job} holds {len(jobs)} jobs; train run runs one: pass --index 0..{len(jobs) - 1}")
+    i = index or 0
+    if not 0 <= i < len(jobs):
+        raise ShardwiseError(f"--index {i} is out of range: {job} holds {len(jobs)} job(s)")
+    cfg = config_from_job(jobs[i], nproc=nproc, steps=steps, backend=backend, check=check, calibrate=calibrate,
+                          seed=seed, fault=inject_fault, timeout_s=timeout, schedule=schedule)
+    from shardwise.execute.report import report_json, report_table, timeline_json
+    from shardwise.execute.run import run_plan
+
+    report = run_plan(cfg)
+    if timeline is not None:
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        timeline.write_text(json.dumps(timeline_json(report), indent=1))
+    if plot is not None:
+        from shardwise.execute.plot import plot_measured_vs_predicted
+
+        tl = report["timeline"]
+        costs = "calibrated stage costs" if calibrate else "stage costs from the measured steps"
+        plot_measured_vs_predicted(tl["measured"], tl["predicted"], plot,
+                                   title=f"{report['layout']}: measured vs predicted ({costs})")
+    if format == "json":
+        typer.echo(json.dumps(report_json(report), indent=2))
+    else:
+        from rich.console import Console
+
+        Console().print(report_table(report))
+    if report["check"] is not None and not report["check"]["passed"]:
+        raise typer.Exit(code=1)

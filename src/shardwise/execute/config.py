@@ -42,7 +42,7 @@ class RunConfig:
     seed: int = 0
     check: bool = False
     calibrate: bool = False
-    calib_steps: int = 2
+    calib_steps: int = 3
     fault: str | None = None
     timeout_s: float = 300.0
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -101,6 +101,8 @@ def config_from_job(
     dp = p.dp or 1
     world = p.tp * p.pp * dp
     nproc = world if nproc is None else nproc
+    _need(p.cp == 1, f"parallel.cp: {p.cp}: the executor does not run context parallelism; set cp: 1")
+    _need(p.ep == 1, f"parallel.ep: {p.ep}: the executor runs dense models only; set ep: 1")
     _need(nproc == job.cluster.num_gpus,
           f"--nproc {nproc} does not match cluster.gpus {job.cluster.num_gpus} of the job (tp*pp*dp = "
           f"{p.tp}*{p.pp}*{dp}); set cluster.gpus: {nproc} in the job file or pass --nproc {job.cluster.num_gpus}")
@@ -108,8 +110,6 @@ def config_from_job(
     _need(steps >= 1, f"--steps must be >= 1, got {steps}")
     _need(backend in ("gloo", "nccl"), f"--backend must be gloo or nccl, got {backend!r}")
     _need(fault is None or fault in FAULTS, f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
-    _need(p.cp == 1, f"parallel.cp: {p.cp}: the executor does not run context parallelism; set cp: 1")
-    _need(p.ep == 1, f"parallel.ep: {p.ep}: the executor runs dense models only; set ep: 1")
     _need(m.n_kv_heads % p.tp == 0,
           f"parallel.tp: {p.tp} does not divide the {m.n_kv_heads} KV heads; the executor splits KV heads "
           "across TP ranks: use a tp that divides kv_heads")
@@ -127,7 +127,7 @@ def config_from_job(
         notes.append(f"recompute {p.recompute!r} not applied (it changes memory, not numerics)")
     if p.sp:
         notes.append("sequence_parallel not applied (TP runs with replicated activations)")
-    if p.zero > 0 and dp == 1:
+    if p.zero >= 2 and dp == 1:
         notes.append(f"zero {p.zero} with dp=1 shards nothing: ran without a data-parallel wrapper")
     mb = job.microbatches
     sched_name, vpp = None, None

@@ -1,0 +1,137 @@
+"""Plans executed for real on CPU (gloo, 2-4 processes): numerics against a single-process reference.
+
+Tolerances (fp32, max-norm relative difference per tensor) are the executor's own:
+``reference.LOSS_RTOL``, ``GRAD_RTOL_FIRST`` (first step, identical weights) and ``GRAD_RTOL`` (later
+steps, after AdamW updates). No test asserts a wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from shardwise.errors import ShardwiseError  # noqa: E402
+from shardwise.execute import config_from_job, run_plan  # noqa: E402
+from shardwise.execute.config import RunConfig  # noqa: E402
+from shardwise.execute.model import build_model, split_layers, stage_module  # noqa: E402
+from shardwise.execute.reference import GRAD_RTOL_FIRST  # noqa: E402
+from shardwise.specs.job import job_from_mapping  # noqa: E402
+from shardwise.specs.model import load_model  # noqa: E402
+
+MODEL = {"layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 128, "vocab": 256}
+
+
+def job(gpus, **parallel):
+    return job_from_mapping({
+        "model": MODEL, "cluster": {"gpu": "H100-SXM", "gpus": gpus},
+        "training": {"seq_len": 16, "global_batch": 8, "precision": "fp32"},
+        "parallel": {"recompute": "none", **parallel},
+    })
+
+
+def run(gpus, steps=2, **parallel):
+    cfg = config_from_job(job(gpus, **parallel), steps=steps, check=True, timeout_s=180)
+    return run_plan(cfg)
+
+
+def assert_passes(report):
+    chk = report["check"]
+    assert chk["passed"], chk
+    assert not chk["missing_grads"]
+    assert chk["grad_first_step_max_rel_diff"] <= GRAD_RTOL_FIRST
+    assert [s["loss"] for s in report["steps"]] == pytest.approx(chk["reference_losses"], rel=1e-5)
+
+
+@pytest.mark.parametrize("spec", [
+    {"layers": 3, "hidden": 48, "heads": 6, "kv_heads": 2, "ffn": 96, "vocab": 100, "mlp": "swiglu"},
+    {"layers": 2, "hidden": 32, "heads": 4, "ffn": 128, "vocab": 50, "mlp": "gelu", "norm": "layernorm",
+     "linear_bias": True, "position_embeddings": 16, "tied_embeddings": True},
+])
+def test_model_matches_the_spec_parameter_count_and_is_deterministic(spec):
+    ms = load_model(spec)
+    a, b = build_model(ms, seed=3), build_model(ms, seed=3)
+    assert sum(p.numel() for p in a.parameters()) == ms.params_total
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(next(iter(build_model(ms, seed=4).parameters())), next(iter(a.parameters())))
+
+
+def test_stages_partition_the_model_with_unchanged_names():
+    full = build_model(load_model(MODEL))
+    assert split_layers(5, 2) == [[0, 1, 2], [3, 4]]
+    names = [n for s in range(4) for n, _ in stage_module(full, s, 4).named_parameters()]
+    assert sorted(names) == sorted(n for n, _ in full.named_parameters())
+
+
+@pytest.mark.parametrize("parallel", [
+    {"dp": 2, "zero": 1},
+    {"dp": 2, "zero": 3},
+    {"tp": 2},
+    {"pp": 2, "schedule": "gpipe"},
+    {"pp": 2, "schedule": "1f1b"},
+    {"pp": 2, "schedule": "interleaved", "vpp": 2},
+    {"pp": 2, "schedule": "zb-h1"},
+], ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_two_process_layouts_match_the_reference(parallel):
+    report = run(2, **parallel)
+    assert_passes(report)
+    if parallel.get("pp"):
+        assert f"IR '{parallel['schedule']}' (CSV) executed by torch _PipelineScheduleRuntime" in report["schedule_source"]
+        kinds = {e["kind"] for row in report["timeline"]["measured"]["ranks"] for e in row}
+        assert kinds == ({"F", "I", "W"} if parallel["schedule"] == "zb-h1" else {"F", "B"})
+    if parallel.get("zero") == 3:  # FSDP shards parameters, gradients and optimizer state over DP
+        m = report["memory"][0]
+        assert m["params_bytes"] * 2 == pytest.approx(report["memory"][0]["optimizer_bytes"], rel=0.01)
+
+
+def test_dp2_x_pp2_on_four_processes_matches_the_reference():
+    report = run(4, dp=2, pp=2, zero=1, schedule="1f1b")
+    assert_passes(report)
+    assert {(m["pp"], m["dp"]) for m in report["memory"]} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    # ZeRO-1: each DP rank keeps about half of its stage's optimizer state
+    m0 = report["memory"][0]
+    assert m0["optimizer_bytes"] < 1.5 * m0["params_bytes"]
+
+
+def test_gradients_not_reduced_across_dp_fail_the_check():
+    cfg = config_from_job(job(2, dp=2, zero=0), steps=2, check=True, fault="skip-dp-grad-reduce", timeout_s=180)
+    report = run_plan(cfg)
+    chk = report["check"]
+    assert not chk["passed"]
+    assert chk["grad_first_step_max_rel_diff"] > 1e-2
+    assert "not reduced" in report["fault"]
+
+
+def test_cli_zbv_with_calibration_timeline_and_plot(tmp_path, capsys):
+    from shardwise.cli.main import main
+
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"model": MODEL, "cluster": {"gpu": "H100-SXM", "gpus": 2},
+                                "training": {"seq_len": 16, "global_batch": 8, "precision": "fp32"},
+                                "parallel": {"pp": 2, "schedule": "zbv", "recompute": "none"}}))
+    tl, png = tmp_path / "tl.json", tmp_path / "tl.png"
+    code = main(["train", "run", str(path), "--nproc", "2", "--steps", "2", "--check", "--calibrate",
+                 "--timeline", str(tl), "--plot", str(png), "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    assert out["check"]["passed"] and "zbv" in out["schedule_source"]
+    mk = out["makespan"]
+    assert mk["calibrated"] and mk["measured_s"] > 0 and mk["predicted_s"] > 0 and mk["p2p_s"] > 0
+    assert set(mk["stage_costs_s"]) == {"F", "I", "W"} and len(mk["stage_costs_s"]["F"]) == 4
+    data = json.loads(tl.read_text())
+    assert len(data["measured"]["ranks"]) == 2 and len(data["predicted"]["ranks"]) == 2
+    # every F/I/W of 4 stages x 8 micro-batches was recorded, V placement: rank 0 holds stages 0 and 3
+    assert sum(len(r) for r in data["measured"]["ranks"]) == 3 * 4 * 8
+    assert {e["stage"] for e in data["measured"]["ranks"][0]} == {0, 3}
+    assert png.stat().st_size > 0
+
+
+def test_a_failing_worker_raises_its_error_and_stops_the_others():
+    cfg = config_from_job(job(2, dp=2), steps=1, timeout_s=60)
+    bad = RunConfig(**{**cfg.__dict__, "backend": "nccl"}) if torch.cuda.device_count() < 2 else None
+    if bad is None:
+        pytest.skip("this machine has GPUs for NCCL; the failure needs a CPU-only host")
+    with pytest.raises(ShardwiseError, match=r"rank \d of 2 failed: .*"):
+        run_plan(bad)
