@@ -119,3 +119,32 @@ def _one_f_one_b_rank(pp: int, m: int, vpp: int, g: int, zero_bubble: bool, r: i
         ws, wk = pending.popleft()
         acts.extend((ws, wk, W_CODE))
     return acts
+
+
+def zb_h2(pp: int, m: int) -> list[list[int]]:
+    """ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2.2, Fig. 3 bottom): rank ``r`` warms
+    up with ``2(pp-1-r)`` extra forwards (so up to ``2pp-1`` micro-batches in flight), then runs F, I and
+    W per micro-batch with W held back until ``2(pp-1)`` steps in, the deferred W passes filling the
+    tail. This is the authors' hand schedule (``get_hand_schedule(warmup_c=2)`` in their repository's
+    ``efficiency.py``), with the warm-up capped at ``m`` so any ``m >= 1`` works; the per-rank span is
+    ``m(F+B+W) + (pp-1)(F + B + 2 T_comm - 2W)`` for their profiled times, 0 bubble at F = B = W."""
+    ranks = []
+    for r in range(pp):
+        warm = min(2 * (pp - r - 1), m)
+        acts: list[int] = []
+        nf = nw = 0
+        for _ in range(warm):
+            acts += (r, nf, F_CODE)
+            nf += 1
+        for i in range(m):
+            if warm + i < m:
+                acts += (r, nf, F_CODE)
+                nf += 1
+            acts += (r, i, I_CODE)
+            if warm + i >= 2 * (pp - 1):
+                acts += (r, nw, W_CODE)
+                nw += 1
+        for k in range(nw, m):
+            acts += (r, k, W_CODE)
+        ranks.append(acts)
+    return ranks

@@ -10,7 +10,6 @@ import numpy as np
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import gen_classic, gen_dualpipe, gen_v
 from shardwise.pipeline.ir import Schedule, loop_placement, make_schedule, v_placement
-from shardwise.pipeline.listsched import greedy_order
 
 
 @dataclass(frozen=True)
@@ -104,16 +103,6 @@ def _v(name: str, ranks: list[list[int]], pp: int, m: int) -> Schedule:
     return make_schedule(name, pp, m, v_placement(pp), ranks)
 
 
-def _zb_h2(pp: int, m: int, vpp: int) -> Schedule:
-    """ZB-H2 (Qi et al. 2024, Sec. 2.2, Fig. 3 bottom): up to ``2pp-1`` micro-batches in flight per rank
-    (counted from F to W), extra warm-up forwards, W passes moved into the tail. Built by the paper's
-    greedy (I, then F within the cap, then W) at T_F = T_B = T_W; the order is then fixed."""
-    S = pp
-    ones = np.ones(S)
-    ranks = greedy_order(pp, m, loop_placement(pp, 1), ones, ones, ones, 0.0, ones, [2 * pp - 1] * pp)
-    return _loop("zb-h2", ranks, pp, m, 1)
-
-
 def _v_controllable(kind: str, pp: int, m: int) -> Schedule:
     """V-Half / V-Min (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): the paper's V-shape
     building block (per-rank memory (pp+2)//2 and (pp+4)//3 micro-batches of a rank's slice) with its
@@ -143,7 +132,8 @@ register(ScheduleInfo("bfs", "looped breadth-first (Lamy-Poirier 2023)", "loop",
 register(ScheduleInfo("zb-h1", "ZB-H1: 1F1B memory, 1/3 of its bubble (Qi et al. 2024)", "loop", ">=1",
                       lambda pp, m, v: _loop("zb-h1", gen_classic.one_f_one_b(pp, m, v, True), pp, m, v)),
          ("zb1p", "zbh1", "zb-1p", "interleavedzerobubble"))
-register(ScheduleInfo("zb-h2", "ZB-H2: ~zero bubble with 2x 1F1B memory (Qi et al. 2024)", "loop", "1", _zb_h2),
+register(ScheduleInfo("zb-h2", "ZB-H2: ~zero bubble with 2x 1F1B memory (Qi et al. 2024)", "loop", "1",
+                      lambda pp, m, v: _loop("zb-h2", gen_classic.zb_h2(pp, m), pp, m, 1)),
          ("zb2p", "zbh2", "zb-2p"))
 register(ScheduleInfo("zbv", "ZB-V: ~zero bubble, 1F1B memory, V placement (Qi et al. 2024)", "v", "2",
                       lambda pp, m, v: _v("zbv", gen_v.zbv(pp, m), pp, m)),
