@@ -15,7 +15,6 @@ torch = pytest.importorskip("torch")
 
 from shardwise.errors import ShardwiseError  # noqa: E402
 from shardwise.execute import config_from_job, run_plan  # noqa: E402
-from shardwise.execute.config import RunConfig  # noqa: E402
 from shardwise.execute.model import build_model, split_layers, stage_module  # noqa: E402
 from shardwise.execute.reference import GRAD_RTOL_FIRST  # noqa: E402
 from shardwise.specs.job import job_from_mapping  # noqa: E402
@@ -129,9 +128,14 @@ def test_cli_zbv_with_calibration_timeline_and_plot(tmp_path, capsys):
 
 
 def test_a_failing_worker_raises_its_error_and_stops_the_others():
-    cfg = config_from_job(job(2, dp=2), steps=1, timeout_s=60)
-    bad = RunConfig(**{**cfg.__dict__, "backend": "nccl"}) if torch.cuda.device_count() < 2 else None
-    if bad is None:
-        pytest.skip("this machine has GPUs for NCCL; the failure needs a CPU-only host")
-    with pytest.raises(ShardwiseError, match=r"rank \d of 2 failed: .*"):
-        run_plan(bad)
+    cfg = config_from_job(job(2, dp=2), steps=1, fault="crash-last-rank", timeout_s=120)
+    with pytest.raises(ShardwiseError, match=r"rank 1 of 2 failed: RuntimeError: injected fault: rank 1 crashed"):
+        run_plan(cfg)
+
+
+def test_nccl_without_gpus_is_a_clear_error():
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has GPUs for NCCL")
+    cfg = config_from_job(job(2, dp=2), steps=1, backend="nccl")
+    with pytest.raises(ShardwiseError, match="use --backend gloo"):
+        run_plan(cfg)

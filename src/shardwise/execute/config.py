@@ -17,6 +17,7 @@ from shardwise.specs.model import ModelSpec
 #: Faults the executor can inject on purpose, to show that ``--check`` catches a broken layout.
 FAULTS = {
     "skip-dp-grad-reduce": "gradients are not reduced across data-parallel ranks",
+    "crash-last-rank": "the last rank raises in its first step (the others then block in a collective)",
 }
 
 #: Optimizer of every run and of the reference (torch.optim.AdamW).

@@ -48,6 +48,22 @@ def _error_summary(text: str) -> str:
     return f"{tail} ({where})" if where and len(lines) > 1 else tail
 
 
+def _errors(workdir: Path, n: int) -> list[tuple[int, str]]:
+    """(rank, error text) of the ranks that wrote one, earliest failure first (the root cause; peers
+    then fail with 'connection closed')."""
+    found = []
+    for r in range(n):
+        f = workdir / f"rank{r}.err"
+        if f.exists():
+            when, _, text = f.read_text().partition("\n")
+            try:
+                t = float(when)
+            except ValueError:
+                t, text = float("inf"), f.read_text()
+            found.append((t, r, text))
+    return [(r, text) for _, r, text in sorted(found)]
+
+
 def _stop(procs: list) -> None:
     procs = [p for p in procs if p.pid is not None]  # started ones
     for p in procs:
@@ -91,11 +107,11 @@ def launch(cfg: RunConfig, workdir: Path | None = None, files: dict[str, str] | 
             if failed:
                 time.sleep(0.5)  # let a peer that failed at the same moment write its error
                 _stop(procs)
-                errs = [(r, workdir / f"rank{r}.err") for r in range(n)]
-                texts = [(r, f.read_text()) for r, f in errs if f.exists()]
+                texts = _errors(workdir, n)
                 if texts:
                     r, text = texts[0]
-                    raise ShardwiseError(f"rank {r} of {n} failed: {_error_summary(text)}")
+                    more = f" ({len(texts) - 1} other rank(s) failed after it)" if len(texts) > 1 else ""
+                    raise ShardwiseError(f"rank {r} of {n} failed: {_error_summary(text)}{more}")
                 raise ShardwiseError(f"rank {failed[0]} of {n} died with exit code {codes[failed[0]]} and no "
                                      "error text (killed for memory?)")
             if all(c == 0 for c in codes):

@@ -48,8 +48,13 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
     """Execute ``cfg`` and return the report mapping (see :func:`shardwise.execute.report.report_table`)."""
     from shardwise.execute import require_torch
 
-    require_torch()
+    torch = require_torch()
+    from shardwise.errors import ShardwiseError
     from shardwise.execute.launch import launch
+
+    if cfg.backend == "nccl" and torch.cuda.device_count() < cfg.world_size:
+        raise ShardwiseError(f"--backend nccl needs one CUDA GPU per process ({cfg.world_size}); this machine has "
+                             f"{torch.cuda.device_count()}: use --backend gloo")
 
     sched = _schedule(cfg)
     files = {"schedule.csv": write_csv_text(sched)} if cfg.pp > 1 else {}

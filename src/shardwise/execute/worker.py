@@ -98,6 +98,8 @@ def _run(rank: int, cfg: RunConfig, port: int, workdir: Path) -> dict:
     for step in range(cfg.steps):
         x, y = batch(step)
         dist.barrier()
+        if cfg.fault == "crash-last-rank" and rank == cfg.world_size - 1:
+            raise RuntimeError(f"injected fault: rank {rank} crashed in step {step}")
         t0 = time.perf_counter()
         loss = runner.step(x, y)
         if sync_dp:
@@ -139,5 +141,5 @@ def run_worker(rank: int, cfg: RunConfig, port: int, workdir: str) -> None:
         from shardwise.errors import ShardwiseError
 
         text = str(exc) if isinstance(exc, ShardwiseError) else traceback.format_exc()
-        (wd / f"rank{rank}.err").write_text(text)
+        (wd / f"rank{rank}.err").write_text(f"{time.time()!r}\n{text}")  # when, so the first failure is found
         os._exit(1)
