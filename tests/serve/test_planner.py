@@ -39,8 +39,9 @@ def test_plan_picks_the_cheapest_feasible_deployment():
     dep = result.chosen.deployment()
     assert dep["gpu"] == "A100-80GB" and dep["replicas"] == 1
     assert all(c.usd_per_hour >= result.chosen.usd_per_hour for c in result.runners_up)
-    curves = cost_curves(result)
-    assert curves and all(len(c["rates"]) == len(c["usd_per_hour"]) for c in curves)
+    data = cost_curves(result)
+    assert data["curves"] and all(len(c["rates"]) == len(c["usd_per_hour"]) for c in data["curves"])
+    assert data["chosen"]["usd_per_hour"] == pytest.approx(5.12)
 
 
 def test_plan_scales_replicas_with_rate():

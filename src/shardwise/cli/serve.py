@@ -30,7 +30,8 @@ def simulate(
     spec = load_serve_job(job)
     result = run(spec)
     metrics = compute_metrics(result, spec.slo)
-    metrics["deployment"] = [p.describe() for p in result.pools]
+    role = result.kind == "disaggregated"
+    metrics["deployment"] = [(p.name.rsplit(".", 1)[-1] + ": " if role else "") + p.describe() for p in result.pools]
     if plot_cdf is not None:
         from shardwise.serve.plots import plot_latency_cdfs
 

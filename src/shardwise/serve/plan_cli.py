@@ -81,6 +81,7 @@ def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: 
 
 def print_plan(result: PlanResult) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     r = result.request
@@ -101,7 +102,7 @@ def print_plan(result: PlanResult) -> None:
             ttft = f"~{max(o.cap.p90_ttft_ms for o, _ in c.parts):.0f}"
             tpot = f"~{max(o.cap.p90_tpot_ms for o, _ in c.parts):.1f}"
             att, usd = "-", "-"
-        table.add_row(tag, c.describe(), f"{c.usd_per_hour:,.2f}", ttft, tpot, att, usd)
+        table.add_row(tag, escape(c.describe()), f"{c.usd_per_hour:,.2f}", ttft, tpot, att, usd)
 
     if result.chosen is not None:
         table.title = "Cheapest deployment meeting the SLOs, then runners-up"
@@ -115,7 +116,7 @@ def print_plan(result: PlanResult) -> None:
     console.print(table)
     if result.chosen is None:
         for c in result.closest:
-            console.print(f"  - {c.describe()}: {c.reason}")
+            console.print(escape(f"  - {c.describe()}: {c.reason}"))
     if result.mix_note:
-        console.print(f"GPU mix: {result.mix_note}")
+        console.print(escape(f"GPU mix: {result.mix_note}"))
     console.print(f"searched {len(result.options)} instance configs with {result.simulations} simulations in {result.seconds:.1f} s")

@@ -371,13 +371,27 @@ def plan(req: PlanRequest, disaggregation: bool = True, mix: bool = True, consta
     return Planner(req, constants).search(disaggregation, mix)
 
 
-def cost_curves(result: PlanResult, top: int = 6) -> list[dict[str, Any]]:
-    """$/hour meeting the SLOs versus rate for the best candidates (instances = ceil(rate / capacity))."""
-    shown = [c for c in [result.chosen, *result.runners_up] if c is not None and c.kind != "mix"][:top]
-    rates = np.linspace(result.request.rate * 0.05, result.request.rate * 3.0, 300)
+def cost_curves(result: PlanResult) -> dict[str, Any]:
+    """$/hour meeting the SLOs versus rate (instances = ceil(rate / capacity)): the most cost-efficient
+    colocated replica of each GPU type, the best disaggregated pairing found, and the chosen plan."""
+    target = result.request.rate
+    rates = np.linspace(target * 0.05, target * 3.0, 300)
     curves = []
-    for c in shown:
+    best: dict[str, Option] = {}
+    for o in result.options:
+        if o.phase == "colocated" and o.cap.rate > 0:
+            cur = best.get(o.pool.gpu.name)
+            if cur is None or o.usd_per_hour / o.cap.rate < cur.usd_per_hour / cur.cap.rate:
+                best[o.pool.gpu.name] = o
+    for o in best.values():
+        curves.append({"label": f"colocated {o.label()}", "rates": rates.tolist(),
+                       "usd_per_hour": (np.ceil(rates / o.cap.rate) * o.usd_per_hour).tolist()})
+    disagg = [c for c in [result.chosen, *result.runners_up] if c is not None and c.kind == "disaggregated"]
+    if disagg:
+        c = disagg[0]
         cost = sum(np.ceil(rates / o.cap.rate) * o.usd_per_hour for o, _ in c.parts)
-        label = c.describe().split("x ", 1)[-1] if c.kind == "colocated" else "disagg: " + " / ".join(o.label() for o, _ in c.parts)
-        curves.append({"label": label, "rates": rates.tolist(), "usd_per_hour": cost.tolist()})
-    return curves
+        curves.append({"label": "disaggregated " + " -> ".join(o.label() for o, _ in c.parts), "rates": rates.tolist(), "usd_per_hour": cost.tolist()})
+    chosen = None
+    if result.chosen is not None:
+        chosen = {"label": f"chosen: {result.chosen.describe()}", "rate": target, "usd_per_hour": result.chosen.usd_per_hour}
+    return {"curves": curves, "chosen": chosen}

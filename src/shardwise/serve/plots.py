@@ -55,19 +55,26 @@ def plot_latency_cdfs(result: SimResult, path: str | Path, title: str, slo: SLOS
     return out
 
 
-def plot_cost_vs_rate(curves: list[dict[str, Any]], path: str | Path, title: str, target_rate: float | None = None) -> Path:
-    """One line per candidate: cheapest $/hour that meets the SLOs at each rate (steps where a replica is added)."""
+def plot_cost_vs_rate(data: dict[str, Any], path: str | Path, title: str, target_rate: float | None = None) -> Path:
+    """One step line per candidate (cheapest $/hour meeting the SLOs at each rate; a step is one more
+    instance), and the chosen plan as a star at the target rate."""
+    import textwrap
+
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for c in curves:
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for c in data["curves"]:
         ax.step(c["rates"], c["usd_per_hour"], where="post", lw=1.6, label=c["label"])
+    chosen = data.get("chosen")
+    if chosen:
+        ax.plot([chosen["rate"]], [chosen["usd_per_hour"]], marker="*", ms=16, color="black", ls="none",
+                label="\n".join(textwrap.wrap(chosen["label"], 70)))
     if target_rate is not None:
-        ax.axvline(target_rate, color="gray", ls=":", lw=1, label=f"target {target_rate:g} req/s")
+        ax.axvline(target_rate, color="gray", ls=":", lw=1)
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("deployment cost ($/hour) meeting the SLOs")
     ax.set_title(title, fontsize=11)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7.5, loc="upper left")
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)
