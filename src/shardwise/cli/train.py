@@ -7,7 +7,7 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from shardwise.cli.console import make_console
 
 app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
 
@@ -33,16 +33,17 @@ def estimate_cmd(
         return
     from shardwise.train.report import estimate_table
 
-    console = Console()
+    console = make_console()
     for r in results:
         console.print(estimate_table(r))
 
 
 def _register() -> None:
-    from shardwise.cli.train_plan import plan_cmd
+    from shardwise.cli.train_plan import plan_cmd, sweep_cmd
     from shardwise.cli.train_run import run_cmd
 
     app.command("plan")(plan_cmd)
+    app.command("sweep")(sweep_cmd)
     app.command("run")(run_cmd)
 
 

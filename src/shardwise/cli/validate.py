@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from shardwise.cli.console import make_console
 from rich.table import Table
 
 from shardwise.cli.train import Format
@@ -29,7 +29,7 @@ def validate(
         typer.echo(json.dumps(to_json(result), indent=2))
         return
     s = result["summary"]
-    console = Console()
+    console = make_console()
     table = Table(title="Mean absolute percentage error per source", title_justify="left")
     table.add_column("source")
     table.add_column("split")

@@ -29,8 +29,10 @@ from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
 
-def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
-    """Estimate memory per GPU and step time of `job` (its plan must be checked: dp resolved)."""
+def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool = True) -> Estimate:
+    """Estimate memory per GPU and step time of `job` (its plan must be checked: dp resolved).
+    `split_p2p=False` skips telling point-to-point waits from bubble (one simulation instead of two:
+    same step time, for ranking)."""
     consts = constants or default_constants()
     model, cluster, training, plan = job.model, job.cluster, job.training, job.plan
     gpu = cluster.gpu
@@ -102,7 +104,7 @@ def estimate(job: TrainJob, constants: Constants | None = None) -> Estimate:
     # boundary activation; the receiver all-gathers it over the intra-node link.
     p2p_bytes = tokens * model.hidden * ab / tp
     p2p_s = group_collective_s(cluster, "send_recv", p2p_bytes, 2, plan.stride("pp")) if pp > 1 else 0.0
-    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, w_retained, max(cap, max(acts)))
+    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, w_retained, max(cap, max(acts)), split_p2p)
 
     hbm = gpu.hbm_bytes_s * dev.memory_efficiency
     ranks = []

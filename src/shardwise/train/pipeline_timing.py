@@ -81,10 +81,20 @@ def pipeline_timing(
     activation: list[float],
     w_retained_fraction: float = 1.0,
     activation_cap: float | None = None,
+    split_p2p: bool = True,
 ) -> PipelineTiming:
     """Simulate `schedule` on per-virtual-stage costs. `activation_cap` (per rank, in the units of
-    `activation`) is the memory limit the `auto` schedule is searched under."""
-    name = resolve(schedule)
+    `activation`) is the memory limit the `auto` schedule is searched under. `split_p2p` runs a second
+    simulation without transfers to tell point-to-point time from bubble (otherwise both are bubble).
+    Pure, so cached: plans that differ only outside the pipeline (ZeRO stage, say) share one simulation."""
+    cap = activation_cap if resolve(schedule) == "auto" else None
+    return _timed(resolve(schedule), pp, vpp, microbatches, tuple(f_s), tuple(i_s), tuple(w_s), float(p2p_s),
+                  tuple(activation), float(w_retained_fraction), cap, split_p2p)
+
+
+@lru_cache(maxsize=2048)
+def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float,
+           activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
     if pp == 1:
         busy = sum(f_s) + sum(i_s) + sum(w_s)
         total = microbatches * busy
@@ -98,7 +108,7 @@ def pipeline_timing(
         sched = cached_schedule(name, pp, microbatches, vpp)
     res = simulate(sched, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction)
     span_rule = name in POST_VALIDATION
-    if p2p_s > 0:
+    if p2p_s > 0 and split_p2p:
         free = simulate(sched, f_s, i_s, w_s, 0.0, activation, w_retained_fraction)
         pp_comm = (res.stage_span - free.stage_span) if span_rule else (res.makespan - free.makespan)
     else:

@@ -1,0 +1,125 @@
+"""Tables and the Pareto-front plot for `train plan`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from shardwise.train.planner import PlanResult
+from shardwise.train.result import GIB, Estimate
+
+
+def plan_label(p: dict[str, Any]) -> str:
+    parts = [f"tp{p['tp']}", f"pp{p['pp']}"]
+    if p["vpp"] > 1:
+        parts.append(f"v{p['vpp']}")
+    parts.append(f"dp{p['dp']}")
+    parts += [f"{k}{p[k]}" for k in ("cp", "ep") if p[k] > 1]
+    parts += [f"z{p['zero']}", f"mb{p['micro_batch']}", p["schedule"]]
+    if p["recompute"] != "none":
+        parts.append(f"rc={p['recompute']}")
+    if p["sequence_parallel"] and p["tp"] > 1:
+        parts.append("sp")
+    return " ".join(parts)
+
+
+def top_table(results: list[PlanResult], top: list[Estimate], objective: str) -> Table:
+    multi = len(results) > 1
+    t = Table(title=f"Best plans ({objective})", title_justify="left")
+    for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", "MFU", "peak GiB", "bubble s"]:
+        t.add_column(col, justify="left" if col in ("plan", "gpu") else "right")
+    with_cost = any(e.cost_usd is not None for e in top)
+    if top and top[0].days_to_train is not None:
+        t.add_column("days", justify="right")
+        if with_cost:
+            t.add_column("$", justify="right")
+    for rank, e in enumerate(top, 1):
+        row = [str(rank)] + ([e.gpu] if multi else []) + [
+            plan_label(e.plan), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+            f"{e.peak_memory_gib:.1f}", f"{e.time_s.bubble:.3f}",
+        ]
+        if e.days_to_train is not None:
+            row.append(f"{e.days_to_train:,.1f}")
+            if with_cost:
+                row.append("-" if e.cost_usd is None else f"{e.cost_usd:,.0f}")
+        t.add_row(*row)
+    return t
+
+
+def thin(points: list[dict[str, Any]], rel: float = 0.02) -> list[dict[str, Any]]:
+    """Front points (sorted by memory) that each raise throughput by at least `rel` over the last kept;
+    the best-throughput point is always kept."""
+    pts = sorted(points, key=lambda p: p["peak_memory_gib"])
+    kept: list[dict[str, Any]] = []
+    for p in pts:
+        if not kept or p["tokens_per_s_per_gpu"] >= (1 + rel) * kept[-1]["tokens_per_s_per_gpu"]:
+            kept.append(p)
+    if pts and kept[-1] is not max(pts, key=lambda p: p["tokens_per_s_per_gpu"]):
+        kept.append(max(pts, key=lambda p: p["tokens_per_s_per_gpu"]))
+    return kept
+
+
+def front_table(points: list[dict[str, Any]], title: str) -> Table:
+    points = thin(points)
+    t = Table(title=f"{title} (points at least 2% apart)", title_justify="left")
+    for col in ("gpu", "plan", "tokens/s/GPU", "peak GiB", "$/M tokens", "exact"):
+        t.add_column(col, justify="left" if col in ("gpu", "plan") else "right")
+    for p in points:
+        cost = p.get("usd_per_million_tokens")
+        t.add_row(p.get("gpu", ""), plan_label(p["plan"]), f"{p['tokens_per_s_per_gpu']:,.0f}", f"{p['peak_memory_gib']:.1f}",
+                  "-" if cost is None else f"{cost:.3f}", "yes" if p["exact"] else "screen")
+    return t
+
+
+def summary_text(results: list[PlanResult]) -> Group:
+    lines = []
+    for r in results:
+        lines.append(Text(
+            f"{r.gpu} x {r.num_gpus}: {r.considered:,} plans considered, {r.feasible_screened:,} fit, "
+            f"{r.exact_evaluations} estimated exactly; screen {r.screen_rate_per_s:,.0f} plans/s; "
+            f"total {r.seconds['total']:.2f} s", style="bold"))
+        for reason, n in r.rejected.items():
+            lines.append(Text(f"  rejected {n:>9,}  {reason}"))
+        lines += [Text(f"  note: {n}", style="yellow") for n in r.notes]
+    return Group(*lines)
+
+
+def plot_front(results: list[PlanResult], fronts: list[dict[str, Any]], top: list[Estimate], path: str | Path) -> None:
+    """Every plan that fits (throughput vs peak memory), the Pareto front and the top plans."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    rng = np.random.default_rng(0)
+    for k, r in enumerate(results):
+        scr = r.screened
+        if scr is None or not len(scr["step_s"]):
+            continue
+        tokens = r.top[0].tokens_per_s_per_gpu * r.top[0].step_time_s if r.top else 0.0
+        pick = rng.choice(len(scr["step_s"]), size=min(20000, len(scr["step_s"])), replace=False)
+        ax.scatter(scr["memory_bytes"][pick] / GIB, tokens / scr["step_s"][pick], s=3, alpha=0.25,
+                   color=colors[k % len(colors)], label=f"{r.gpu}: plans that fit (screen)")
+        pts = sorted((p for p in fronts if p.get("gpu") == r.gpu), key=lambda p: p["peak_memory_gib"])
+        if pts:
+            ax.plot([p["peak_memory_gib"] for p in pts], [p["tokens_per_s_per_gpu"] for p in pts], "-o",
+                    color=colors[k % len(colors)], markersize=4, lw=1.5, label=f"{r.gpu}: Pareto front")
+    for i, e in enumerate(top[:5], 1):
+        ax.scatter([e.peak_memory_gib], [e.tokens_per_s_per_gpu], marker="*", s=160, color="black", zorder=5)
+        ax.annotate(f"#{i}", (e.peak_memory_gib, e.tokens_per_s_per_gpu), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xlabel("peak memory per GPU (GiB)")
+    ax.set_ylabel("tokens/s per GPU")
+    r0 = results[0]
+    ax.set_title(f"{r0.top[0].model if r0.top else ''} on {r0.num_gpus} GPUs: throughput vs memory (stars: top plans)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,278 @@
+"""`plan_search`: the best training plans for a model, GPU type and count, sequence length and batch.
+
+Three stages (deterministic: ties break on enumeration order):
+1. enumerate every distinct plan and drop those that cannot run, counted by reason
+   (:mod:`shardwise.train.search_space`);
+2. screen all of them at once with numpy (:mod:`shardwise.train.screen`): a lower bound and an
+   approximation of the step time, and the peak memory; drop plans that do not fit;
+3. run the exact estimate (with the schedule simulator) in order of the approximation, keeping the
+   best K, and stop as soon as no remaining plan can beat the K-th best exact time: neither its lower
+   bound nor APPROX_TRUST of its approximation. For the memory objective the screen's memory orders
+   the exact evaluations.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardwise.cost.constants import Constants
+from shardwise.errors import ShardwiseError
+from shardwise.specs.hardware import Cluster
+from shardwise.specs.job import TrainJob
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.training import TrainingSpec, TrainPlan
+from shardwise.train.estimate import estimate
+from shardwise.train.pareto import pareto_front
+from shardwise.train.result import GIB, Estimate
+from shardwise.train.screen import screen
+from shardwise.train.search_space import DEFAULT_SCHEDULES, REASONS, Candidates, enumerate_plans
+
+OBJECTIVES = ("throughput", "cost", "memory")
+# A plan is skipped once neither its lower bound nor this share of its screened time can beat the K-th
+# best exact time (the screen's approximation is within 10% of the exact estimate: benchmarks/plan.py).
+APPROX_TRUST = 0.9
+
+
+@dataclass
+class PlanResult:
+    """Outcome of one search on one GPU type."""
+
+    gpu: str
+    num_gpus: int
+    objective: str
+    top: list[Estimate]
+    front: list[dict[str, Any]]
+    considered: int
+    feasible_screened: int
+    exact_evaluations: int
+    rejected: dict[str, int]
+    seconds: dict[str, float]
+    screen_rate_per_s: float
+    notes: list[str] = field(default_factory=list)
+    screened: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "num_gpus": self.num_gpus,
+            "objective": self.objective,
+            "considered": self.considered,
+            "feasible_after_screen": self.feasible_screened,
+            "exact_evaluations": self.exact_evaluations,
+            "rejected": self.rejected,
+            "seconds": self.seconds,
+            "screened_plans_per_s": self.screen_rate_per_s,
+            "top": [e.to_dict() for e in self.top],
+            "pareto_front": self.front,
+            "notes": self.notes,
+        }
+
+
+def _job(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any], extra: dict[str, Any]) -> TrainJob:
+    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **extra), name=model.name)
+
+
+def _score(e: Estimate, objective: str) -> tuple[float, float]:
+    """Lower is better; ties go to the other axis."""
+    if objective == "memory":
+        return (e.peak_memory_gib, e.step_time_s)
+    return (e.step_time_s, e.peak_memory_gib)  # throughput; cost is the same order on one GPU type and count
+
+
+def plan_search(
+    model: ModelSpec,
+    cluster: Cluster,
+    training: TrainingSpec,
+    objective: str = "throughput",
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
+    fixed: dict[str, Any] | None = None,
+    max_memory_gib: float | None = None,
+    top_k: int = 5,
+    constants: Constants | None = None,
+    max_exact: int = 128,
+    progress: bool = False,
+) -> PlanResult:
+    """Search the plan space on one cluster (see the module docstring)."""
+    if objective not in OBJECTIVES:
+        raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if top_k < 1:
+        raise ShardwiseError(f"--top must be >= 1, got {top_k}")
+    fixed = dict(fixed or {})
+    extra = {k: fixed.pop(k) for k in ("flash_attention", "overlap_grad_reduce") if k in fixed}
+    fixed.pop("dp", None)
+    t0 = time.perf_counter()
+    cands = enumerate_plans(model, cluster, training, schedules, fixed)
+    t1 = time.perf_counter()
+    if not len(cands):
+        raise ShardwiseError(_nothing_runs(cands))
+    scr = screen(cands, model, cluster, training, constants, extra.get("flash_attention", True), extra.get("overlap_grad_reduce", True))
+    t2 = time.perf_counter()
+    capacity = cluster.gpu.memory_bytes
+    cands.keep(scr["memory_bytes"] <= capacity, "memory")
+    scr = {k: v[scr["memory_bytes"] <= capacity] for k, v in scr.items()}
+    if max_memory_gib is not None:
+        ok = scr["memory_bytes"] <= max_memory_gib * GIB
+        cands.keep(ok, "memory_cap")
+        scr = {k: v[ok] for k, v in scr.items()}
+    feasible = len(cands)
+    if not feasible:
+        raise ShardwiseError(_nothing_runs(cands))
+    order_key = scr["memory_bytes"] if objective == "memory" else scr["step_s"]
+    order = np.lexsort((np.arange(feasible), order_key))
+    top, evaluated, notes = _exact_top(cands, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants, progress)
+    t3 = time.perf_counter()
+    front = _front(cands, scr, training, cluster.num_gpus, top, cluster.price_usd_per_gpu_hour)
+    t4 = time.perf_counter()
+    screen_s = t2 - t1
+    return PlanResult(
+        gpu=cluster.gpu.name,
+        num_gpus=cluster.num_gpus,
+        objective=objective,
+        top=top,
+        front=front,
+        considered=cands.considered,
+        feasible_screened=feasible,
+        exact_evaluations=evaluated,
+        rejected=dict(sorted(cands.rejected.items(), key=lambda kv: -kv[1])),
+        seconds={"enumerate": t1 - t0, "screen": screen_s, "exact": t3 - t2, "pareto": t4 - t3, "total": t4 - t0},
+        screen_rate_per_s=cands.considered / max(screen_s, 1e-9),
+        notes=notes,
+        screened={"step_s": scr["step_s"], "memory_bytes": scr["memory_bytes"]},
+    )
+
+
+def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants, progress):
+    """Exact estimates in screen order until the remaining lower bounds cannot beat the K-th best."""
+    optimistic = np.maximum(scr["step_lb_s"], APPROX_TRUST * scr["step_s"])[order]
+    suffix_min = np.minimum.accumulate(optimistic[::-1])[::-1]
+    heap: list[tuple[tuple[float, float], int, Estimate]] = []  # max-heap of the best K via negated scores
+    evaluated, notes = 0, []
+    bar = _progress(progress, min(len(order), max_exact))
+    try:
+        for pos, i in enumerate(order.tolist()):
+            if len(heap) >= top_k and objective != "memory" and suffix_min[pos] >= -heap[0][0][0]:
+                break
+            if objective == "memory" and len(heap) >= top_k and pos >= 4 * top_k:
+                break
+            if evaluated >= max_exact:
+                notes.append(f"stopped after {max_exact} exact estimates; later plans ranked by the screen only")
+                break
+            evaluated += 1
+            if bar:
+                bar[0].advance(bar[1])
+            try:
+                e = estimate(_job(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
+            except ShardwiseError:
+                cands.rejected[REASONS["schedule"]] += 1
+                continue
+            if not e.fits:
+                cands.rejected[REASONS["memory"]] += 1
+                continue
+            score = _score(e, objective)
+            item = ((-score[0], -score[1]), -i, e)
+            if len(heap) < top_k:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+    finally:
+        if bar:
+            bar[0].stop()
+    best = sorted(heap, key=lambda t: ((-t[0][0], -t[0][1]), -t[1]))
+    ranked = [estimate(_job(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
+    if not ranked:
+        raise ShardwiseError("no plan fits in memory after exact estimation; add GPUs, allow recompute or lower the batch")
+    return ranked, evaluated, notes
+
+
+PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "dp", "zero", "sequence_parallel", "recompute", "micro_batch", "schedule")
+
+
+def _key(plan: dict[str, Any]) -> tuple:
+    return tuple(plan[k] for k in PLAN_KEYS)
+
+
+def _front(cands: Candidates, scr, training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
+    """Throughput vs peak-memory Pareto front over every plan that fits. Points carry screen values
+    (`exact: false`) except the top-K plans, which carry their exact estimates."""
+    exact = {_key(e.plan): e for e in top}
+    points = {}
+    for i in pareto_front(-scr["step_s"], scr["memory_bytes"]).tolist():
+        plan = cands.plan_dict(i)
+        points[_key(plan)] = _point(plan, float(scr["step_s"][i]), float(scr["memory_bytes"][i] / GIB), training, n_gpus, price, False)
+    for key, e in exact.items():
+        points[key] = _point({k: e.plan[k] for k in PLAN_KEYS}, e.step_time_s, e.peak_memory_gib, training, n_gpus, price, True)
+    pts = list(points.values())
+    keep = pareto_front(np.array([-p["step_time_s"] for p in pts]), np.array([p["peak_memory_gib"] for p in pts]))
+    return [pts[i] for i in keep]
+
+
+def _point(plan: dict[str, Any], step: float, mem: float, training: TrainingSpec, n: int, price: float | None, exact: bool) -> dict[str, Any]:
+    tokens = training.tokens_per_step / step
+    cost = None if price is None else step * n * price / 3600 / training.tokens_per_step * 1e6
+    return {"plan": plan, "step_time_s": step, "tokens_per_s_per_gpu": tokens / n, "peak_memory_gib": mem,
+            "usd_per_million_tokens": cost, "exact": exact}
+
+
+def _nothing_runs(c: Candidates) -> str:
+    reasons = "; ".join(f"{n} {r}" for r, n in c.rejected.most_common(4))
+    return f"no plan can run: all {c.considered} plans were rejected ({reasons}). Add GPUs, change the batch or free the fixed fields"
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("exact estimates"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+    task = bar.add_task("exact", total=total)
+    bar.start()
+    return bar, task
+
+
+def usd_per_million_tokens(e: Estimate, price: float | None) -> float | None:
+    """Dollars per million training tokens at the GPU's hourly price."""
+    if price is None:
+        return None
+    tokens_per_s = e.tokens_per_s_per_gpu * e.num_gpus
+    return e.num_gpus * price / 3600 / tokens_per_s * 1e6
+
+
+def plan_across_gpus(
+    model: ModelSpec,
+    clusters: list[Cluster],
+    training: TrainingSpec,
+    objective: str = "throughput",
+    top_k: int = 5,
+    **kw: Any,
+) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
+    """Search each GPU type, then merge: the overall top K by the objective and, with several types,
+    the throughput vs $/M-tokens Pareto front over every type's front points."""
+    results = [plan_search(model, c, training, objective, top_k=top_k, **kw) for c in clusters]
+    price = {c.gpu.name: c.price_usd_per_gpu_hour for c in clusters}
+    for r in results:
+        for p in r.front:
+            p["gpu"] = r.gpu
+    every = [e for r in results for e in r.top]
+    if objective == "cost":
+        priced = [e for e in every if price[e.gpu] is not None]
+        if not priced:
+            raise ShardwiseError("--objective cost needs a price: none of the GPUs has a catalog price; set cluster.price_usd_per_gpu_hour")
+        key = lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s)
+        every = priced
+    elif objective == "memory":
+        key = lambda e: (e.peak_memory_gib, e.step_time_s)
+    else:
+        key = lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib)
+    top = sorted(every, key=key)[:top_k]
+    fronts = [p for r in results for p in r.front]
+    if len(clusters) > 1:
+        priced = [p for p in fronts if p["usd_per_million_tokens"] is not None]
+        keep = pareto_front(np.array([p["tokens_per_s_per_gpu"] * p.get("num_gpus", 1) for p in priced]),
+                            np.array([p["usd_per_million_tokens"] for p in priced]))
+        fronts = [priced[i] for i in keep]
+    return results, top, fronts

@@ -1,0 +1,182 @@
+"""The training plan space: every combination of the parallel degrees and knobs, as numpy arrays, with
+the plans that cannot run removed and counted by reason.
+
+Dimensions: tp (powers of two up to a node), pp (divisors of the GPU count), vpp (as each schedule
+admits), cp (powers of two), ep (powers of two dividing the experts), ZeRO 0-3, sequence parallelism
+(only with tp > 1), recompute none/selective/full, micro-batch (powers of two) and schedule. Plans that
+are the same plan under two names are not enumerated twice: sequence parallelism needs tp > 1, with
+pp = 1 every schedule is plain gradient accumulation (kept once, as 1f1b), and with FlashAttention
+selective recompute has nothing left to recompute (kept once, as none).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardwise.errors import ShardwiseError
+from shardwise.pipeline import resolve, schedule_info
+from shardwise.specs.hardware import Cluster
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.training import TrainingSpec
+
+DEFAULT_SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "v-half", "v-min", "dualpipev", "bfs", "gpipe")
+RECOMPUTE = ("none", "selective", "full")
+VPP_CHOICES = (1, 2, 3, 4, 6, 8)
+FIELDS = ("tp", "pp", "vpp", "cp", "ep", "zero", "sp", "rc", "mb", "sched")
+
+REASONS = {
+    "heads": "tp does not divide the attention (or KV) heads",
+    "gpus": "GPU count is not a multiple of tp*pp*cp",
+    "layers": "more pipeline stages than layers",
+    "seq": "cp does not divide the sequence length",
+    "experts": "ep does not divide the experts or dp*cp",
+    "batch_small": "micro-batch x dp exceeds the global batch",
+    "batch_divide": "global batch is not a multiple of micro-batch x dp",
+    "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
+    "memory": "out of memory",
+    "memory_cap": "exceeds --max-memory-gib",
+}
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, x = [], 1
+    while x <= limit:
+        out.append(x)
+        x *= 2
+    return out
+
+
+def _vpp_options(schedule: str, layers: int) -> list[int]:
+    rule = schedule_info(schedule).vpp_rule
+    if rule == "1":
+        return [1]
+    if rule == "2":
+        return [2]
+    low = 2 if rule == ">=2" else 1
+    return [v for v in VPP_CHOICES if low <= v <= layers]
+
+
+@dataclass
+class Candidates:
+    """Plans as parallel arrays (one element per plan); `schedules[sched]` names the schedule."""
+
+    arrays: dict[str, np.ndarray]
+    schedules: tuple[str, ...]
+    considered: int
+    rejected: Counter = field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(self.arrays["tp"])
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+    def keep(self, mask: np.ndarray, reason: str | None = None) -> None:
+        """Drop the plans where `mask` is false, counting them under `reason`."""
+        dropped = int((~mask).sum())
+        if dropped and reason:
+            self.rejected[REASONS[reason]] += dropped
+        self.arrays = {k: v[mask] for k, v in self.arrays.items()}
+
+    def plan_dict(self, i: int) -> dict[str, Any]:
+        a = {k: int(v[i]) for k, v in self.arrays.items()}
+        return {
+            "tp": a["tp"], "pp": a["pp"], "vpp": a["vpp"], "cp": a["cp"], "ep": a["ep"], "dp": a["dp"],
+            "zero": a["zero"], "sequence_parallel": bool(a["sp"]), "recompute": RECOMPUTE[a["rc"]],
+            "micro_batch": a["mb"], "schedule": self.schedules[a["sched"]],
+        }
+
+
+def schedule_admits(name: str, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """Vectorised admissibility, the rules the generators enforce (tested against them): looped
+    multi-chunk orders group micro-batches in rounds of about pp (m % max(1, m // pp) == 0, PyTorch's
+    relaxation of Megatron-LM's m % pp == 0); DualPipeV needs m >= 2pp."""
+    ok = np.ones(len(pp), dtype=bool)
+    if name in ("interleaved", "zb-h1"):
+        rounds = np.maximum(1, m // pp)
+        ok &= np.where(vpp > 1, m % rounds == 0, True)
+    if name == "dualpipev":
+        ok &= m >= 2 * pp
+    return ok
+
+
+def enumerate_plans(
+    model: ModelSpec,
+    cluster: Cluster,
+    training: TrainingSpec,
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
+    fixed: dict[str, Any] | None = None,
+    max_tp: int | None = None,
+    max_cp: int = 16,
+    max_micro_batch: int = 8,
+) -> Candidates:
+    """All distinct plans, minus those that cannot run (counted by reason); `fixed` pins fields
+    (job-file names: tp, pp, vpp, cp, ep, zero, sequence_parallel, recompute, micro_batch, schedule)."""
+    fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
+    names = tuple(resolve(s) for s in ([fixed["schedule"]] if "schedule" in fixed else schedules))
+    if not names:
+        raise ShardwiseError("--schedules: give at least one schedule")
+    n = cluster.num_gpus
+    axes: dict[str, list[int]] = {
+        "tp": _powers_of_two(max_tp or cluster.gpus_per_node),
+        "pp": [d for d in range(1, min(n, model.layers + 2) + 1) if n % d == 0],
+        "cp": _powers_of_two(min(max_cp, training.seq_len)),
+        "ep": [e for e in _powers_of_two(model.experts) if model.experts % e == 0] if model.is_moe else [1],
+        "zero": [0, 1, 2, 3],
+        "sp": [0, 1],
+        "rc": [0, 1, 2],
+        "mb": _powers_of_two(max_micro_batch),
+    }
+    pins = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "zero": "zero", "micro_batch": "mb"}
+    for key, axis in pins.items():
+        if key in fixed:
+            axes[axis] = [int(fixed[key])]
+    if "sequence_parallel" in fixed:
+        axes["sp"] = [int(bool(fixed["sequence_parallel"]))]
+    if "recompute" in fixed:
+        axes["rc"] = [RECOMPUTE.index(fixed["recompute"])]
+    pairs = [(si, v) for si, s in enumerate(names) for v in _vpp_options(s, model.layers)
+             if "vpp" not in fixed or v == int(fixed["vpp"])]
+    if not pairs:
+        raise ShardwiseError(f"no schedule in {', '.join(names)} admits vpp={fixed.get('vpp')}")
+    grids = np.meshgrid(*(np.array(axes[k]) for k in axes), np.arange(len(pairs)), indexing="ij")
+    arrays = {k: g.ravel().astype(np.int64) for k, g in zip(list(axes) + ["pair"], grids, strict=True)}
+    pair = np.array(pairs, dtype=np.int64)
+    arrays["sched"], arrays["vpp"] = pair[arrays["pair"], 0], pair[arrays["pair"], 1]
+    del arrays["pair"]
+    # The same plan under two names is enumerated once.
+    distinct = (arrays["sp"] == 0) | (arrays["tp"] > 1)
+    if fixed.get("flash_attention", True) and "recompute" not in fixed:
+        distinct &= arrays["rc"] != RECOMPUTE.index("selective")  # FlashAttention stores no s^2 terms to drop
+    if "schedule" not in fixed:
+        single = names.index("1f1b") if "1f1b" in names else 0
+        distinct &= (arrays["pp"] > 1) | ((arrays["sched"] == single) & (arrays["vpp"] == 1))
+    arrays = {k: v[distinct] for k, v in arrays.items()}
+    cands = Candidates(arrays, names, considered=int(distinct.sum()))
+    _drop_impossible(cands, model, cluster, training)
+    return cands
+
+
+def _drop_impossible(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> None:
+    kv = model.n_kv_heads
+    c.keep((model.heads % c["tp"] == 0) & ((kv % c["tp"] == 0) | (c["tp"] % kv == 0)), "heads")
+    c.keep(cluster.num_gpus % (c["tp"] * c["pp"] * c["cp"]) == 0, "gpus")
+    c.arrays["dp"] = cluster.num_gpus // (c["tp"] * c["pp"] * c["cp"])
+    c.keep(c["pp"] * c["vpp"] <= model.layers + 2, "layers")
+    c.keep(training.seq_len % c["cp"] == 0, "seq")
+    if model.is_moe:
+        c.keep((model.experts % c["ep"] == 0) & ((c["dp"] * c["cp"]) % c["ep"] == 0), "experts")
+    per_step = c["mb"] * c["dp"]
+    c.keep(per_step <= training.global_batch, "batch_small")
+    c.keep(training.global_batch % (c["mb"] * c["dp"]) == 0, "batch_divide")
+    c.arrays["m"] = training.global_batch // (c["mb"] * c["dp"])
+    ok = np.ones(len(c), dtype=bool)
+    for si, name in enumerate(c.schedules):
+        here = c["sched"] == si
+        ok[here] = schedule_admits(name, c["pp"][here], c["m"][here], c["vpp"][here])
+    ok &= np.where(c["pp"] > 1, c["m"] >= 1, True)
+    c.keep(ok, "schedule")
