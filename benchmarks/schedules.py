@@ -99,7 +99,8 @@ def table5() -> None:
 
 
 def comparison() -> None:
-    for label, kw in (("F=I=W=1", {}), ("I=1.3, W=0.6, comm=0.04 (1.5B fit)", {"i_s": 1.3, "w_s": 0.6, "p2p_s": 0.04})):
+    profiled = {"i_s": 18086 / 18522, "w_s": 9337 / 18522, "p2p_s": 601 / 18522}  # ZB 1.5B, m=24, per T_F
+    for label, kw in (("F=I=W=1", {}), ("ZB paper's 1.5B profiled ratios I=0.98, W=0.50, comm=0.032", profiled)):
         print(f"\n== compare at pp=8, microbatches=32, {label}, times per rank slice ==")
         print(f"{'schedule':12s} {'vpp':>3s} {'makespan':>9s} {'span':>8s} {'bub_frac':>8s} {'bub_ratio':>9s} "
               f"{'stage_bub':>9s} {'peak act':>8s}")

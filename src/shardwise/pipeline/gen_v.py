@@ -124,8 +124,8 @@ def _squeeze(pp: int, m: int, slot: list[list[int]], w_src: list[list[int]]) -> 
     delta = np.zeros((pp, horizon), dtype=np.int64)
     np.add.at(delta, (rows, sl[:, : 2 * m]), 1)
     np.add.at(delta, (rows, sl[:, 4 * m:]), -1)
-    mem = np.cumsum(delta, axis=1).tolist()  # in-flight micro-batches (F to W) per slot
-    peak = max(max(row) for row in mem)
+    mem = np.cumsum(delta, axis=1)  # in-flight micro-batches (F to W) per slot
+    peak = int(mem.max())
     busy_np = np.zeros((pp, horizon), dtype=np.uint8)
     busy_np[rows, sl] = 1
     used = [bytearray(row.tobytes()) for row in busy_np]
@@ -159,19 +159,18 @@ def _squeeze(pp: int, m: int, slot: list[list[int]], w_src: list[list[int]]) -> 
         lo = dep_slot(r, op)
         row, busy = mem[r], used[r]
         is_f = op < 2 * m
-        if is_f:  # a forward moved to t2 holds one more micro-batch over [t2, t): stay under the peak
-            floor = t
-            while floor > lo and row[floor - 1] < peak:
-                floor -= 1
-            lo = floor
+        if is_f and lo < t:  # a forward moved to t2 holds one more micro-batch over [t2, t): stay under the peak
+            full = np.flatnonzero(row[lo:t] >= peak)
+            if len(full):
+                lo += int(full[-1]) + 1
         t2 = busy.find(0, lo, t)
         if t2 < 0:
             continue
         busy[t], busy[t2] = 0, 1
-        if is_f or op >= 4 * m:
-            d = 1 if is_f else -1
-            for x in range(t2, t):
-                row[x] += d
+        if is_f:
+            row[t2:t] += 1
+        elif op >= 4 * m:
+            row[t2:t] -= 1
         slot[r][op] = t2
 
 
