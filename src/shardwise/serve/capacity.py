@@ -22,7 +22,6 @@ from shardwise.serve.simulate import run_pool
 from shardwise.serve.state import RequestTable
 from shardwise.serve.workload import Requests
 
-PHASES = ("colocated", "prefill", "decode")
 OFFLINE_REQUESTS = 3000  # long enough that the 20%-80% completion window sees a full batch in steady state
 SATURATION_MARGIN = 0.95  # plan below the saturated throughput: queues grow without bound at rho -> 1
 

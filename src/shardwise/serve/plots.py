@@ -21,6 +21,14 @@ def _pyplot():  # noqa: ANN202
     return plt
 
 
+def _save(fig, path: str | Path) -> Path:  # noqa: ANN001
+    out = Path(path)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    _pyplot().close(fig)
+    return out
+
+
 def _cdf(ax, values_ms: np.ndarray, weights: np.ndarray | None, label: str, target: float | None) -> None:  # noqa: ANN001
     order = np.argsort(values_ms)
     v = values_ms[order]
@@ -48,11 +56,7 @@ def plot_latency_cdfs(result: SimResult, path: str | Path, title: str, slo: SLOS
     _cdf(axes[1, 0], itl_v * 1e3, itl_w, "ITL (pooled gaps)", None)
     _cdf(axes[1, 1], lat["e2e_s"] * 1e3, None, "E2E latency", slo.e2e_ms if slo else None)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def plot_cost_vs_rate(data: dict[str, Any], path: str | Path, title: str, target_rate: float | None = None) -> Path:
@@ -75,8 +79,4 @@ def plot_cost_vs_rate(data: dict[str, Any], path: str | Path, title: str, target
     ax.set_title(title, fontsize=11)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="upper left")
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(fig, path)

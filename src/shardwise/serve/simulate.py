@@ -10,13 +10,12 @@ go to the pool that serves their length class (Mélange's request-size slices).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from shardwise.errors import ShardwiseError
-from shardwise.serve.config import ServeJob, engine_spec, load_serve_job
+from shardwise.serve.config import ServeJob, engine_spec
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
 from shardwise.serve.engine import Engine
@@ -167,11 +166,3 @@ def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: 
     extra = {"kv_transfer_ms_mean": float(np.mean(ready - ptab.first_s) * 1e3)}
     return SimResult(req, ptab.first_s, finish, ptab.preemptions + dtab.preemptions, itl, pools, "disaggregated", i1 + i2, b1 + b2, extra)
 
-
-def simulate_file(path: str) -> tuple[ServeJob, SimResult]:
-    job = load_serve_job(path)
-    return job, simulate(job)
-
-
-def finite(x: float) -> float | None:
-    return None if x is None or not math.isfinite(x) else x

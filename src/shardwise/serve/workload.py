@@ -115,9 +115,6 @@ class Requests:
         group = None if self.prefix_group is None else self.prefix_group[mask]
         return Requests(self.arrival_s[mask], self.input_len[mask], self.output_len[mask], self.prefix_len, group)
 
-    def shifted(self, delay_s: float) -> Requests:
-        return Requests(self.arrival_s + delay_s, self.input_len, self.output_len, self.prefix_len, self.prefix_group)
-
 
 def arrival_times(kind: str, rate: float, n: int, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
     """Send times as `vllm bench serve` draws them (see the module docstring)."""
