@@ -42,6 +42,7 @@ def test_config_layout_and_notes():
     ({"pp": 2, "schedule": "interleaved", "vpp": 3}, 2, None, "at least one layer per stage"),
     ({"dp": 4, "tp": 2, "zero": 1}, 8, None, "ZeroRedundancyOptimizer"),
     ({"pp": 2, "schedule": "no-such"}, 2, None, "unknown schedule"),
+    ({"dp": 2, "pp": 2, "zero": 3, "schedule": "zbv"}, 4, None, "loses weight gradients"),
 ])
 def test_config_errors_say_what_to_fix(parallel, gpus, nproc, words):
     with pytest.raises(ShardwiseError, match=words):

@@ -97,6 +97,7 @@ def config_from_job(
     recompute, sequence parallelism) becomes a note in the output rather than being dropped silently.
     """
     from shardwise.pipeline import generate_schedule, resolve
+    from shardwise.pipeline.ir import I_CODE, W_CODE
 
     p, m = job.plan, job.model
     dp = p.dp or 1
@@ -136,6 +137,12 @@ def config_from_job(
         sched_name = resolve(schedule or p.schedule)
         vpp = p.vpp if p.vpp > 1 else None
         sched = generate_schedule(sched_name, p.pp, mb, vpp)  # raises for (pp, m, vpp) it does not admit
+        split = any(code in (I_CODE, W_CODE) for arr in sched.codes for code in arr[:, 2].tolist())
+        _need(not (split and p.zero >= 2 and dp > 1),
+              f"parallel.zero: {p.zero} (FSDP2) with schedule {sched_name}, which splits backward into I and W, "
+              "loses weight gradients in torch's pipeline runtime (it computes W for the sharded parameters, "
+              "which FSDP2 keeps out of the autograd graph; --check shows it): use zero 0 or 1 with this "
+              "schedule, or a fused-backward schedule (gpipe, 1f1b, interleaved, bfs) with zero 2/3")
         _need(m.layers >= sched.num_stages,
               f"schedule {sched_name} has {sched.num_stages} stages but the model has {m.layers} layers; the "
               "executor needs at least one layer per stage: add layers or lower pp/vpp")
