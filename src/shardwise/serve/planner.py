@@ -340,9 +340,7 @@ class Planner:
             inside = (u.input_len >= cl.input[0]) & (u.input_len <= cl.input[1]) & (u.output_len >= cl.output[0]) & (u.output_len <= cl.output[1])
             rates.append(self.req.rate * float(inside.mean()))
             if inside.sum() < 20:
-                for g in best:
-                    caps[g].append(0.0)
-                continue
+                return None, f"too few sampled requests in a length class ({int(inside.sum())} < 20) to profile a GPU mix (a short trace, or raise --num-requests)"
             sub = u.subset(inside)
             sub = replace(sub, arrival_s=np.arange(1, len(sub) + 1, dtype=float))  # unit-rate, evenly spaced
             for g, opt in best.items():
