@@ -106,7 +106,7 @@ def plan_search(
     extra = {k: fixed.pop(k) for k in ("flash_attention", "overlap_grad_reduce") if k in fixed}
     fixed.pop("dp", None)
     t0 = time.perf_counter()
-    cands = enumerate_plans(model, cluster, training, schedules, fixed)
+    cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True))
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))

@@ -17,7 +17,7 @@ pipeline: instead of simulating,
   simulator;
 - peak activations per rank: the schedules' in-flight counts in stage units (tested against the
   simulator: never below it): GPipe m, looped BFS v*m, 1F1B min(p - r, m), interleaved
-  min(2(p-r-1) + (v-1)p + 1, v*m), ZB-H1 v*min(p, m), ZB-H2 min(2p-1, m), ZB-V 2*min(p, m),
+  min(2(p-r-1) + (v-1)p + 1, v*m), ZB-H1 v*min(p, m), ZB-H2 min(2p-1, m), ZB-V min(2p, m+1+r, 2m),
   V-Half min(p+2, 2m), V-Min min(2(p+4)//3, 2m), DualPipeV 2p+1.
 """
 
@@ -81,7 +81,7 @@ def inflight_units(schedule: str, pp: int, vpp: int, m: np.ndarray, rank: int) -
         "interleaved": np.minimum(2 * (p - r - 1) + (v - 1) * p + 1, v * m),
         "zb-h1": v * np.minimum(p, m),
         "zb-h2": np.minimum(2 * p - 1, m),
-        "zbv": 2 * np.minimum(p, m),
+        "zbv": np.minimum(np.minimum(2 * p, m + 1 + r), 2 * m),
         "v-half": np.minimum(p + 2, 2 * m),
         "v-min": np.minimum(2 * (p + 4) // 3, 2 * m),
         "dualpipev": np.full_like(m, 2 * p + 1),

@@ -113,6 +113,7 @@ def enumerate_plans(
     max_tp: int | None = None,
     max_cp: int = 16,
     max_micro_batch: int = 8,
+    flash_attention: bool = True,
 ) -> Candidates:
     """All distinct plans, minus those that cannot run (counted by reason); `fixed` pins fields
     (job-file names: tp, pp, vpp, cp, ep, zero, sequence_parallel, recompute, micro_batch, schedule)."""
@@ -150,7 +151,7 @@ def enumerate_plans(
     del arrays["pair"]
     # The same plan under two names is enumerated once.
     distinct = (arrays["sp"] == 0) | (arrays["tp"] > 1)
-    if fixed.get("flash_attention", True) and "recompute" not in fixed:
+    if flash_attention and "recompute" not in fixed:
         distinct &= arrays["rc"] != RECOMPUTE.index("selective")  # FlashAttention stores no s^2 terms to drop
     if "schedule" not in fixed:
         single = names.index("1f1b") if "1f1b" in names else 0

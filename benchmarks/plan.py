@@ -1,0 +1,47 @@
+#!/usr/bin/env python
+"""Planner speed: plans screened per second (the vectorised stage) and end-to-end search time.
+
+    python benchmarks/plan.py
+
+Cases: Llama-3.1-405B on 16,384 H100s (seq 8192, global batch 2048: the foundation issue's case),
+Llama-3.1-70B on 512 H100s (seq 8192, batch 512) and Mixtral-8x7B on 64 A100-80GB (seq 4096, batch 256).
+Target for the screen: >= 50,000 plans/s on one core.
+"""
+
+from __future__ import annotations
+
+import time
+
+from shardwise.specs.hardware import make_cluster
+from shardwise.specs.model import load_model
+from shardwise.specs.training import TrainingSpec
+from shardwise.train.planner import plan_search
+from shardwise.train.screen import screen
+from shardwise.train.search_space import enumerate_plans
+
+CASES = [
+    ("llama-3.1-405b", "H100-SXM", 16384, 8192, 2048),
+    ("llama-3.1-70b", "H100-SXM", 512, 8192, 512),
+    ("mixtral-8x7b", "A100-80GB", 64, 4096, 256),
+]
+
+
+def main() -> None:
+    print(f"{'case':44s} {'considered':>10s} {'screened':>9s} {'screen/s':>10s} {'exact':>6s} {'total s':>8s}  best plan")
+    for name, gpu, n, seq, batch in CASES:
+        model, cluster, training = load_model(name), make_cluster(gpu, n), TrainingSpec(seq_len=seq, global_batch=batch)
+        cands = enumerate_plans(model, cluster, training)
+        t = time.perf_counter()
+        screen(cands, model, cluster, training)
+        rate = len(cands) / (time.perf_counter() - t)
+        t = time.perf_counter()
+        res = plan_search(model, cluster, training, top_k=5)
+        total = time.perf_counter() - t
+        p = res.top[0].plan
+        best = f"tp{p['tp']} pp{p['pp']} v{p['vpp']} dp{p['dp']} cp{p['cp']} ep{p['ep']} z{p['zero']} mb{p['micro_batch']} {p['schedule']} rc={p['recompute']}: MFU {res.top[0].mfu:.1%}"
+        label = f"{name} on {n} x {gpu}, seq {seq}, batch {batch}"
+        print(f"{label:44s} {res.considered:10,d} {len(cands):9,d} {rate:10,.0f} {res.exact_evaluations:6d} {total:8.2f}  {best}")
+
+
+if __name__ == "__main__":
+    main()

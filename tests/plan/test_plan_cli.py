@@ -1,0 +1,83 @@
+"""`train plan` and `train sweep` from the command line."""
+
+import csv
+import json
+
+import pytest
+
+from shardwise.cli.main import main
+from shardwise.train.sweep import load_sweep, run_sweep
+
+ARGS = ["train", "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096", "--global-batch", "32", "--no-progress"]
+
+
+def test_plan_json_and_plot(tmp_path, capsys):
+    png = tmp_path / "front.png"
+    assert main(ARGS + ["--format", "json", "--top", "3", "--tokens", "1e11", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["top"]) == 3 and out["top"][0]["days_to_train"] > 0 and out["top"][0]["cost_usd"] > 0
+    assert out["pareto_front"] and out["searches"][0]["considered"] > out["searches"][0]["feasible_after_screen"]
+    assert png.stat().st_size > 10_000
+
+
+def test_plan_table_multi_gpu_cost(capsys):
+    assert main(ARGS[:5] + ["h100,a100-80gb"] + ARGS[6:] + ["--objective", "cost"]) == 0
+    out = capsys.readouterr().out
+    assert "throughput vs $/M tokens" in out and "A100-80GB x 8" in out
+
+
+def test_plan_from_partial_job(tmp_path, capsys):
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama-3.1-8b\ncluster: {gpu: H100, gpus: 8}\ntraining: {seq_len: 4096, global_batch: 32}\nparallel: {tp: 2}\n")
+    assert main(["train", "plan", str(job), "--format", "json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(p["plan"]["tp"] == 2 for p in out["top"])
+
+
+@pytest.mark.parametrize(
+    "extra,fragment",
+    [(["--objective", "speed"], "--objective"), (["--top", "0"], "--top"), (["--schedules", "wavy"], "unknown schedule")],
+)
+def test_plan_bad_options(capsys, extra, fragment):
+    assert main(ARGS + extra) == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_plan_missing_arguments(capsys):
+    assert main(["train", "plan", "--model", "llama-3.1-8b"]) == 2
+    assert "--gpu" in capsys.readouterr().err
+
+
+SWEEP = """
+models: [llama-3.1-8b, mistral-7b, qwen2.5-7b]
+clusters: [{gpu: H100, gpus: 8}, {gpu: A100-80GB, gpus: 8}]
+seq_lens: [2048, 4096]
+global_batches: [16, 32]
+"""
+
+
+def test_sweep_local_csv(tmp_path, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP.replace("[2048, 4096]", "[2048]").replace("[16, 32]", "[16]"))
+    out = tmp_path / "best.csv"
+    assert main(["train", "sweep", str(path), "-o", str(out), "--no-progress", "--workers", "2"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 6 and all(r["schedule"] and not r["error"] for r in rows)
+
+
+def test_sweep_bad_file(tmp_path, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("models: []\nclusters: [{gpu: H100, gpus: 8}]\nseq_lens: [1]\nglobal_batches: [1]\n")
+    assert main(["train", "sweep", str(path)]) == 2
+    assert "sweep.models" in capsys.readouterr().err
+
+
+def test_sweep_on_local_ray_matches_local_backend(tmp_path):
+    pytest.importorskip("ray")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP)
+    jobs = load_sweep(path)
+    assert len(jobs) >= 24
+    local = run_sweep(jobs, backend="local", workers=2)
+    ray_rows = run_sweep(jobs, backend="ray", workers=2)
+    assert ray_rows == local
