@@ -20,8 +20,10 @@ FAULTS = {
     "crash-last-rank": "the last rank raises in its first step (the others then block in a collective)",
 }
 
-#: Optimizer of every run and of the reference (torch.optim.AdamW).
-ADAMW = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
+#: Optimizer of every run and of the reference: torch.optim.SGD with momentum. Its update is linear in
+#: the gradient, so a last-bit difference stays one; AdamW's normalised update m/sqrt(v) amplifies them
+#: step after step (measured: 1e-7 -> 3e-3 in three steps), which would blur the numerics check.
+SGD = {"lr": 0.5, "momentum": 0.9}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from shardwise.execute.config import ADAMW, RunConfig
+from shardwise.execute.config import SGD, RunConfig
 
 
 def make_mesh(cfg: RunConfig, device_type: str):
@@ -84,13 +84,14 @@ def allreduce_grads(params: list[nn.Parameter], dp_group, dp: int) -> None:
 
 
 def make_optimizer(params: list[nn.Parameter], cfg: RunConfig, dp_group):
-    """AdamW (``ADAMW`` settings); wrapped in ``ZeroRedundancyOptimizer`` over the DP group for ZeRO-1."""
+    """SGD with momentum (``SGD`` settings); wrapped in ``ZeroRedundancyOptimizer`` over the DP group for
+    ZeRO-1, which shards the momentum buffers."""
     if cfg.zero == 1 and cfg.dp > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=dp_group,
-                                       **ADAMW)
-    return torch.optim.AdamW(params, foreach=False, **ADAMW)
+        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, process_group=dp_group,
+                                       foreach=False, **SGD)
+    return torch.optim.SGD(params, foreach=False, **SGD)
 
 
 def state_bytes(params: list[nn.Parameter], optimizer) -> dict[str, int]:

@@ -69,18 +69,21 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
     timelines = [measured_timeline(_pipeline_rows(results, cfg, "timeline", k), name, cfg.pp, sched.vpp,
                                    sched.num_stages, cfg.microbatches) for k in range(cfg.steps)]
     measured_s = statistics.median(t["makespan"] for t in timelines)
+    steps_rows = [row for k in range(cfg.steps) for row in _pipeline_rows(results, cfg, "timeline", k)]
     if cfg.calibrate:
         calib = _pipeline_rows(results, cfg, "calibration")
         rows = [row for c in calib for row in c["rows"]]
         p2p_s = calib[0]["p2p_s"] or 0.0
-        cost_source = f"{cfg.calib_steps} calibration passes before the measured steps (forward/backward only)"
+        cost_source = f"{cfg.calib_steps - 1} calibration passes after a warm-up, before the measured steps"
     else:
-        rows = [row for k in range(cfg.steps) for row in _pipeline_rows(results, cfg, "timeline", k)]
-        p2p_s = 0.0
+        rows, p2p_s = steps_rows, 0.0
         cost_source = "the measured steps themselves (no --calibrate: no separate calibration, p2p_s = 0)"
     costs = stage_costs(rows, sched.num_stages)
     overhead_s = action_overhead_s(rows)
     pred = predict(sched, costs, p2p_s, overhead_s)
+    # the same simulation with the measured steps' own costs: separates drift of the costs between
+    # calibration and measurement from the simulator's own error
+    inrun = predict(sched, stage_costs(steps_rows, sched.num_stages), p2p_s, action_overhead_s(steps_rows))
     report = {
         "layout": cfg.describe(), "nproc": cfg.world_size, "backend": cfg.backend,
         "device": "cuda" if cfg.backend == "nccl" else "cpu", "model": cfg.model.model_dump(exclude_none=True),
@@ -94,6 +97,7 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
         "makespan": {
             "measured_s": measured_s, "predicted_s": pred.makespan,
             "error": prediction_error(pred.makespan, measured_s),
+            "predicted_inrun_s": inrun.makespan, "error_inrun": prediction_error(inrun.makespan, measured_s),
             "stage_costs_s": costs, "p2p_s": p2p_s, "action_overhead_s": overhead_s, "cost_source": cost_source,
             "calibrated": cfg.calibrate,
         },

@@ -94,6 +94,7 @@ def _run(rank: int, cfg: RunConfig, port: int, workdir: Path) -> dict:
             calib.append(rec.take())
             for p in plist:
                 p.grad = None
+        # the first pass is a warm-up
         out["calibration"] = {"rows": calib[1:] or calib, "p2p_s": _p2p_probe_s(cfg, mesh, device)}
     for step in range(cfg.steps):
         x, y = batch(step)
