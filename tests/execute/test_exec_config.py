@@ -103,3 +103,11 @@ def test_prediction_from_measured_costs_reproduces_the_simulator():
     assert "B" not in costs
     assert predict(sched, costs, 0.0).makespan == pytest.approx(sim.makespan)
     assert measured_timeline(rows, "zb-h1", 2, 1, 2, 4)["makespan"] == pytest.approx(sim.makespan)
+
+
+def test_send_posting_counts_towards_the_action_that_sends():
+    row = {"actions": [("F", 0, 0, 0.0, 1.0), ("B", 0, 0, 2.0, 3.0)],
+           "comms": [("P2P_POST", 1.0, 1.5), ("P2P_WAIT", 1.5, 1.8)]}
+    costs = stage_costs([row], 1)
+    assert costs["F"] == pytest.approx([1.5]) and costs["B"] == pytest.approx([1.0])
+    assert action_overhead_s([row]) == pytest.approx(0.2)

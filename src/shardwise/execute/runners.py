@@ -92,18 +92,20 @@ def _instrument(stage, rec: Recorder) -> None:
     stage.perform_reduce_grad = perform_reduce_grad
 
 
-def _time_p2p_waits(rec: Recorder) -> None:
-    """Record the runtime's waits on point-to-point receives/sends (a module-level helper it calls)."""
+def _time_p2p(rec: Recorder) -> None:
+    """Record the runtime's posting of point-to-point sends/receives and its waits on them (the two
+    module-level helpers it calls: ``_batch_p2p``, ``_wait_batch_p2p``)."""
     from torch.distributed.pipelining import schedules
 
-    orig = getattr(schedules._wait_batch_p2p, "_shardwise_orig", schedules._wait_batch_p2p)
+    for attr, label in (("_batch_p2p", "P2P_POST"), ("_wait_batch_p2p", "P2P_WAIT")):
+        orig = getattr(getattr(schedules, attr), "_shardwise_orig", getattr(schedules, attr))
 
-    def _wait_batch_p2p(work):
-        with rec.comm("P2P_WAIT"):
-            return orig(work)
+        def timed(*args, _orig=orig, _label=label, **kwargs):
+            with rec.comm(_label):
+                return _orig(*args, **kwargs)
 
-    _wait_batch_p2p._shardwise_orig = orig
-    schedules._wait_batch_p2p = _wait_batch_p2p
+        timed._shardwise_orig = orig
+        setattr(schedules, attr, timed)
 
 
 class PipelineRunner:
@@ -123,7 +125,7 @@ class PipelineRunner:
         stages = [PipelineStage(m, s, n_stages, device, group=group) for m, s in zip(self.modules, self.stage_ids)]
         for st in stages:
             _instrument(st, rec)
-        _time_p2p_waits(rec)
+        _time_p2p(rec)
         self.has_loss = (n_stages - 1) in self.stage_ids
         try:
             rt = S._PipelineScheduleRuntime(stages, cfg.microbatches, loss_fn=lm_loss, scale_grads=True)

@@ -6,13 +6,14 @@ A measured step becomes the same mapping :meth:`shardwise.pipeline.SimResult.to_
 start, end}``), plus ``comms`` (per rank, the waits on communication that were visible). Times start at
 the step's first action. Bubble definitions are the simulator's (see :mod:`shardwise.pipeline.simulate`).
 
-Calibration (``--calibrate``): the median measured duration of each (stage, kind), plus the median
-host overhead between actions, is fed to :func:`shardwise.pipeline.simulate` together with a measured
+Calibration (``--calibrate``): the median measured duration of each (stage, kind) (with the time the
+runtime then spends posting its sends), plus the median host overhead between actions, is fed to :func:`shardwise.pipeline.simulate` together with a measured
 point-to-point hop time; the predicted makespan is compared with the measured one.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import defaultdict
 
@@ -51,12 +52,28 @@ def measured_timeline(rows: list[dict], name: str, pp: int, vpp: int, num_stages
     }
 
 
+def _with_posting(row: dict) -> list[tuple[str, int, int, float, float]]:
+    """A rank's actions, each extended by the time spent posting sends/receives right after it
+    (``P2P_POST``: the runtime blocks there; e.g. an F that hands its activation to the next rank)."""
+    acts = sorted(row["actions"], key=lambda a: a[3])
+    extra = [0.0] * len(acts)
+    starts = [a[3] for a in acts]
+    for name, a, b in row["comms"]:
+        if name != "P2P_POST":
+            continue
+        i = bisect.bisect_right(starts, a) - 1  # the last action that started before the posting
+        if i >= 0 and acts[i][4] <= a + 1e-9:
+            extra[i] += b - a
+    return [(k, s, m, t0, t1 + e) for (k, s, m, t0, t1), e in zip(acts, extra)]
+
+
 def stage_costs(rows: list[dict], num_stages: int) -> dict[str, list[float | None]]:
     """Median duration per stage of each kind seen (``F``, ``I``, ``W``, ``B``) over all given steps'
-    actions; ``None`` where a kind never ran on a stage."""
+    actions, including the posting of the sends that follow the action; ``None`` where a kind never
+    ran on a stage."""
     durs: dict[tuple[str, int], list[float]] = defaultdict(list)
     for row in rows:
-        for k, s, _m, a, b in row["actions"]:
+        for k, s, _m, a, b in _with_posting(row):
             durs[(k, s)].append(b - a)
     out: dict[str, list[float | None]] = {}
     for kind in "FIWB":
@@ -67,9 +84,9 @@ def stage_costs(rows: list[dict], num_stages: int) -> dict[str, list[float | Non
 
 
 def action_overhead_s(rows: list[dict]) -> float:
-    """Median host time between consecutive actions of a rank that is not spent waiting on communication
-    (the runtime posting sends, bookkeeping, the loss). The simulator has no such term, so
-    :func:`predict` adds it to every action."""
+    """Median host time between consecutive actions of a rank that is neither waiting on nor posting
+    communication (the runtime's bookkeeping). The simulator has no such term, so :func:`predict` adds
+    it to every action."""
     gaps = []
     for row in rows:
         acts = sorted(row["actions"], key=lambda a: a[3])
