@@ -23,6 +23,11 @@ FACTORS = {
 }
 
 
+def where(cond, a, b):
+    """np.where that stays in plain Python for scalar conditions (the estimate's hot path)."""
+    return np.where(cond, a, b) if np.ndim(cond) else (a if cond else b)
+
+
 def collective_time_s(kind, size_bytes, n, gbyte_s, latency_s, efficiency, ring):
     """Array-friendly core: every argument may be a number or a numpy array (`ring`: the group sits in
     one domain, so NCCL uses a ring; otherwise a tree)."""
@@ -32,9 +37,9 @@ def collective_time_s(kind, size_bytes, n, gbyte_s, latency_s, efficiency, ring)
         steps = 1.0
     else:
         ring_steps = (n_safe - 1) * (2 if kind == "all_reduce" else 1)
-        steps = np.where(ring, ring_steps, 2 * np.ceil(np.log2(n_safe)))
+        steps = where(ring, ring_steps, 2 * np.ceil(np.log2(n_safe)))
     t = steps * latency_s + factor * size_bytes / (gbyte_s * 1e9 * efficiency)
-    return np.where((n > 1) & (size_bytes > 0), t, 0.0)
+    return where((n > 1) & (size_bytes > 0), t, 0.0)
 
 
 def collective_s(kind: str, size_bytes: float, n: int, tier: NetworkTier) -> float:
@@ -48,6 +53,8 @@ def collective_s(kind: str, size_bytes: float, n: int, tier: NetworkTier) -> flo
 def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride):
     """Collective over groups of `n` ranks spaced `stride` apart in the global rank order; arguments
     may be numpy arrays (one group per element), each group on the outermost tier it spans."""
+    if np.ndim(n) == 0 and np.ndim(stride) == 0 and np.ndim(size_bytes) == 0:  # one group: plain Python
+        return collective_s(kind, float(size_bytes), int(n), cluster.tier_for(int(n), int(stride))) if n > 1 else 0.0
     n_arr, stride_arr = np.asarray(n), np.asarray(stride)
     span = (n_arr - 1) * stride_arr + 1
     tiers = cluster.tiers

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-import numpy as np
+from shardwise.cost.comm import where
 
 
 class Placement(Enum):
@@ -61,7 +61,7 @@ def model_state_bytes(
 
     def per_gpu(state: str, nbytes: float):
         stage, _ = SHARDED_FROM[state]
-        return params * nbytes / np.where(np.asarray(zero) >= stage, dp_group, 1)
+        return params * nbytes / where(zero >= stage, dp_group, 1)
 
     return ModelStateBytes(per_gpu("weights", weight_bytes), per_gpu("grads", grad_bytes), per_gpu("optimizer", optimizer_bytes))
 

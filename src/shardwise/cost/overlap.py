@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.cost.comm import group_collective_s
+from shardwise.cost.comm import group_collective_s, where
 from shardwise.cost.constants import OverlapConstants
 from shardwise.specs.hardware import Cluster
 
@@ -43,7 +43,7 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
         return (group_collective_s(cluster, kind, p_dense * nbytes, n_dense, tp)
                 + group_collective_s(cluster, kind, p_exp * nbytes, n_exp, tp * ep))
 
-    window = np.where(overlap_grad_reduce, ov.dp_overlap, 0.0)
+    window = where(overlap_grad_reduce, ov.dp_overlap, 0.0)
     gather, scatter = both("all_gather", weight_bytes), both("reduce_scatter", grad_bytes)
     hidden_gather = np.maximum(0.0, gather - window * fwd_s)
     zero0 = np.maximum(0.0, both("all_reduce", grad_bytes) - window * bwd_s)
@@ -51,5 +51,5 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
     zero2 = microbatches * np.maximum(0.0, scatter - window * bwd_s) + hidden_gather
     hide = ov.zero3_prefetch_overlap
     zero3 = microbatches * (np.maximum(0.0, gather - hide * fwd_s) + np.maximum(0.0, gather + scatter - hide * bwd_s))
-    out = np.select([np.asarray(zero) == 0, np.asarray(zero) == 1, np.asarray(zero) == 2], [zero0, zero1, zero2], zero3)
+    out = where(zero == 0, zero0, where(zero == 1, zero1, where(zero == 2, zero2, zero3)))
     return float(out) if np.ndim(out) == 0 else out
