@@ -10,11 +10,11 @@ DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_repl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from shardwise.errors import ShardwiseError
+from shardwise.specs._loading import read_document
 from shardwise.specs.model import ModelSpec, from_mapping
 
 
@@ -94,10 +94,5 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         p = p / "config.json"
     if not p.exists():
         raise ShardwiseError(f"model config not found: {p} (give a preset name or an existing config.json path)")
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ShardwiseError(f"{p}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ShardwiseError(f"cannot read {p}: {exc}") from None
+    cfg = read_document(p)
     return spec_from_hf_dict(cfg, p)

@@ -82,32 +82,28 @@ class Skip:
     reason: str
 
 
+# Record-id prefix -> per-table source label (first match wins).
+SOURCE_LABELS = (
+    (("korthikanti22_t5", "korthikanti22_530B", "korthikanti22_appC"), "Korthikanti 2022 Table 5 / Sec. 6"),
+    (("korthikanti22_t4",), "Korthikanti 2022 Table 4"),
+    (("korthikanti22_fig",), "Korthikanti 2022 Fig. 1/7 (activations)"),
+    (("narayanan21_t1",), "Narayanan 2021 Table 1"),
+    (("narayanan21_t2_ZeRO",), "Narayanan 2021 Table 2 (ZeRO-3)"),
+    (("narayanan21_t2",), "Narayanan 2021 Table 2 (PTD-P)"),
+    (("llama3",), "Llama 3 Table 4"),
+    (("zb_",), "Zero Bubble Tables 4-7"),
+    (("zero_fig1",), "ZeRO Fig. 1 (model states)"),
+    (("megatron_readme",), "Megatron README GPT-3 example"),
+    (("bloom",), "BigScience BLOOM-176B"),
+)
+
+
 def source_label(record: dict[str, Any]) -> str:
     """Short per-table label of a record's source."""
-    rid, src = record["id"], record["source"]
-    if rid.startswith("korthikanti22_t5") or rid.startswith("korthikanti22_530B") or rid.startswith("korthikanti22_appC"):
-        return "Korthikanti 2022 Table 5 / Sec. 6"
-    if rid.startswith("korthikanti22_t4"):
-        return "Korthikanti 2022 Table 4"
-    if rid.startswith("korthikanti22_fig"):
-        return "Korthikanti 2022 Fig. 1/7 (activations)"
-    if rid.startswith("narayanan21_t1"):
-        return "Narayanan 2021 Table 1"
-    if rid.startswith("narayanan21_t2_ZeRO"):
-        return "Narayanan 2021 Table 2 (ZeRO-3)"
-    if rid.startswith("narayanan21_t2"):
-        return "Narayanan 2021 Table 2 (PTD-P)"
-    if rid.startswith("llama3"):
-        return "Llama 3 Table 4"
-    if rid.startswith("zb_"):
-        return "Zero Bubble Tables 4-7"
-    if rid.startswith("zero_fig1"):
-        return "ZeRO Fig. 1 (model states)"
-    if rid.startswith("megatron_readme"):
-        return "Megatron README GPT-3 example"
-    if rid.startswith("bloom"):
-        return "BigScience BLOOM-176B"
-    return src.split(",")[0].split("(")[0].strip()[:40]
+    for prefixes, label in SOURCE_LABELS:
+        if record["id"].startswith(prefixes):
+            return label
+    return record["source"].split(",")[0].split("(")[0].strip()[:40]
 
 
 def resolve_gpu(text: str | None) -> str:

@@ -7,7 +7,6 @@ are marked and reported separately from the held-out ones.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 from shardwise.cost.constants import Constants
 from shardwise.errors import ShardwiseError
-from shardwise.specs._loading import data_path
+from shardwise.specs._loading import data_path, read_document
 from shardwise.train.calibration import Case, Skip, record_cases
 
 CATEGORIES = ("time", "throughput", "mfu", "memory")
@@ -38,12 +37,7 @@ class Row:
 
 def load_records(path: str | Path | None) -> list[dict[str, Any]]:
     p = Path(path) if path else default_data_path()
-    if not p.exists():
-        raise ShardwiseError(f"calibration file not found: {p}")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ShardwiseError(f"{p}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    data = read_document(p)
     if not isinstance(data, list):
         raise ShardwiseError(f"{p}: expected a JSON list of records")
     return data
