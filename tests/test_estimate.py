@@ -113,3 +113,16 @@ def test_uneven_layers_put_extras_in_the_middle():
 def test_unknown_schedule_is_a_clear_error():
     with pytest.raises(ShardwiseError, match="unknown schedule"):
         estimate(job(schedule="wavy"))
+
+
+@pytest.mark.parametrize("name", ["zbv", "v-half", "v-min", "dualpipev"])
+def test_v_shaped_schedules_take_two_stages_per_rank(name):
+    e = estimate(job(schedule=name, vpp=1, global_batch=64))
+    assert e.plan["vpp"] == 2 and len(e.stage_times_s["F"]) == 8
+    # Rank 0 holds the first and the last stage: the embedding and the LM head.
+    assert e.memory_per_rank_gib[0] == max(e.memory_per_rank_gib)
+
+
+def test_bubble_definition_follows_the_schedule_family():
+    assert "per-rank span" in estimate(job(schedule="zb-h1", global_batch=64)).bubble_definition
+    assert "global makespan" in estimate(job(schedule="1f1b", global_batch=64)).bubble_definition

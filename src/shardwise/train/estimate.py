@@ -23,6 +23,7 @@ from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_toke
 from shardwise.cost.layer import Groups, embedding, lm_head, transformer_layer
 from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
 from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
+from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
@@ -35,6 +36,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     same step time, for ranking)."""
     consts = constants or default_constants()
     model, cluster, training, plan = job.model, job.cluster, job.training, job.plan
+    if plan.vpp == 1 and plan.pp > 1 and schedule_info(plan.schedule).placement == "v":
+        plan = plan.model_copy(update={"vpp": 2})  # V-shaped schedules hold two stages per rank
     gpu = cluster.gpu
     tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
