@@ -69,7 +69,7 @@ def plot_measured_vs_predicted(measured: dict, predicted: dict | None, path: str
         used |= _panel(ax, tl, head, span_ms, width, dpi)
     axes[-1, 0].set_xlabel("time (ms)")
     handles = [Patch(color=_COLOURS[k][0], label=_LABELS[k]) for k in "FIBW" if k in used]
-    handles.append(Patch(color="#888888", label="waiting on communication"))
+    handles.append(Patch(color="#888888", label="communication: posting P2P ops or waiting on them"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10, x=0.01, ha="left")

@@ -20,7 +20,7 @@ from pathlib import Path
 from shardwise.execute.config import RunConfig
 
 
-def _p2p_probe_s(cfg: RunConfig, mesh, device, rounds: int = 20) -> float | None:
+def _p2p_probe_s(cfg: RunConfig, mesh, device, rounds: int = 50) -> float | None:
     """Half the median round trip of one activation-sized message between pipeline ranks 0 and 1."""
     import torch
     import torch.distributed as dist
