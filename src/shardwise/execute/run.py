@@ -9,6 +9,7 @@ comparison with a single-process reference (:mod:`.reference`).
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 
@@ -84,6 +85,11 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
     # the same simulation with the measured steps' own costs: separates drift of the costs between
     # calibration and measurement from the simulator's own error
     inrun = predict(sched, stage_costs(steps_rows, sched.num_stages), p2p_s, action_overhead_s(steps_rows))
+    notes = list(cfg.notes)
+    cores = os.cpu_count() or 1
+    if cfg.backend == "gloo" and cfg.world_size > cores:
+        notes.append(f"{cfg.world_size} processes on {cores} CPU cores: ranks share cores, so measured times "
+                     "include that contention (the simulator assumes one processor per rank)")
     report = {
         "layout": cfg.describe(), "nproc": cfg.world_size, "backend": cfg.backend,
         "device": "cuda" if cfg.backend == "nccl" else "cpu", "model": cfg.model.model_dump(exclude_none=True),
@@ -103,7 +109,7 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
         },
         "timeline": {"measured": timelines[-1], "predicted": pred.to_dict(), "measured_steps": timelines},
         "check": None,
-        "notes": list(cfg.notes),
+        "notes": notes,
     }
     if cfg.check:
         from shardwise.execute.reference import check, reference_run
