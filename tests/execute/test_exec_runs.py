@@ -98,13 +98,32 @@ def test_dp2_x_pp2_on_four_processes_matches_the_reference():
     assert m0["optimizer_bytes"] < 0.75 * m0["params_bytes"]
 
 
-def test_gradients_not_reduced_across_dp_fail_the_check():
-    cfg = config_from_job(job(2, dp=2, zero=0), steps=2, check=True, fault="skip-dp-grad-reduce", timeout_s=180)
-    report = run_plan(cfg)
-    chk = report["check"]
+def test_gradients_not_reduced_across_dp_fail_the_check(tmp_path, capsys):
+    from shardwise.cli.main import main
+
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"model": MODEL, "cluster": {"gpu": "H100-SXM", "gpus": 2},
+                                "training": {"seq_len": 16, "global_batch": 8, "precision": "fp32"},
+                                "parallel": {"dp": 2, "zero": 0}}))
+    code = main(["train", "run", str(path), "--steps", "2", "--check", "--format", "json",
+                 "--inject-fault", "skip-dp-grad-reduce"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert code == 2 and "--check failed" in captured.err  # a failed check is a failing exit status
+    chk = out["check"]
     assert not chk["passed"]
     assert chk["grad_first_step_max_rel_diff"] > 1e-2
-    assert "not reduced" in report["fault"]
+    assert "not reduced" in out["fault"]
+
+
+def test_torch_fallback_classes_exist():
+    from torch.distributed.pipelining import schedules
+
+    from shardwise.execute.runners import TORCH_CLASSES
+    from shardwise.pipeline import list_schedules
+
+    assert set(TORCH_CLASSES) <= set(list_schedules())
+    assert all(hasattr(schedules, cls) for cls in TORCH_CLASSES.values())
 
 
 def test_cli_zbv_with_calibration_timeline_and_plot(tmp_path, capsys):

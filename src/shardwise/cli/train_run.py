@@ -65,5 +65,11 @@ def run_cmd(
         from rich.console import Console
 
         Console().print(report_table(report))
-    if report["check"] is not None and not report["check"]["passed"]:
-        raise typer.Exit(code=1)
+    chk = report["check"]
+    if chk is not None and not chk["passed"]:  # after the report: the exit status says it failed
+        missing = f", {len(chk['missing_grads'])} gradients missing" if chk["missing_grads"] else ""
+        raise ShardwiseError(
+            f"--check failed: loss differs by {chk['loss_max_rel_diff']:.2e} (tol {chk['loss_rtol']:.0e}), "
+            f"gradient {chk['worst_grad']} by {chk['grad_max_rel_diff']:.2e} at step {chk['worst_grad_step']} "
+            f"(tol {chk['grad_rtol']:.0e}){missing} against the single-process reference"
+        )
