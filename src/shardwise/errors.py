@@ -8,3 +8,7 @@ message on one line, without a traceback, and exits with status 2.
 
 class ShardwiseError(ValueError):
     """A user-caused error: the message names the offending field and how to fix it."""
+
+
+class CheckFailed(ShardwiseError):
+    """A verification ran and found a wrong result (e.g. `train run --check`): exit status 1, not 2."""

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import CheckFailed, ShardwiseError
 
 app = typer.Typer(
     name="shardwise",
@@ -30,12 +30,12 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; user errors print `error: ...` on stderr and exit with status 2."""
+    """Run the CLI; user errors print `error: ...` on stderr and exit with status 2 (a failed check: 1)."""
     try:
         app(args=argv, standalone_mode=False)
     except ShardwiseError as exc:
         typer.echo(f"error: {exc}", err=True)
-        return 2
+        return 1 if isinstance(exc, CheckFailed) else 2
     except typer.Exit as exc:  # raised by --help and explicit exits
         return exc.exit_code
     except typer.Abort:

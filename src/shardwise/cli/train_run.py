@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import CheckFailed, ShardwiseError
 
 
 def run_cmd(
@@ -62,13 +62,13 @@ def run_cmd(
     if format == "json":
         typer.echo(json.dumps(report_json(report), indent=2))
     else:
-        from rich.console import Console
+        from shardwise.cli.console import make_console
 
-        Console().print(report_table(report))
+        make_console().print(report_table(report))
     chk = report["check"]
     if chk is not None and not chk["passed"]:  # after the report: the exit status says it failed
         missing = f", {len(chk['missing_grads'])} gradients missing" if chk["missing_grads"] else ""
-        raise ShardwiseError(
+        raise CheckFailed(
             f"--check failed: loss differs by {chk['loss_max_rel_diff']:.2e} (tol {chk['loss_rtol']:.0e}), "
             f"gradient {chk['worst_grad']} by {chk['grad_max_rel_diff']:.2e} at step {chk['worst_grad_step']} "
             f"(tol {chk['grad_rtol']:.0e}){missing} against the single-process reference"
