@@ -53,22 +53,19 @@ def speed() -> None:
     print(f"{'auto':12s} {3 * PP * MB:8d} {t:11.1f} {'':>8s}  (search: greedy variants + named seeds, each simulated)")
 
 
-# Table 5 inputs published by the authors (github.com/sail-sg/zero-bubble-pipeline-parallelism,
-# megatron/core/pipeline_parallel/efficiency.py): p, m, T_F, T_B, T_W, T_comm (us), hidden, heads, record id
-PROFILED = [
-    (8, 24, 18522, 18086, 9337, 601, 2304, 24, "zb_t5_1.5B_m24"),
-    (8, 32, 18513, 18086, 9331, 626, 2304, 24, "zb_t5_1.5B_m32"),
-    (8, 64, 18546, 18097, 9321, 762, 2304, 24, "zb_t5_1.5B_m64"),
-    (8, 24, 29718, 29444, 19927, 527, 4096, 32, "zb_t5_6.2B_m24"),
-    (8, 32, 29802, 29428, 19530, 577, 4096, 32, "zb_t5_6.2B_m32"),
-    (8, 64, 29935, 29621, 19388, 535, 4096, 32, "zb_t5_6.2B_m64"),
-    (16, 48, 11347, 11248, 8132, 377, 5120, 40, "zb_t5_14.6B_m48"),
-    (16, 64, 11307, 11254, 8101, 379, 5120, 40, "zb_t5_14.6B_m64"),
-    (16, 128, 11325, 11308, 8109, 378, 5120, 40, "zb_t5_14.6B_m128"),
-    (32, 96, 10419, 10207, 7715, 408, 6144, 48, "zb_t5_28.3B_m96"),
-    (32, 128, 10408, 10204, 7703, 408, 6144, 48, "zb_t5_28.3B_m128"),
-    (32, 256, 10402, 10248, 7698, 460, 6144, 48, "zb_t5_28.3B_m256"),
-]
+
+def _profiled() -> list[tuple]:
+    """Zero Bubble Table 5 inputs (src/shardwise/data/zero_bubble_profiled.csv, with its source)."""
+    import csv
+
+    from shardwise.specs._loading import data_path
+
+    with open(data_path("zero_bubble_profiled.csv")) as fh:
+        rows = csv.DictReader(line for line in fh if not line.startswith("#"))
+        return [tuple(int(v) if k != "record" else v for k, v in r.items()) for r in rows]
+
+
+PROFILED = _profiled()
 
 
 def table5() -> None:

@@ -1,7 +1,7 @@
 """`shardwise validate`: prediction error against public training measurements, per source.
 
 Error of one figure = predicted/measured - 1; per source and category (time, throughput, MFU,
-memory) the mean absolute percentage error (MAPE) over its figures. Records used to fit the constants
+memory, pipeline bubble rate) the mean absolute percentage error (MAPE) over its figures. Records used to fit the constants
 are marked and reported separately from the held-out ones.
 """
 
@@ -17,7 +17,7 @@ from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import data_path, read_document
 from shardwise.train.calibration import Case, Skip, record_cases
 
-CATEGORIES = ("time", "throughput", "mfu", "memory")
+CATEGORIES = ("time", "throughput", "mfu", "memory", "bubble")
 
 
 def default_data_path() -> Path:
