@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from shardwise.cost.comm import collective_s
-from shardwise.cost.flops import layer_matmul_weights_active, matmul_weights
+from shardwise.cost.flops import layer_matmul_weights_active
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.memory import kv_bytes_per_token_per_gpu
 from shardwise.specs.hardware import GPU, NetworkTier

@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from shardwise.errors import ShardwiseError
-from shardwise.pipeline import auto_schedule, generate_schedule, list_schedules, resolve, schedule_info, simulate
+from shardwise.pipeline import auto_schedule, generate_schedule, resolve, schedule_info, simulate
 from shardwise.pipeline.ir import Schedule
 
 POST_VALIDATION = frozenset({"zb-h1", "zb-h2", "zbv", "v-half", "v-min", "auto"})
@@ -42,18 +41,6 @@ class PipelineTiming:
     def bubble_s(self) -> float:
         """Idle time of the critical rank within step_s, point-to-point waits excluded."""
         return max(0.0, self.step_s - self.pp_comm_s - self.rank_busy_s[self.critical_rank])
-
-
-def schedule_names() -> list[str]:
-    return list_schedules()
-
-
-def known_schedule(name: str) -> bool:
-    try:
-        resolve(name)
-    except ShardwiseError:
-        return False
-    return True
 
 
 @lru_cache(maxsize=512)
