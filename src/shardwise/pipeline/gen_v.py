@@ -160,9 +160,9 @@ def _squeeze(pp: int, m: int, slot: list[list[int]], w_src: list[list[int]]) -> 
         row, busy = mem[r], used[r]
         is_f = op < 2 * m
         if is_f and lo < t:  # a forward moved to t2 holds one more micro-batch over [t2, t): stay under the peak
-            full = np.flatnonzero(row[lo:t] >= peak)
-            if len(full):
-                lo += int(full[-1]) + 1
+            window = row[lo:t]
+            if window.max() >= peak:
+                lo += int(np.flatnonzero(window >= peak)[-1]) + 1
         t2 = busy.find(0, lo, t)
         if t2 < 0:
             continue
