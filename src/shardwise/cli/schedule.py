@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+
+from shardwise.console import make_console
 from rich.table import Table
 
 from shardwise.errors import ShardwiseError
@@ -68,7 +70,7 @@ def _build(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i
 
 def _console() -> Console:
     """A console at least 120 columns wide so the tables' headers are not cut."""
-    return Console(width=max(Console().width, 120))
+    return make_console()
 
 
 def _print_result(res, console: Console) -> None:

@@ -7,7 +7,7 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from shardwise.cli.console import make_console
+from shardwise.console import make_console
 
 app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import typer
-from shardwise.cli.console import make_console
+from shardwise.console import make_console
 
 from shardwise.cli.train import Format
 from shardwise.errors import ShardwiseError

@@ -62,7 +62,7 @@ def run_cmd(
     if format == "json":
         typer.echo(json.dumps(report_json(report), indent=2))
     else:
-        from shardwise.cli.console import make_console
+        from shardwise.console import make_console
 
         make_console().print(report_table(report))
     chk = report["check"]

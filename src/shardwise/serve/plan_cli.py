@@ -80,12 +80,12 @@ def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: 
 
 
 def print_plan(result: PlanResult) -> None:
-    from rich.console import Console
+    from shardwise.console import make_console
     from rich.markup import escape
     from rich.table import Table
 
     r = result.request
-    console = Console(width=None if Console().is_terminal else 130)
+    console = make_console()
     slo = ", ".join(f"{k} {v:g}" for k, v in r.slo.model_dump().items() if v is not None and k != "attainment")
     console.print(f"[bold]{r.model.name}[/bold] ({r.precision}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
                   f"GPUs available: {', '.join(f'{n}x {g}' for g, n in r.gpus.items())}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from shardwise.console import make_console
 from rich.table import Table
 
 
@@ -46,6 +46,6 @@ def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
 
 
 def print_tables(tables: list[Table]) -> None:
-    console = Console()
+    console = make_console()
     for t in tables:
         console.print(t)

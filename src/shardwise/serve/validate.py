@@ -93,7 +93,7 @@ def summarize(rows: list[dict[str, Any]], bar: float = 0.15) -> dict[str, Any]:
 
 
 def print_validation(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
+    from shardwise.console import make_console
     from rich.table import Table
 
     table = Table(title="Simulated vs published serving runs (error = simulated / published - 1)", title_justify="left")
@@ -103,7 +103,7 @@ def print_validation(rows: list[dict[str, Any]]) -> None:
         mark = "" if r["headline"] else " (info)"
         err = f"{r['error']:+.1%}" if abs(r["error"]) <= 0.15 or not r["headline"] else f"[red]{r['error']:+.1%}[/red]"
         table.add_row(r["id"], r["split"], r["metric"] + mark, f"{r['published']:,.2f}", f"{r['simulated']:,.2f}", err)
-    console = Console()
+    console = make_console()
     console.print(table)
     for split, s in summarize(rows).items():
         console.print(f"{split}: {s['within_bar']}/{s['figures']} headline figures within 15%, mean |error| {s['mape']:.1%}")

@@ -1,4 +1,4 @@
-"""One rich console for the CLI: full terminal width, or 160 columns when output is piped."""
+"""One rich console for every command: full terminal width, or 160 columns when output is piped."""
 
 from __future__ import annotations
 
