@@ -8,10 +8,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-
-from shardwise.console import make_console
 from rich.table import Table
 
+from shardwise.console import make_console
 from shardwise.errors import ShardwiseError
 
 app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
