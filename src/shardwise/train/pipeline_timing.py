@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from shardwise.pipeline import auto_schedule, generate_schedule, resolve, schedule_info, simulate
-from shardwise.pipeline.ir import Schedule
+from shardwise.pipeline.ir import Schedule, loop_placement, v_placement
 
 POST_VALIDATION = frozenset({"zb-h1", "zb-h2", "zbv", "v-half", "v-min", "auto"})
 GLOBAL = "global makespan (the optimizer step synchronises the stages)"
@@ -52,8 +52,8 @@ def cached_schedule(name: str, pp: int, microbatches: int, vpp: int) -> Schedule
 def stage_layout(schedule: str, pp: int, vpp: int) -> tuple[int, ...]:
     """Stage-to-rank map of a schedule family without generating it (loop or V placement)."""
     if schedule_info(schedule).placement == "v" or (resolve(schedule) == "auto" and vpp == 2):
-        return tuple(list(range(pp)) + list(range(pp - 1, -1, -1)))
-    return tuple(s % pp for s in range(pp * vpp))
+        return tuple(v_placement(pp))
+    return tuple(loop_placement(pp, vpp))
 
 
 def pipeline_timing(
