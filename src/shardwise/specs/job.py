@@ -85,6 +85,13 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
             raise ShardwiseError(f"parallel.ep: {p.ep} does not divide the {model.experts} experts of {model.name}")
         if (dp * p.cp) % p.ep:
             raise ShardwiseError(f"parallel.ep: {p.ep} must divide dp*cp = {dp * p.cp} (experts are sharded inside the data-parallel group)")
+    if p.dp_shard is not None and (dp * p.cp) % p.dp_shard:
+        raise ShardwiseError(
+            f"parallel.dp_shard: {p.dp_shard} does not divide the data-parallel group dp*cp = {dp * p.cp}; "
+            f"use one of {_divisors(dp * p.cp)} (or leave it out to shard over the whole group)"
+        )
+    if p.offload != "none" and p.zero == 0:
+        raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
     per_step = p.micro_batch * dp
     if training.global_batch % per_step:
         raise ShardwiseError(

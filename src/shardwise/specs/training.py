@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Recompute = Literal["none", "selective", "full"]
+Framework = Literal["megatron", "torchtitan", "fsdp", "deepspeed", "composer", "maxtext"]
+Offload = Literal["none", "optimizer", "optimizer+params"]
 
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
@@ -25,6 +27,14 @@ class TrainingSpec(BaseModel):
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars")
     grad_dtype: Literal["bf16", "fp32"] = Field(
         default="fp32", description="gradient accumulation/reduction dtype (Megatron main_grad: fp32)"
+    )
+    framework: Framework = Field(
+        default="megatron",
+        description="software stack that runs the job: its kernels, fusion and overlap (data/stacks.yaml)",
+    )
+    compile: bool | None = Field(default=None, description="torch.compile / XLA fusion; None = the stack's default")
+    attention_kernel: Literal["auto", "fa1", "fa2", "fa3"] = Field(
+        default="auto", description="fused attention kernel (FlashAttention 1/2/3); auto = the stack's choice for the GPU"
     )
 
     @property
@@ -64,6 +74,12 @@ class TrainPlan(BaseModel):
     schedule: str = "1f1b"
     flash_attention: bool = True
     overlap_grad_reduce: bool = True
+    dp_shard: int | None = Field(
+        default=None,
+        gt=0,
+        description="ranks of the data-parallel group that shard ZeRO/FSDP states (hybrid sharding, HSDP); None = all",
+    )
+    offload: Offload = Field(default="none", description="model states kept in host memory (ZeRO-Offload)")
 
     @property
     def sp(self) -> bool:

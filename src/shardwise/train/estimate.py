@@ -17,14 +17,17 @@ from shardwise.cost.activations import (
     weight_gradient_bytes,
 )
 from shardwise.cost.comm import group_collective_s
-from shardwise.cost.compute import Device
 from shardwise.cost.constants import Constants, default_constants
+from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.layer import Groups, embedding, lm_head, transformer_layer
-from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
+from shardwise.cost.memory import optimizer_bytes_per_param
 from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
+from shardwise.cost.stack import attention_kernel, stack_profile
+from shardwise.cost.step import fixed_memory_bytes, model_states, offload_params_s, optimizer_step_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
+from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
@@ -41,23 +44,23 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     gpu = cluster.gpu
     tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
-    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name))
+    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
+    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
     groups = Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, tp))
     seq = training.seq_len
     tokens = plan.micro_batch * seq / cp
     ab = training.activation_bytes
     sp, rc, flash = plan.sp, plan.recompute, plan.flash_attention
 
-    dense = transformer_layer(model, False, tokens, seq, sp, rc, flash, dev, groups, ab)
-    moe = transformer_layer(model, True, tokens, seq, sp, rc, flash, dev, groups, ab) if model.is_moe else dense
-    emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, ab)
+    dense = transformer_layer(model, False, tokens, seq, sp, rc, flash, dev, groups, stack, ab)
+    moe = transformer_layer(model, True, tokens, seq, sp, rc, flash, dev, groups, stack, ab) if model.is_moe else dense
+    emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, stack, ab)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, rc, flash, ab)
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, rc, flash, ab) if model.is_moe else act_dense
     kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
     w_retained = 1.0 if rc == "full" else min(1.0, kept / (act_moe if model.is_moe else act_dense))
 
     stages = stage_contents(model, pp * vpp)
-    ov = consts.overlap
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
     for st in stages:
         cost = dense.scaled(st.dense_layers) + moe.scaled(st.moe_layers)
@@ -65,7 +68,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
             cost = cost + emb
         if st.lm_head:
             cost = cost + head
-        f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, ov.tp_backward_overlap)
+        f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, stack.tp_comm_overlap)
         f_s.append(f)
         i_s.append(i)
         w_s.append(w)
@@ -79,15 +82,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     s2r = stage_layout(plan.schedule, pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     dense_group, expert_group = dp * cp, max(1, dp * cp // ep)
+    shard = min(plan.dp_shard or dense_group, dense_group)
     opt_bpp = optimizer_bytes_per_param(training.precision)
     wb, gb = training.weight_bytes, training.grad_bytes
     mem_const, step_const = consts.memory, consts.step
-    fixed = (mem_const.cuda_context_gib + mem_const.comm_buffers_gib) * GIB
-    if plan.zero >= 3:
-        largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
-        fixed += 2 * largest * wb  # current + prefetched layer, gathered
-    elif dense_group > 1:
-        fixed += 2 * mem_const.dp_bucket_mib * 2**20  # reduce buckets in flight
+    largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
+    fixed = fixed_memory_bytes(consts, plan.zero, dense_group, largest, wb)
     params, states = [], []
     for r in range(pp):
         p_dense = p_exp = 0.0
@@ -95,8 +95,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
             d, e = stage_params(model, stages[s], tp, ep)
             p_dense, p_exp = p_dense + d, p_exp + e
         params.append((p_dense, p_exp))
-        states.append(model_state_bytes(p_dense, dense_group, plan.zero, wb, gb, opt_bpp)
-                      + model_state_bytes(p_exp, expert_group, plan.zero, wb, gb, opt_bpp))
+        states.append(model_states(p_dense, p_exp, dense_group, expert_group, plan.zero, shard, wb, gb, opt_bpp, plan.offload))
     extra_act = [0.0] * pp
     extra_act[s2r[-1]] += output_layer_activation_bytes(model, tokens, tp, sp, ab)
     if rc == "full":
@@ -109,17 +108,18 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     p2p_s = group_collective_s(cluster, "send_recv", p2p_bytes, 2, plan.stride("pp")) if pp > 1 else 0.0
     timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, w_retained, max(cap, max(acts)), split_p2p)
 
-    hbm = gpu.hbm_bytes_s * dev.memory_efficiency
     ranks = []
     for r in range(pp):
         p_dense, p_exp = params[r]
         fwd = sum(f_s[s] for s in mine[r])
         bwd = sum(i_s[s] + w_s[s] for s in mine[r])
         dp_s = dp_exposed_s(cluster, plan.zero, plan.overlap_grad_reduce, m, tp, ep, p_dense, p_exp,
-                            dense_group, expert_group, wb, gb, fwd, bwd, ov)
-        shard = plan.zero >= 1
-        opt_params = p_dense / (dense_group if shard else 1) + p_exp / (expert_group if shard else 1)
-        optimizer_s = opt_params * step_const.optimizer_bytes_per_param / hbm
+                            dense_group, expert_group, shard, wb, gb, fwd, bwd, stack.dp_overlap, stack.fsdp_prefetch_overlap)
+        if plan.offload == "optimizer+params":
+            dp_s += m * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, gpu.arch, wb)
+        sharded = plan.zero >= 1
+        opt_params = p_dense / (shard if sharded else 1) + p_exp / (expert_group if sharded else 1)
+        optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, plan.offload, gpu.arch, wb, gb)
         activations = timing.peak_activation[r] + extra_act[r]
         overheads = fixed + mem_const.fragmentation * activations
         st_ = states[r]
@@ -133,12 +133,13 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     comp = sum(exposed[s][0] for s in mine[crit]) * m
     e_tp, e_cp, e_ep = (sum(exposed[s][k] for s in mine[crit]) * m for k in (1, 2, 3))
     overhead = step_const.step_overhead_s
-    step = timing.step_s + dp_s + optimizer_s + overhead
+    n = cluster.num_gpus
+    straggler = timing.step_s * (float(straggler_factor(n, step_const.straggler_cv)) - 1.0)
+    step = timing.step_s + straggler + dp_s + optimizer_s + overhead
     times = TimeBreakdown(
         compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
-        bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead,
+        bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler,
     )
-    n = cluster.num_gpus
     tokens_step = training.tokens_per_step
     peak = gpu.peak_flops(training.precision)
     mf = model_flops_per_token(model, seq) * tokens_step
@@ -179,4 +180,6 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         days_to_train=days,
         cost_usd=cost,
         notes=tuple(notes),
+        stack=stack.knobs(),
+        error_band=error_band(gpu.name, training.framework),
     )

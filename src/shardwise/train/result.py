@@ -39,6 +39,7 @@ class TimeBreakdown:
     bubble: float
     optimizer: float
     overhead: float
+    straggler: float = 0.0  # waiting for the slowest rank of a synchronous step
 
     @property
     def total(self) -> float:
@@ -72,6 +73,8 @@ class Estimate:
     days_to_train: float | None = None
     cost_usd: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    stack: dict[str, Any] = field(default_factory=dict)  # the software-stack knobs used
+    error_band: dict[str, Any] | None = None  # held-out error of comparable runs (train/error_band.py)
 
     @property
     def peak_memory_gib(self) -> float:
@@ -110,4 +113,6 @@ class Estimate:
             "days_to_train": self.days_to_train,
             "cost_usd": self.cost_usd,
             "notes": list(self.notes),
+            "stack": dict(self.stack),
+            "error_band": self.error_band,
         }

@@ -34,12 +34,14 @@ from shardwise.cost.activations import (
     layer_activation_bytes,
     output_layer_activation_bytes,
 )
-from shardwise.cost.compute import Device
-from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
-from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
-from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.cost.comm import group_collective_s
+from shardwise.cost.constants import Constants, default_constants
+from shardwise.cost.device import Device
+from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
+from shardwise.cost.memory import optimizer_bytes_per_param
+from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
+from shardwise.cost.stack import attention_kernel, stack_profile
+from shardwise.cost.step import fixed_memory_bytes, model_states, optimizer_step_s, straggler_factor
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
@@ -121,7 +123,8 @@ def screen(
     """Arrays (one per plan): step_lb_s, step_s (approximation), memory_bytes (peak per GPU)."""
     consts = constants or default_constants()
     gpu = cluster.gpu
-    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name))
+    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
+    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
     seq, ab = training.seq_len, training.activation_bytes
     n = len(c)
     sp = (c["sp"] == 1) & (c["tp"] > 1)
@@ -133,16 +136,16 @@ def screen(
         groups = Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, tp))
         tokens, rcn, s = mb * seq / cp, RECOMPUTE[rc], bool(s)
         flash = flash_attention
-        d = transformer_layer(model, False, tokens, seq, s, rcn, flash, dev, groups, ab)
+        d = transformer_layer(model, False, tokens, seq, s, rcn, flash, dev, groups, stack, ab)
         dense.append(d)
-        moe.append(transformer_layer(model, True, tokens, seq, s, rcn, flash, dev, groups, ab) if model.is_moe else d)
+        moe.append(transformer_layer(model, True, tokens, seq, s, rcn, flash, dev, groups, stack, ab) if model.is_moe else d)
         emb.append(embedding(model, tokens, s, dev, groups, ab))
-        head.append(lm_head(model, tokens, s, dev, groups, ab))
+        head.append(lm_head(model, tokens, s, dev, groups, stack, ab))
         a_d = layer_activation_bytes(model, False, tokens, seq, tp, s, rcn, flash, ab)
         a_m = layer_activation_bytes(model, True, tokens, seq, tp, s, rcn, flash, ab) if model.is_moe else a_d
         extra = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, s, flash, ab) if rcn == "full" else 0.0
         acts.append((a_d, a_m, embedding_activation_bytes(model, tokens, tp, s), output_layer_activation_bytes(model, tokens, tp, s, ab), extra))
-    tpo = consts.overlap.tp_backward_overlap
+    tpo = stack.tp_comm_overlap
     fiw = [np.stack(exposed_layer_comm(_stack(x), tpo)[:3])[:, inv] for x in (dense, moe, emb, head)]  # 4 x (3, n)
     act = np.array(acts)[inv]  # (n, 5)
 
@@ -150,7 +153,7 @@ def screen(
     opt_bpp = optimizer_bytes_per_param(training.precision)
     wb, gb = training.weight_bytes, training.grad_bytes
     mc = consts.memory
-    hbm = gpu.hbm_bytes_s * dev.memory_efficiency
+    straggle = float(straggler_factor(cluster.num_gpus, consts.step.straggler_cv))
     p2p = group_collective_s(cluster, "send_recv", c["mb"] * seq / c["cp"] * model.hidden * ab / c["tp"], 2, c["tp"] * c["cp"] * c["dp"])
     p2p = np.where(c["pp"] > 1, p2p, 0.0)
     groups_key = np.stack([c["pp"], c["vpp"], c["sched"], c["tp"], c["ep"]], axis=1)
@@ -179,26 +182,25 @@ def screen(
         # Data parallelism, optimizer and memory per rank: arrays of shape (pp, k).
         cp, dp, zero = c["cp"][idx], c["dp"][idx], c["zero"][idx]
         dense_group, expert_group = dp * cp, np.maximum(1, dp * cp // ep)
-        fixed = (mc.cuda_context_gib + mc.comm_buffers_gib) * GIB
         largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
-        fixed = fixed + np.where(zero >= 3, 2 * largest * wb, np.where(dense_group > 1, 2 * mc.dp_bucket_mib * 2**20, 0.0))
+        fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb)
         p_dense, p_exp = params[:, :1], params[:, 1:]
         fwd, bwd = rank_fiw[:, 0], rank_fiw[:, 1] + rank_fiw[:, 2]
-        dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, m, tp, ep, p_dense, p_exp, dense_group, expert_group, wb, gb, fwd, bwd, consts.overlap)
-        shard = zero >= 1
-        opt_params = p_dense / np.where(shard, dense_group, 1) + p_exp / np.where(shard, expert_group, 1)
-        states = model_state_bytes(p_dense, dense_group, zero, wb, gb, opt_bpp).total
-        states = states + model_state_bytes(p_exp, expert_group, zero, wb, gb, opt_bpp).total
+        dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, m, tp, ep, p_dense, p_exp, dense_group, expert_group,
+                            dense_group, wb, gb, fwd, bwd, stack.dp_overlap, stack.fsdp_prefetch_overlap)
+        sharded = zero >= 1
+        opt_params = p_dense / np.where(sharded, dense_group, 1) + p_exp / np.where(sharded, expert_group, 1)
+        states = model_states(p_dense, p_exp, dense_group, expert_group, zero, dense_group, wb, gb, opt_bpp).total
         stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
         units = np.stack([inflight_units(name, pp, vpp, m, r) for r in range(pp)])
         activations = units * stage_act + act[idx, 4]
         activations[last_rank] += act[idx, 3]
         total = states + fixed + activations * (1 + mc.fragmentation)
         worst_dp = np.max(dp_s, axis=0)
-        worst_opt = np.max(opt_params, axis=0) * consts.step.optimizer_bytes_per_param / hbm
+        worst_opt = optimizer_step_s(consts, np.max(opt_params, axis=0), dev.hbm_rate)
         worst_mem = np.max(total, axis=0)
         tail = worst_dp + worst_opt + consts.step.step_overhead_s
-        lb[idx] = pipe_lb + tail
-        approx[idx] = pipe + tail
+        lb[idx] = pipe_lb * straggle + tail
+        approx[idx] = pipe * straggle + tail
         mem[idx] = worst_mem
     return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}
