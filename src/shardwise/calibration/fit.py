@@ -71,6 +71,8 @@ PARAMS: tuple[Param, ...] = (
     Param("B200 GEMM efficiency", ("per_gpu.B200.gemm_efficiency",), 0.70, 0.40, 0.95, 0.15, _family("B200")),
     Param("MI300X GEMM efficiency", ("per_gpu.MI300X.gemm_efficiency",), 0.55, 0.25, 0.95, 0.15, _family("MI300X")),
     Param("GEMM fixed cost (s)", ("compute.gemm_overhead_s",), 5e-6, 0.0, 40e-6, 10e-6, _any),
+    Param("HBM efficiency of memory-bound kernels", ("compute.memory_efficiency",), 0.85, 0.3, 0.95, 0.2, _any),
+    Param("kernel launch gap (s)", ("compute.kernel_overhead_s",), 4e-6, 0.0, 30e-6, 5e-6, _any),
     Param("A100 FlashAttention-2 efficiency", ("per_gpu.A100-80GB.attention_efficiency",), 0.73, 0.30, 0.90, 0.15, _family("A100-80GB")),
     Param("H100 FlashAttention-2 efficiency", ("per_gpu.H100-SXM.attention_efficiency",), 0.35, 0.20, 0.80, 0.15, _family("H100-SXM")),
     Param("H100 FlashAttention-3/cuDNN efficiency", ("per_gpu.H100-SXM.fa3_attention_efficiency",), 0.75, 0.30, 0.90, 0.15, _family("H100-SXM")),
@@ -145,7 +147,8 @@ class FitResult:
 class Problem:
     """Residuals of a set of cases as a function of the parameter vector."""
 
-    def __init__(self, cases: list[Case], base: Constants, params: tuple[Param, ...] = PARAMS):
+    def __init__(self, cases: list[Case], base: Constants, params: tuple[Param, ...] = PARAMS, prior_weight: float = PRIOR_WEIGHT):
+        self.prior_weight = prior_weight
         self.cases = cases
         self.base = base
         self.params = params
@@ -169,7 +172,7 @@ class Problem:
         return out
 
     def residuals(self, x: np.ndarray) -> np.ndarray:
-        return np.concatenate([self.weights * self.log_errors(x), PRIOR_WEIGHT * (x - self.start) / self.width])
+        return np.concatenate([self.weights * self.log_errors(x), self.prior_weight * (x - self.start) / self.width])
 
     def cost(self, x: np.ndarray) -> float:
         """The objective least_squares minimises: 0.5 * f^2 * sum(rho((r / f)^2)), soft-L1
@@ -191,7 +194,7 @@ class Problem:
             if mask.any():
                 moved = self.log_errors(xj, mask)
                 jac[: len(self.cases), j] = np.where(mask, self.weights * (moved - base) / step, 0.0)
-            jac[len(self.cases) + j, j] = PRIOR_WEIGHT / p.width
+            jac[len(self.cases) + j, j] = self.prior_weight / p.width
         return jac
 
     def fit(self, x0: np.ndarray | None = None, max_nfev: int = 30) -> FitResult:

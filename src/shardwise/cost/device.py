@@ -1,12 +1,11 @@
 """One device model for training and serving: the time of each kind of operation on one GPU.
 
 - GEMM (M x K) @ (K x N) of 2MNK FLOPs (roofline: Williams et al. 2009):
-  t = max(2MNK / (peak * eta_gemm * wave), bytes / (HBM * eta_mem)) + t_gemm, where
-  wave = tiles / (ceil(tiles / SMs) * SMs) and tiles = ceil(M / tile_m) * ceil(N / tile_n) is the wave
-  quantisation of the output tiles over the streaming multiprocessors (NVIDIA Deep Learning Performance
-  Guide, "Matrix Multiplication Background", Sec. 2.3 wave quantization). eta_gemm is the fitted
+  t = max(2MNK / (peak * eta_gemm), bytes / (HBM * eta_mem)) + t_gemm. eta_gemm is the fitted
   asymptote of large GEMMs, t_gemm a fitted fixed cost per GEMM (launch, prologue/epilogue): together
-  they make small GEMMs slower than large ones.
+  they make small GEMMs slower than large ones. Wave quantisation with a fixed output tile (NVIDIA Deep
+  Learning Performance Guide, "Matrix Multiplication Background") is not applied: cuBLAS chooses tile
+  shapes and split-K per problem, and the calibration runs fit better without it (docs/fidelity.md).
 - fused attention (FlashAttention-style), forward or backward:
   t = F / (peak_16bit * eta_attn * s / (s + s_half)) + t_kernel, saturating in the key length s
   (for a causal mask the mean key length s/2). FA3 forward on H100 (head dim 128, B*S = 16k tokens)
@@ -29,21 +28,12 @@ import numpy as np
 from shardwise.cost.constants import ComputeConstants
 from shardwise.specs.hardware import GPU
 
-# Output tile of the dominant 16-bit GEMM kernels per GPU generation (M x N): CUTLASS's default
-# tensor-core tiles, 128x256 for sm90 warp-specialised kernels, 128x128 for sm80/sm89; Blackwell's
-# two-SM 256x256 tiles are 128x256 per SM; CDNA3 like sm80 (assumed).
-GEMM_TILE = {"hopper": (128, 256), "blackwell": (128, 256), "ampere": (128, 128), "ada": (128, 128), "cdna3": (128, 128)}
 ATTENTION_SEQ_HALF = 240.0  # tokens; see the module docstring
 BACKWARD_ATTENTION_RATIO = 63.0 / 73.0  # FlashAttention-2 Sec. 4.1 (A100): backward vs forward efficiency
 # FlashAttention-1 reached 25-40% of A100 peak where FlashAttention-2 reaches 50-73% (Dao 2023, Sec. 1):
 # its efficiency relative to FA2's, at the top of both ranges (derived).
 FA1_RATIO = 40.0 / 73.0
 FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused attention kernels exist
-
-
-def ceil_div(a, b):
-    """ceil(a / b) for positive numbers or arrays."""
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -53,9 +43,6 @@ class Device:
     peak_flops: float  # dense tensor FLOP/s at the GEMM precision
     attention_peak_flops: float  # attention runs in 16-bit even in fp8 recipes
     hbm_bytes_s: float
-    sm_count: int
-    tile_m: int
-    tile_n: int
     gemm_efficiency: float
     gemm_overhead_s: float
     attention_efficiency: float  # forward asymptote of the attention kernel in use
@@ -66,7 +53,6 @@ class Device:
     def of(cls, gpu: GPU, precision: str, constants: ComputeConstants, attention_kernel: str = "fa2") -> Device:
         """`attention_kernel`: "fa3" (FlashAttention-3 / cuDNN, Hopper and later; FA2 elsewhere), "fa2"
         or "fa1"."""
-        tm, tn = GEMM_TILE.get(gpu.arch, GEMM_TILE["ampere"])
         fa3 = attention_kernel == "fa3" and gpu.arch in FA3_ARCHS
         attention = constants.fa3_attention_efficiency if fa3 else constants.attention_efficiency
         if attention_kernel == "fa1":
@@ -75,9 +61,6 @@ class Device:
             peak_flops=gpu.peak_flops(precision),
             attention_peak_flops=gpu.peak_flops("bf16" if precision == "fp8" else precision),
             hbm_bytes_s=gpu.hbm_bytes_s,
-            sm_count=gpu.sm_count,
-            tile_m=tm,
-            tile_n=tn,
             gemm_efficiency=constants.gemm_efficiency,
             gemm_overhead_s=constants.gemm_overhead_s,
             attention_efficiency=attention,
@@ -89,15 +72,10 @@ class Device:
     def hbm_rate(self) -> float:
         return self.hbm_bytes_s * self.memory_efficiency
 
-    def wave_efficiency(self, m, n):
-        """Share of the last wave's SMs that have a tile to compute, averaged over the waves."""
-        tiles = ceil_div(m, self.tile_m) * ceil_div(n, self.tile_n)
-        return tiles / (ceil_div(tiles, self.sm_count) * self.sm_count)
-
     def gemm_s(self, m, n, k, count=1, bytes_per_element: float = 2.0):
         """`count` identical (or one grouped GEMM of `count`) (m x k) @ (k x n) GEMMs."""
         flops = 2.0 * m * n * k
-        compute = flops / (self.peak_flops * self.gemm_efficiency * self.wave_efficiency(m, n))
+        compute = flops / (self.peak_flops * self.gemm_efficiency)
         memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
         return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
 

@@ -120,7 +120,7 @@ def transformer_layer(
         scores = heads * tokens * seq_kv
         qk = float(dev.gemm_s(tokens, seq_kv, d_qk, heads))  # per head: (s x d) @ (d x s)
         av = float(dev.gemm_s(tokens, d_v, seq_kv, heads))  # per head: (s x s) @ (s x d)
-        softmax_bytes = scores * (2 * act_bytes + (2 * act_bytes + 1 if model.dropout else 0))
+        softmax_bytes = scores * (2 * act_bytes + (2 * act_bytes + 1 if model.dropout else 0)) * stack.elementwise_traffic
         attn_f = qk + av + dev.memory_s(softmax_bytes, 2 if model.dropout else 1)
         attn_b = 2.0 * (qk + av) + dev.memory_s(1.5 * softmax_bytes, 2 if model.dropout else 1)
     # --- elementwise ------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ class GPU(BaseModel):
     aliases: tuple[str, ...] = ()
     tflops: dict[str, float]
     arch: str = Field(default="ampere", description="GPU generation: ampere, hopper, blackwell, ada, cdna3")
-    sm_count: int = Field(default=108, gt=0, description="streaming multiprocessors (or compute units)")
     memory_gib: float = Field(gt=0)
     hbm_tbyte_s: float = Field(gt=0)
     intra_node_link: str = "nvlink"

@@ -9,24 +9,15 @@ communication and the optimizer step per pipeline rank; memory by placement (:mo
 
 from __future__ import annotations
 
-from shardwise.cost.activations import (
-    embedding_activation_bytes,
-    full_recompute_working_bytes,
-    layer_activation_bytes,
-    output_layer_activation_bytes,
-    weight_gradient_bytes,
-)
-from shardwise.cost.comm import group_collective_s
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
-from shardwise.cost.layer import Groups, embedding, lm_head, transformer_layer
-from shardwise.cost.memory import optimizer_bytes_per_param
-from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
+from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
-from shardwise.cost.step import fixed_memory_bytes, model_states, offload_params_s, optimizer_step_s, straggler_factor
+from shardwise.cost.step import straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
+from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
 from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
@@ -46,85 +37,52 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     m = job.microbatches
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
     dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
-    groups = Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, tp))
-    seq = training.seq_len
-    tokens = plan.micro_batch * seq / cp
-    ab = training.activation_bytes
-    sp, rc, flash = plan.sp, plan.recompute, plan.flash_attention
-
-    dense = transformer_layer(model, False, tokens, seq, sp, rc, flash, dev, groups, stack, ab)
-    moe = transformer_layer(model, True, tokens, seq, sp, rc, flash, dev, groups, stack, ab) if model.is_moe else dense
-    emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, stack, ab)
-    act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, rc, flash, ab)
-    act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, rc, flash, ab) if model.is_moe else act_dense
-    kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
-    w_retained = 1.0 if rc == "full" else min(1.0, kept / (act_moe if model.is_moe else act_dense))
+    seq, sp, rc, flash = training.seq_len, plan.sp, plan.recompute, plan.flash_attention
+    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch)
 
     stages = stage_contents(model, pp * vpp)
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
     for st in stages:
-        cost = dense.scaled(st.dense_layers) + moe.scaled(st.moe_layers)
+        cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
         if st.embedding:
-            cost = cost + emb
+            cost = cost + b.embedding
         if st.lm_head:
-            cost = cost + head
+            cost = cost + b.head
         f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, stack.tp_comm_overlap)
         f_s.append(f)
         i_s.append(i)
         w_s.append(w)
         exposed.append((cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep))
-        act = st.dense_layers * act_dense + st.moe_layers * act_moe
-        if st.embedding:
-            act += embedding_activation_bytes(model, tokens, tp, sp)
-        acts.append(act)
+        acts.append(st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0))
 
-    # Model states and fixed overheads per pipeline rank (placement: cost/memory.py).
+    # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
     s2r = stage_layout(plan.schedule, pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
-    dense_group, expert_group = dp * cp, max(1, dp * cp // ep)
-    shard = min(plan.dp_shard or dense_group, dense_group)
-    opt_bpp = optimizer_bytes_per_param(training.precision)
-    wb, gb = training.weight_bytes, training.grad_bytes
     mem_const, step_const = consts.memory, consts.step
-    largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
-    fixed = fixed_memory_bytes(consts, plan.zero, dense_group, largest, wb)
-    params, states = [], []
+    tails = []
     for r in range(pp):
         p_dense = p_exp = 0.0
         for s in mine[r]:
             d, e = stage_params(model, stages[s], tp, ep)
             p_dense, p_exp = p_dense + d, p_exp + e
-        params.append((p_dense, p_exp))
-        states.append(model_states(p_dense, p_exp, dense_group, expert_group, plan.zero, shard, wb, gb, opt_bpp, plan.offload))
-    extra_act = [0.0] * pp
-    extra_act[s2r[-1]] += output_layer_activation_bytes(model, tokens, tp, sp, ab)
-    if rc == "full":
-        extra_act = [x + full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) for x in extra_act]
-    cap = min((gpu.memory_bytes - states[r].total - fixed) / (1 + mem_const.fragmentation) - extra_act[r] for r in range(pp))
-
-    # Scatter/gather optimisation (Narayanan et al. 2021 Sec. 4.1): each TP rank sends 1/t of the
-    # boundary activation; the receiver all-gathers it over the intra-node link.
-    p2p_bytes = tokens * model.hidden * ab / tp
-    p2p_s = group_collective_s(cluster, "send_recv", p2p_bytes, 2, plan.stride("pp")) if pp > 1 else 0.0
-    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, w_retained, max(cap, max(acts)), split_p2p)
+        tails.append(rank_tail(
+            model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
+            dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
+            microbatches=m, p_dense=p_dense, p_exp=p_exp,
+            fwd_s=sum(f_s[s] for s in mine[r]), bwd_s=sum(i_s[s] + w_s[s] for s in mine[r]),
+        ))
+    extra_act = [b.act_recompute] * pp
+    extra_act[s2r[-1]] += b.act_output
+    cap = min((gpu.memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
+    p2p_s = boundary_p2p_s(cluster, model, training, plan.micro_batch, tp, cp, plan.stride("pp")) if pp > 1 else 0.0
+    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p)
 
     ranks = []
-    for r in range(pp):
-        p_dense, p_exp = params[r]
-        fwd = sum(f_s[s] for s in mine[r])
-        bwd = sum(i_s[s] + w_s[s] for s in mine[r])
-        dp_s = dp_exposed_s(cluster, plan.zero, plan.overlap_grad_reduce, m, tp, ep, p_dense, p_exp,
-                            dense_group, expert_group, shard, wb, gb, fwd, bwd, stack.dp_overlap, stack.fsdp_prefetch_overlap)
-        if plan.offload == "optimizer+params":
-            dp_s += m * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, gpu.arch, wb)
-        sharded = plan.zero >= 1
-        opt_params = p_dense / (shard if sharded else 1) + p_exp / (expert_group if sharded else 1)
-        optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, plan.offload, gpu.arch, wb, gb)
+    for r, t in enumerate(tails):
         activations = timing.peak_activation[r] + extra_act[r]
-        overheads = fixed + mem_const.fragmentation * activations
-        st_ = states[r]
-        mem = MemoryBreakdown(float(st_.weights), float(st_.grads), float(st_.optimizer), activations, overheads)
-        ranks.append((mem, dp_s, optimizer_s))
+        overheads = float(t.fixed_bytes) + mem_const.fragmentation * activations
+        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), float(t.states.optimizer), activations, overheads)
+        ranks.append((mem, float(t.dp_s), float(t.optimizer_s)))
 
     peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)
     dp_s = max(x[1] for x in ranks)
