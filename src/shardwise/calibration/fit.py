@@ -30,7 +30,7 @@ from shardwise.calibration.validate import signed_error
 from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants
 
 LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
-PRIOR_WEIGHT = 0.3  # weight of the prior residual (theta - start) / width
+PRIOR_WEIGHT = 0.1  # weight of the prior residual (theta - start) / width: weak, so the data decide where they can
 
 
 @dataclass(frozen=True)
@@ -197,41 +197,36 @@ class Problem:
             jac[len(self.cases) + j, j] = self.prior_weight / p.width
         return jac
 
-    def fit(self, x0: np.ndarray | None = None, max_nfev: int = 30) -> FitResult:
+    def fit(self, x0: np.ndarray | None = None, max_nfev: int = 30, assess: bool = True) -> FitResult:
+        """Least squares from `x0` (default: the priors); `assess` adds what the data determine."""
         lower = np.array([p.lower for p in self.params])
         upper = np.array([p.upper for p in self.params])
         x0 = np.clip(self.start if x0 is None else x0, lower, upper)
         res = least_squares(self.residuals, x0, jac=self.jacobian, bounds=(lower, upper), loss="soft_l1",
                             f_scale=LOSS_SCALE, x_scale=self.width, max_nfev=max_nfev)
+        determined, stderr = self.determinedness(res.x, self.jacobian(res.x), lower, upper) if assess else ({}, {})
         return FitResult(
             values={p.name: float(v) for p, v in zip(self.params, res.x, strict=True)},
-            cost=float(res.cost),
-            determined=self.determinedness(res.x, res.jac, lower, upper),
-            stderr=self._stderr(res.jac, res.x),
+            cost=self.cost(res.x),
+            determined=determined,
+            stderr=stderr,
             rows=len(self.cases),
         )
 
-    def _stderr(self, jac: np.ndarray, x: np.ndarray | None = None) -> dict[str, float]:
-        """Gauss-Newton standard errors from the data rows of the Jacobian: cov = s^2 (J^T J)^+,
-        s^2 the weighted residual variance (the prior rows excluded)."""
-        data = jac[: len(self.cases)]
-        info = data.T @ data
+    def _posterior_sd(self, jac: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gauss-Newton standard deviations with and without the data: (posterior, prior-only), from
+        (J^T J)^-1 s^2 where J includes the prior rows and s^2 is the weighted residual variance."""
         n, k = len(self.cases), len(self.params)
-        s2 = LOSS_SCALE**2
-        if x is not None and n > k:
-            r = self.residuals(x)[:n]
-            s2 = float(np.sum(r**2) / (n - k))
-        sd = np.full(k, math.inf)
-        diag = np.diag(np.linalg.pinv(info)) if info.any() else np.zeros(k)
-        for j in range(k):
-            if info[j, j] > 0 and diag[j] > 0:
-                sd[j] = math.sqrt(diag[j] * s2)
-        return {p.name: float(s) for p, s in zip(self.params, sd, strict=True)}
+        r = self.residuals(x)[:n]
+        s2 = float(np.sum(r**2) / max(n - k, 1))
+        post = np.sqrt(np.diag(np.linalg.inv(jac.T @ jac)) * s2)
+        prior = self.width / self.prior_weight * math.sqrt(s2) if self.prior_weight else np.full(k, math.inf)
+        return post, prior
 
-    def determinedness(self, x, jac, lower, upper) -> dict[str, str]:
-        """A constant is determined by the data when some rows depend on it, it does not sit on a
-        bound, and its standard error is small next to its prior width."""
-        sd = self._stderr(jac, x)
+    def determinedness(self, x, jac, lower, upper) -> tuple[dict[str, str], dict[str, float]]:
+        """A constant is determined by the data when some rows depend on it, it does not sit on a bound,
+        and the data shrink its uncertainty to under half of what the prior alone allows."""
+        post, prior = self._posterior_sd(jac, x)
         out = {}
         for j, p in enumerate(self.params):
             span = upper[j] - lower[j]
@@ -239,11 +234,11 @@ class Problem:
                 out[p.name] = "not determined: no fitted row depends on it (prior value kept)"
             elif min(x[j] - lower[j], upper[j] - x[j]) < 0.01 * span:
                 out[p.name] = "not determined: sits on its bound"
-            elif sd[p.name] > 0.5 * p.width:
-                out[p.name] = f"weakly determined: standard error {sd[p.name]:.3g} vs prior width {p.width:.3g}"
+            elif post[j] > 0.5 * prior[j]:
+                out[p.name] = f"not determined: the data leave {post[j] / prior[j]:.0%} of the prior's uncertainty"
             else:
-                out[p.name] = "determined"
-        return out
+                out[p.name] = f"determined: standard error {post[j]:.3g}"
+        return out, {p.name: float(v) for p, v in zip(self.params, post, strict=True)}
 
 
 def fit_cases(cases: list[Case], base: Constants, x0: np.ndarray | None = None, max_nfev: int = 30) -> tuple[FitResult, Constants]:
@@ -263,7 +258,7 @@ def held_out_rows(cases: list[Case], group: str, consts: Constants) -> list[dict
 
 
 def leave_one_group_out(cases: list[Case], base: Constants, full: FitResult, progress: Callable[[str], None] | None = None,
-                        max_nfev: int = 12) -> dict[str, dict[str, Any]]:
+                        max_nfev: int = 6) -> dict[str, dict[str, Any]]:
     """For each source group with throughput rows: refit without it (from the full fit) and predict it.
     Returns group -> {"values": the fold's constants, "rows": held-out rows (id, metric, measured,
     predicted, error, tags)}."""
@@ -275,6 +270,6 @@ def leave_one_group_out(cases: list[Case], base: Constants, full: FitResult, pro
         if progress:
             progress(g)
         train = [c for c in scoped if c.group != g]
-        res = Problem(train, base).fit(x_full, max_nfev) if len(train) < len(scoped) else full
+        res = Problem(train, base).fit(x_full, max_nfev, assess=False) if len(train) < len(scoped) else full
         out[g] = {"values": res.values, "rows": held_out_rows(cases, g, apply(base, res.values))}
     return out

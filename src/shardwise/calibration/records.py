@@ -224,6 +224,8 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         assumptions.append("micro_batch=1 (not stated)")
     dp = n_gpus // (tp * pp * cp)
     gb = par.get("global_batch") or derived.get("global_batch_seqs")
+    if not isinstance(gb, int) and pp > 1:
+        raise ShardwiseError("global batch not stated: a pipeline's bubble depends on the micro-batch count")
     if not isinstance(gb, int):
         gb = mb * dp
         assumptions.append(f"global_batch={gb} (one micro-batch per GPU; not stated)")

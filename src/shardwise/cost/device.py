@@ -2,8 +2,8 @@
 
 - GEMM (M x K) @ (K x N) of 2MNK FLOPs (roofline: Williams et al. 2009):
   t = max(2MNK / (peak * eta_gemm), bytes / (HBM * eta_mem)) + t_gemm. eta_gemm is the fitted
-  asymptote of large GEMMs, t_gemm a fitted fixed cost per GEMM (launch, prologue/epilogue): together
-  they make small GEMMs slower than large ones. Wave quantisation with a fixed output tile (NVIDIA Deep
+  asymptote of large GEMMs, t_gemm a fitted fixed cost per GEMM (launch): together they make small GEMMs
+  slower than large ones; short reductions (small K) become memory-bound through the bytes term. Wave quantisation with a fixed output tile (NVIDIA Deep
   Learning Performance Guide, "Matrix Multiplication Background") is not applied: cuBLAS chooses tile
   shapes and split-K per problem, and the calibration runs fit better without it (docs/fidelity.md).
 - fused attention (FlashAttention-style), forward or backward:

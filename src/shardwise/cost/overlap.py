@@ -16,6 +16,9 @@ per element).
   of every micro-batch (Rajbhandari et al. 2020 Sec. 7: 1.5x the data-parallel volume). With overlap,
   gradient reduction hides under `dp_overlap` of the last backward and the parameter all-gather under
   the next forward; ZeRO-3 gathers hide under `fsdp_prefetch_overlap` of each pass.
+- Collective count: gradients are reduced in buckets of `bucket_bytes` (PyTorch DDP / Megatron-LM
+  bucketed reduction) and ZeRO-3/FSDP gathers one unit (a transformer layer) at a time (Zhao et al.
+  2023 Sec. 3.2), so each of `calls` collectives pays its own latency: calls x t(S / calls).
 """
 
 from __future__ import annotations
@@ -37,8 +40,15 @@ def exposed_layer_comm(cost, tp_overlap: float):
     return f, i, cost.w_s, cost.tp_fwd_s + tp_bwd, cp_fwd + cp_bwd, cost.ep_fwd_s + cost.ep_bwd_s
 
 
+def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
+    """`calls` equal collectives moving `size_bytes` in total (each pays its latency)."""
+    calls = np.maximum(calls, 1)
+    return calls * group_collective_s(cluster, kind, size_bytes / calls, n, stride)
+
+
 def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, n_dense, n_exp,
-                 shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float):
+                 shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float,
+                 layers=1, bucket_bytes: float = 40 * 2**20):
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
     (strides tp and tp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
@@ -46,20 +56,28 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
     shard = np.minimum(shard, n_dense)
     replicas = n_dense // shard
 
-    def sharded(kind: str, nbytes: float):
-        return (group_collective_s(cluster, kind, p_dense * nbytes, shard, tp)
-                + group_collective_s(cluster, kind, p_exp * nbytes, n_exp, tp * ep))
+    def buckets(nbytes):
+        return np.ceil(nbytes / bucket_bytes)
 
-    across = group_collective_s(cluster, "all_reduce", p_dense * grad_bytes / shard, replicas, tp * shard)
+    def both(kind: str, nbytes: float, n_d, stride_d, per_layer: bool):
+        dense, expert = p_dense * nbytes, p_exp * nbytes
+        calls_d, calls_e = (layers, layers) if per_layer else (buckets(dense), buckets(expert))
+        return (chunked_s(cluster, kind, dense, n_d, stride_d, calls_d)
+                + chunked_s(cluster, kind, expert, n_exp, tp * ep, calls_e))
+
+    across_bytes = p_dense * grad_bytes / shard
+    across = chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
     window = where(overlap_grad_reduce, dp_overlap, 0.0)
-    gather, scatter = sharded("all_gather", weight_bytes), sharded("reduce_scatter", grad_bytes)
-    full_reduce = (group_collective_s(cluster, "all_reduce", p_dense * grad_bytes, n_dense, tp)
-                   + group_collective_s(cluster, "all_reduce", p_exp * grad_bytes, n_exp, tp * ep))
+    gather, scatter = both("all_gather", weight_bytes, shard, tp, False), both("reduce_scatter", grad_bytes, shard, tp, False)
+    layer_gather = both("all_gather", weight_bytes, shard, tp, True)
+    layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
+    full_reduce = both("all_reduce", grad_bytes, n_dense, tp, False)
     hidden_gather = np.maximum(0.0, gather - window * fwd_s)
     zero0 = np.maximum(0.0, full_reduce - window * bwd_s)
     zero1 = np.maximum(0.0, scatter + across - window * bwd_s) + hidden_gather
     zero2 = microbatches * np.maximum(0.0, scatter - window * bwd_s) + np.maximum(0.0, across - window * bwd_s) + hidden_gather
-    zero3 = microbatches * (np.maximum(0.0, gather - fsdp_overlap * fwd_s) + np.maximum(0.0, gather + scatter - fsdp_overlap * bwd_s))
+    zero3 = microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
+                            + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
     zero3 = zero3 + np.maximum(0.0, across - window * bwd_s)
     out = where(zero == 0, zero0, where(zero == 1, zero1, where(zero == 2, zero2, zero3)))
     return float(out) if np.ndim(out) == 0 else out

@@ -29,6 +29,7 @@ class StackProfile:
     tp_comm_overlap: float
     dp_overlap: float
     fsdp_prefetch_overlap: float
+    zero3_unit: str = "layer"  # "layer" or "module": what one ZeRO-3 gather holds
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
@@ -68,6 +69,7 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
         elementwise_traffic=traffic,
         kernels_per_layer=kernels,
         selective_recompute_gemms=float(raw["selective_recompute_gemms"]),
+        zero3_unit=raw.get("zero3_unit", "layer"),
         **{k: float(raw[k]) for k in FITTED_KNOBS},
     )
     over = consts.stacks.get(framework, {})

@@ -7,9 +7,10 @@ planner's vectorised screen (every argument may be a number or a numpy array, on
   layer in use and the prefetched one) or the gradient-reduce buckets in flight;
 - the optimizer step: a memory-bound pass over the GPU's shard (fused Adam), or with the optimizer
   offloaded, the gradients down and the parameters up over PCIe plus CPU Adam (ZeRO-Offload Sec. 4.2);
-- the straggler factor of a synchronous step: with per-rank jitter of coefficient of variation cv, the
-  expected slowest of n ranks is ~ 1 + cv * sqrt(2 ln n) of the mean (the Gaussian extreme-value
-  approximation; Dean & Barroso 2013, "The Tail at Scale", for why the tail sets the pace).
+- the straggler factor of a synchronous step: with per-node jitter of coefficient of variation cv (the
+  GPUs of a node share its host, network card and clocks), the expected slowest of N nodes is
+  ~ 1 + cv * sqrt(2 ln N) of the mean (the Gaussian extreme-value approximation; Dean & Barroso 2013,
+  "The Tail at Scale", for why the tail sets the pace). One node: no straggler.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def offload_params_s(consts: Constants, params_per_layer_pass, arch: str = "ampe
     return params_per_layer_pass * weight_bytes / link
 
 
-def straggler_factor(n_gpus, cv: float):
-    """Expected slowest-of-n over mean for per-rank jitter cv (module docstring)."""
-    n = np.maximum(n_gpus, 1)
+def straggler_factor(n_nodes, cv: float):
+    """Expected slowest-of-N-nodes over mean for per-node jitter cv (module docstring)."""
+    n = np.maximum(n_nodes, 1)
     return 1.0 + cv * np.sqrt(2.0 * np.log(n))

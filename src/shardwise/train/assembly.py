@@ -81,6 +81,23 @@ def boundary_p2p_s(cluster: Cluster, model: ModelSpec, training: TrainingSpec, m
     return group_collective_s(cluster, "send_recv", nbytes, 2, pp_stride)
 
 
+def grad_bucket_params(dp_group):
+    """Parameters per gradient-reduction bucket: Megatron-LM's default grows with the data-parallel
+    size, max(40M, 1M x DP) (megatron/core/distributed/distributed_data_parallel.py), so the count of
+    collectives, and the latency they pay, stays bounded at scale."""
+    return np.maximum(40e6, 1e6 * dp_group)
+
+
+def gathers_per_layer(model: ModelSpec, stack: StackProfile) -> int:
+    """ZeRO-3 gathers per layer and pass: one per layer for FSDP-style units, one per module otherwise:
+    two norms, the attention projections (fused QKV in GeLU/Megatron-style models, separate Q, K, V in
+    SwiGLU/Hugging Face-style ones) and the MLP matrices (derived from the architecture)."""
+    if stack.zero3_unit == "layer":
+        return 1
+    qkv = 1 if model.mlp == "gelu" else 3
+    return 2 + qkv + 1 + (2 if model.mlp == "gelu" else 3)
+
+
 @dataclass(frozen=True)
 class RankTail:
     states: ModelStateBytes
@@ -91,10 +108,10 @@ class RankTail:
 
 def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts: Constants, stack: StackProfile, dev: Device,
               *, tp, cp, ep, dp, zero, dp_shard, offload: str, overlap_grad_reduce, microbatches,
-              p_dense, p_exp, fwd_s, bwd_s) -> RankTail:
+              p_dense, p_exp, fwd_s, bwd_s, layers=1) -> RankTail:
     """Model states, fixed memory, exposed data-parallel communication and the optimizer step of a
-    pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP), whose micro-batch forward and
-    backward take `fwd_s` / `bwd_s`."""
+    pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP) in `layers` layers, whose
+    micro-batch forward and backward take `fwd_s` / `bwd_s`."""
     wb, gb = training.weight_bytes, training.grad_bytes
     dense_group = dp * cp
     expert_group = np.maximum(1, dense_group // ep)
@@ -103,7 +120,9 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb,
                           optimizer_bytes_per_param(training.precision), offload)
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
-                        shard, wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap)
+                        shard, wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
+                        layers=np.maximum(layers, 1) * gathers_per_layer(model, stack),
+                        bucket_bytes=grad_bucket_params(dense_group) * gb)
     if offload == "optimizer+params":
         dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
     sharded = zero >= 1

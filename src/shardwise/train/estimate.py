@@ -70,6 +70,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
             dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
             microbatches=m, p_dense=p_dense, p_exp=p_exp,
             fwd_s=sum(f_s[s] for s in mine[r]), bwd_s=sum(i_s[s] + w_s[s] for s in mine[r]),
+            layers=sum(stages[s].layers for s in mine[r]),
         ))
     extra_act = [b.act_recompute] * pp
     extra_act[s2r[-1]] += b.act_output
@@ -92,7 +93,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     e_tp, e_cp, e_ep = (sum(exposed[s][k] for s in mine[crit]) * m for k in (1, 2, 3))
     overhead = step_const.step_overhead_s
     n = cluster.num_gpus
-    straggler = timing.step_s * (float(straggler_factor(n, step_const.straggler_cv)) - 1.0)
+    straggler = timing.step_s * (float(straggler_factor(cluster.nodes, step_const.straggler_cv)) - 1.0)
     step = timing.step_s + straggler + dp_s + optimizer_s + overhead
     times = TimeBreakdown(
         compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,

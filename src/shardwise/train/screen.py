@@ -133,7 +133,7 @@ def screen(
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
     mc = consts.memory
-    straggle = float(straggler_factor(cluster.num_gpus, consts.step.straggler_cv))
+    straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
     p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
     groups_key = np.stack([c["pp"], c["vpp"], c["sched"], c["tp"], c["ep"]], axis=1)
     gk, ginv = np.unique(groups_key, axis=0, return_inverse=True)
@@ -162,7 +162,8 @@ def screen(
         cp, dp = c["cp"][idx], c["dp"][idx]
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=c["zero"][idx],
                          dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=m,
-                         p_dense=params[:, :1], p_exp=params[:, 1:], fwd_s=rank_fiw[:, 0], bwd_s=rank_fiw[:, 1] + rank_fiw[:, 2])
+                         p_dense=params[:, :1], p_exp=params[:, 1:], fwd_s=rank_fiw[:, 0], bwd_s=rank_fiw[:, 1] + rank_fiw[:, 2],
+                         layers=counts[:, :2].sum(axis=1, keepdims=True))
         stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
         units = np.stack([inflight_units(name, pp, vpp, m, r) for r in range(pp)])
         activations = units * stage_act + act[idx, 4]
