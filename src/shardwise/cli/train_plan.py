@@ -36,6 +36,8 @@ def plan_cmd(
     runnable_on: list[str] = typer.Option(None, "--runnable-on",
                                           help="Only plans one of these engines runs as is: torch (train run), "
                                                "torchtitan, megatron, deepspeed (comma-separated)."),
+    export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
+                               "runs and print the best one's launch script."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them.
     Each plan says which engines run it as is.
@@ -91,7 +93,9 @@ def plan_cmd(
     progress = format is Format.table and not no_progress
     results, best, fronts = plan_across_gpus(spec, clusters, training, objective, top_k=top, schedules=names,
                                              fixed=fixed, max_memory_gib=max_memory_gib, progress=progress,
-                                             max_exact=exact_budget, runnable_on=parse_engines(runnable_on))
+                                             max_exact=exact_budget,
+                                             runnable_on=parse_engines(runnable_on) or parse_engines(export))
+    launch = _launch(best[0], spec, training, clusters, export) if export else None
     note = runnability_note(best, spec, training)
     if plot:
         plot_front(results, fronts, best, plot)
@@ -99,6 +103,9 @@ def plan_cmd(
         out = {"objective": objective, "top": top_rows(best, spec, training, clusters), "pareto_front": fronts,
                "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results],
                "notes": [note] if note else []}
+        if launch is not None:
+            out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
+                             "script": launch.script()}
         typer.echo(json.dumps(out, indent=2, default=float))
         return
     console = make_console()
@@ -111,6 +118,19 @@ def plan_cmd(
     console.print(summary_text(results))
     if plot:
         console.print(f"plot written to {plot}")
+    if launch is not None:
+        console.print(f"[bold]launch of plan #1 in {launch.engine} {launch.version}[/bold] "
+                      "(shardwise train export writes it to a file):")
+        console.print(launch.script(), markup=False, highlight=False)
+
+
+def _launch(best, spec, training, clusters, engine: str):
+    """The export of the best plan (it runs on `engine`: the search was restricted to such plans)."""
+    from shardwise.handoff import export_train
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.plan_report import job_mapping
+
+    return export_train(job_from_mapping(job_mapping(best, spec, training, clusters)), engine)
 
 
 def sweep_cmd(

@@ -26,6 +26,7 @@ class Export:
     config_file: tuple[str, str] | None = None
     notes: list[str] = field(default_factory=list)
     title: str = ""
+    script_writes_config: bool = True  # the launch reads config_file, so the script writes it
 
     def render(self, fmt: str) -> str:
         if fmt == "args":
@@ -45,7 +46,7 @@ class Export:
         lines += [f"# note: {n}" for n in self.notes]
         lines += ["set -euo pipefail", ""]
         files = dict(self.files)
-        if self.config_file is not None:
+        if self.config_file is not None and self.script_writes_config:
             files.setdefault(*self.config_file)
         for name, text in files.items():
             lines += [f"cat > {shlex.quote(name)} <<'SHARDWISE_EOF'", text.rstrip("\n"), "SHARDWISE_EOF", ""]
@@ -60,7 +61,8 @@ def _lines(words: list[str]) -> list[str]:
     """One option and its values per line (cosmetic: the shell sees the same words)."""
     out: list[str] = []
     for w in words:
-        if out and not w.startswith("-") and out[-1].startswith("-") and "=" not in out[-1]:
+        follows = out and not w.startswith("-") and (not out[-1].startswith("-") or "=" not in out[-1])
+        if follows:
             out[-1] += " " + w
         else:
             out.append(w)

@@ -123,7 +123,8 @@ def export_megatron(job: TrainJob, version: str = VERSION) -> Export:
     per_node = min(job.cluster.gpus_per_node, job.cluster.num_gpus)
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return Export("megatron", version, args, torchrun(per_node, job.cluster.nodes, script="pretrain_gpt.py"), env,
-                  {}, ("megatron-bridge-overrides.txt", bridge_overrides(job)), notes, title=job.name)
+                  {}, ("megatron-bridge-overrides.txt", bridge_overrides(job)), notes, title=job.name,
+                  script_writes_config=False)
 
 
 def bridge_overrides(job: TrainJob) -> str:
