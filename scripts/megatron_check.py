@@ -24,6 +24,7 @@ def megatron_view(checkout: str, argv: list[str], world_size: int, env: dict[str
 
         typing.override = typing_extensions.override
     sys.path.insert(0, checkout)
+    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     os.environ.update(env, RANK="0", WORLD_SIZE=str(world_size), LOCAL_RANK="0")
     sys.argv = ["pretrain_gpt.py", *argv]
     import megatron.training.arguments as margs

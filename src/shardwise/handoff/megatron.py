@@ -121,7 +121,8 @@ def export_megatron(job: TrainJob, version: str = VERSION) -> Export:
     args = model_args(job.model, job.training.seq_len) + parallel_args(job) + run_args(job)
     notes = ["NullTokenizer pads the vocabulary to a multiple of 128 x tp (Megatron's --make-vocab-size-divisible-by)"]
     per_node = min(job.cluster.gpus_per_node, job.cluster.num_gpus)
-    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    # TP/CP want one CUDA connection (validate_args asserts it before Blackwell); Megatron-FSDP asserts the opposite
+    env = {} if job.plan.zero >= 2 else {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return Export("megatron", version, args, torchrun(per_node, job.cluster.nodes, script="pretrain_gpt.py"), env,
                   {}, ("megatron-bridge-overrides.txt", bridge_overrides(job)), notes, title=job.name,
                   script_writes_config=False)
