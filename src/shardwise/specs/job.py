@@ -1,12 +1,10 @@
 """Training job files (YAML or JSON; one job or a list): parsing and the checks that make a plan runnable.
 
-The file contract (keep these names)::
-
-    model: llama-3.1-70b          # preset | path to config.json | mapping
-    cluster: {gpu: H100-SXM, gpus: 512, gpus_per_node: 8, inter_node_gbps: 400}
-    training: {seq_len: 8192, global_batch: 512, precision: bf16, tokens: 15e12}
-    parallel: {tp: 8, pp: 4, vpp: 1, cp: 1, ep: 1, dp: auto, zero: 1, sequence_parallel: true,
-               recompute: selective, micro_batch: 1, schedule: 1f1b}
+A job has four sections (keep these names): ``model`` (a preset name, a path to a Hugging Face
+config.json, or a :class:`~shardwise.specs.model.ModelSpec` mapping), ``cluster`` (:class:`ClusterSpec`),
+``training`` (:class:`~shardwise.specs.training.TrainingSpec`) and ``parallel``
+(:class:`~shardwise.specs.training.TrainPlan`). The models describe every field; the README's tables are
+generated from them (:mod:`shardwise.job_docs`).
 """
 
 from __future__ import annotations
@@ -25,13 +23,17 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 
 
 class ClusterSpec(BaseModel):
+    """The `cluster` section: GPUs of one type in nodes."""
+
     model_config = ConfigDict(extra="forbid")
 
-    gpu: str
-    gpus: int = Field(gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)
-    inter_node_gbps: float | None = Field(default=None, gt=0)
-    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml (h100, a100-80gb, ...)")
+    gpus: int = Field(gt=0, description="GPUs in the job (`train run`: processes)")
+    gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per node; default: the GPU's in data/gpus.yaml")
+    inter_node_gbps: float | None = Field(default=None, gt=0, description="scale-out bandwidth per GPU, Gbit/s; "
+                                          "default: the GPU's in data/gpus.yaml")
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
+                                                 "list price in data/gpus.yaml")
 
 
 @dataclass(frozen=True)
