@@ -9,11 +9,6 @@ import typer
 from shardwise.console import make_console
 
 from shardwise.cli.train import Format
-from shardwise.errors import ShardwiseError
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
 def plan_cmd(
@@ -35,46 +30,21 @@ def plan_cmd(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them."""
-    from shardwise.specs.hardware import make_cluster
-    from shardwise.specs.job import job_from_mapping
-    from shardwise.specs.model import load_model
-    from shardwise.specs.training import TrainingSpec
-    from shardwise.train.plan_report import front_table, plot_front, summary_text, top_table
-    from shardwise.train.planner import plan_across_gpus
-    from shardwise.train.search_space import DEFAULT_SCHEDULES
+    from shardwise.train.plan_inputs import plan_inputs, run_plan
+    from shardwise.train.plan_report import front_table, plan_json, plot_front, summary_text, top_table
 
-    fixed: dict = {}
+    doc = None
     if job is not None:
         from shardwise.specs._loading import read_document
 
         doc = read_document(job)
-        base = job_from_mapping(doc, require_plan=False)
-        fixed = dict((doc.get("parallel") or {}) if isinstance(doc, dict) else {})
-        spec, training = base.model, base.training
-        clusters = [base.cluster]
-    else:
-        missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch", global_batch)) if not v]
-        if missing:
-            raise ShardwiseError(f"give a job file or {', '.join(missing)}")
-        spec = load_model(model)
-        try:
-            training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
-        except Exception as exc:  # pydantic validation
-            raise ShardwiseError(f"--seq-len/--global-batch/--precision/--tokens: {str(exc).splitlines()[-1]}") from None
-        clusters = [make_cluster(g, gpus) for g in _split(gpu)]
-    if tokens and job is not None:
-        training = training.model_copy(update={"tokens": tokens})
-    names = tuple(_split(schedules)) or DEFAULT_SCHEDULES
+    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision)
     progress = format is Format.table and not no_progress
-    results, best, fronts = plan_across_gpus(spec, clusters, training, objective, top_k=top, schedules=names,
-                                             fixed=fixed, max_memory_gib=max_memory_gib, progress=progress,
-                                             max_exact=exact_budget)
+    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget, progress)
     if plot:
         plot_front(results, fronts, best, plot)
     if format is Format.json:
-        out = {"objective": objective, "top": [e.to_dict() for e in best], "pareto_front": fronts,
-               "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results]}
-        typer.echo(json.dumps(out, indent=2, default=float))
+        typer.echo(json.dumps(plan_json(objective, results, best, fronts), indent=2, default=float))
         return
     console = make_console()
     console.print(top_table(results, best, objective))

@@ -1,4 +1,4 @@
-"""Tables and the Pareto-front plot for `train plan`."""
+"""What `train plan` reports: its JSON (shared by the CLI and the web API), tables and the Pareto-front plot."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ from rich.text import Text
 
 from shardwise.train.planner import PlanResult
 from shardwise.train.result import GIB, Estimate
+
+
+def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fronts: list[dict[str, Any]]) -> dict[str, Any]:
+    """`train plan --format json`: the overall top plans, the Pareto front and each search's summary."""
+    return {"objective": objective, "top": [e.to_dict() for e in top], "pareto_front": fronts,
+            "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results]}
 
 
 def plan_label(p: dict[str, Any]) -> str:
