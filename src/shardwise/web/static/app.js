@@ -236,7 +236,8 @@ function niceStep(span, n) {
 
 function timeline(res, title, meta) {
   const canvas = el("canvas");
-  const box = el("div", { class: "timeline", "data-schedule": res.schedule }, el("h4", { text: title }),
+  const box = el("div", { class: "timeline", "data-schedule": res.schedule, "data-makespan": String(res.makespan),
+    "data-bubble": String(res.bubble_fraction) }, el("h4", { text: title }),
     el("div", { class: "meta", text: meta + " · drag to zoom, double-click to reset" }), canvas);
   const rowH = res.pp > 16 ? 12 : 22, left = 52, top = 4, bottom = 22;
   const t0 = Math.min(...res.ranks.map((acts) => (acts.length ? acts[0].start : Infinity)).filter(Number.isFinite), 0);
@@ -359,16 +360,19 @@ function trainJob() {
   return { model, cluster, training, parallel };
 }
 
-function card(k, v, sub, cls) { return el("div", { class: "card" }, el("div", { class: "k", text: k }), el("div", { class: "v " + (cls || ""), text: v }), sub ? el("div", { class: "s", text: sub }) : null); }
+function card(k, v, sub, cls, key, raw) {  // data-key/data-value: the exact number behind the rounded text
+  return el("div", { class: "card", "data-key": key, "data-value": raw === undefined || raw === null ? null : String(raw) },
+    el("div", { class: "k", text: k }), el("div", { class: "v " + (cls || ""), text: v }), sub ? el("div", { class: "s", text: sub }) : null);
+}
 
 function estimateCards(e) {
   return [
-    card("step time", `${fmt.sig(e.step_time_s, 4)} s`, `${e.microbatches} micro-batches`),
-    card("tokens/s per GPU", fmt.num(e.tokens_per_s_per_gpu), `${fmt.sig(e.model_tflops_per_gpu, 4)} model TFLOP/s`),
-    card("MFU", fmt.pct(e.mfu), `causal ${fmt.pct(e.mfu_causal)} · HFU ${fmt.pct(e.hfu)}`),
-    card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`, e.fits ? "good" : "bad"),
-    card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan"),
-    e.days_to_train !== null && e.days_to_train !== undefined ? card("days to train", fmt.num(e.days_to_train, 1), e.cost_usd ? fmt.usd(e.cost_usd) : null) : null,
+    card("step time", `${fmt.sig(e.step_time_s, 4)} s`, `${e.microbatches} micro-batches`, "", "step_time_s", e.step_time_s),
+    card("tokens/s per GPU", fmt.num(e.tokens_per_s_per_gpu), `${fmt.sig(e.model_tflops_per_gpu, 4)} model TFLOP/s`, "", "tokens_per_s_per_gpu", e.tokens_per_s_per_gpu),
+    card("MFU", fmt.pct(e.mfu), `causal ${fmt.pct(e.mfu_causal)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu", e.mfu),
+    card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`, e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
+    card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan", "", "bubble_fraction", e.bubble_fraction),
+    e.days_to_train !== null && e.days_to_train !== undefined ? card("days to train", fmt.num(e.days_to_train, 1), e.cost_usd ? fmt.usd(e.cost_usd) : null, "", "days_to_train", e.days_to_train) : null,
   ];
 }
 
@@ -436,7 +440,7 @@ function renderPlan(out, body) {
   table.replaceChildren(el("thead", {}, el("tr", {}, head.map((h) => el("th", { class: h === "plan" || h === "GPU" ? "l" : "", text: h })))));
   const tbody = el("tbody");
   out.top.forEach((e, k) => {
-    const tr = el("tr", { "data-rank": k + 1, onclick: () => selectPlan(e, k + 1, tr) },
+    const tr = el("tr", { "data-rank": k + 1, "data-step": String(e.step_time_s), onclick: () => selectPlan(e, k + 1, tr) },
       el("td", { text: k + 1 }), multi ? el("td", { class: "l", text: e.gpu }) : null,
       el("td", { class: "l plan", text: planLabel(e.plan) }), el("td", { text: fmt.sig(e.step_time_s, 4) }),
       el("td", { text: fmt.num(e.tokens_per_s_per_gpu) }), el("td", { text: fmt.pct(e.mfu) }),
