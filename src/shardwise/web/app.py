@@ -128,13 +128,19 @@ def catalog() -> dict[str, Any]:
             "serving_precisions": ["bf16", "fp16", "fp8"]}
 
 
-def inline_size(task: str, body: Any) -> int:
-    """How much pipeline simulation a quick request asks for (checks the body as a side effect)."""
+def answer_inline(task: str, body: Any, limit_cells: int) -> tuple[bool, Any]:
+    """(True, the answer) when the request simulates at most `limit_cells` pipeline stages x micro-batches,
+    else (False, None): it goes to the job queue. Checks the body either way."""
     if task == "train/estimate":
-        return max(tasks.estimate_cells(j) for j in tasks.estimate_jobs(body))
+        jobs = tasks.estimate_jobs(body)
+        if max(tasks.estimate_cells(j) for j in jobs) > limit_cells:
+            return False, None
+        return True, tasks.estimate_result(jobs)
     cells = tasks.schedule_cells(body)
     auto = isinstance(body, dict) and str(body.get("schedule", "")).strip().lower() == "auto"
-    return cells * (20 if auto else 1)  # `auto` searches schedules before simulating one
+    if cells * (20 if auto else 1) > limit_cells:  # `auto` searches schedules before simulating one
+        return False, None
+    return True, tasks.run_task(task, body)
 
 
 def create_app(settings: WebSettings | None = None) -> FastAPI:
@@ -202,9 +208,10 @@ def create_app(settings: WebSettings | None = None) -> FastAPI:
         return await finished(request, job.id, background)
 
     async def quick_or_queued(request: Request, task: str, body: Any, background: bool) -> JSONOut:
-        size = await run_in_threadpool(inline_size, task, body)
-        if size <= settings.inline_cells and not background:
-            return JSONOut(await run_in_threadpool(tasks.run_task, task, body))
+        if not background:
+            done, answer = await run_in_threadpool(answer_inline, task, body, settings.inline_cells)
+            if done:
+                return JSONOut(answer)
         return await queued(request, task, body, background)
 
     background_flag = Query(False, description="return the job at once (202) instead of waiting; follow it at /api/jobs/{id}")

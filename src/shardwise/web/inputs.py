@@ -23,6 +23,7 @@ from shardwise.specs.model import load_model
 MAX_PIPELINE_CELLS = 1_000_000  # pipeline stages x micro-batches of one estimate
 MAX_TIMELINE_CELLS = 50_000  # stages x micro-batches of a schedule whose timeline is sent back
 MAX_TRACE_BYTES = 16 * 2**20
+MAX_REQUESTS = 100_000  # requests of one serving simulation
 # Keys that mark a Hugging Face config.json (a ModelSpec mapping uses layers/hidden/heads).
 HF_KEYS = frozenset({"num_hidden_layers", "n_layer", "hidden_size", "n_embd", "model_type", "architectures"})
 
@@ -91,6 +92,8 @@ def serve_workload(block: Any, trace: str | None, where: str = "workload") -> An
     block = dict(block) if isinstance(block, dict) else ({} if block is None else block)
     if not isinstance(block, dict):
         return block  # the CLI's parser names the problem
+    if isinstance(block.get("num_requests"), int) and block["num_requests"] > MAX_REQUESTS:
+        raise ShardwiseError(f"{where}.num_requests: {block['num_requests']:,}; the web planner simulates at most {MAX_REQUESTS:,} requests")
     if block.get("path") is not None:
         raise ShardwiseError(f"{where}.path: the web API reads no file on the server; upload the trace as trace_csv")
     if trace is not None:

@@ -1,10 +1,11 @@
-"""A small job queue for the web API's long requests (plan searches, serving simulations).
+"""A small job queue for the web API's long requests (plan searches, serving simulations, large estimates).
 
 Jobs wait in one FIFO and run one at a time on each worker: a separate process, so a search neither holds
 the server's interpreter lock nor slows the quick requests it answers meanwhile. A job reports progress,
-can be cancelled, and is bounded: in time (past the limit its process is ended and a fresh one started)
-and in memory (the worker's address space is capped with RLIMIT_AS, so numpy raises MemoryError instead
-of the machine swapping). When the queue is full a new job is refused rather than queued without end.
+can be cancelled, and is bounded: in time (it stops at its next progress report past the limit, and its
+process is ended if it has not stopped a second later) and in memory (the worker's address space is
+capped with RLIMIT_AS, so numpy raises MemoryError instead of the machine swapping). When the queue is
+full a new job is refused (HTTP 503) rather than queued without end.
 """
 
 from __future__ import annotations
@@ -23,6 +24,20 @@ TERMINAL = ("done", "failed", "cancelled")
 
 class QueueFull(Exception):
     """Too many jobs are waiting: the caller should retry later (HTTP 503)."""
+
+
+class _Stop(Exception):
+    """Raised inside a worker's task, at a progress report, when the job is cancelled or out of time."""
+
+
+# A stopped job leaves its worker this long to stop by itself (at its next progress report) before the
+# process is ended: a search that reports progress stops cleanly and its warm worker is kept.
+GRACE_S = 1.0
+
+
+def time_limit_message(limit_s: float) -> str:
+    return (f"the request ran longer than the server's limit of {limit_s:g} s; narrow it (fewer GPU types, schedules "
+            "or requests) or run the CLI")
 
 
 @dataclass(frozen=True)
@@ -81,17 +96,27 @@ def _worker_main(conn: Any, memory_limit_gib: float | None) -> None:
             return
         if msg is None:
             return
-        task, body, params = msg
+        if msg == "cancel":  # for a job that ended before the request to stop it arrived
+            continue
+        task, body, params, limit_s = msg
+        deadline = time.monotonic() + limit_s
         last = [0.0]
 
         def progress(message: str, fraction: float) -> None:
+            """Report (at most ten times a second); stop here when cancelled or out of time."""
             now = time.monotonic()
+            if now > deadline:
+                raise _Stop(time_limit_message(limit_s))
+            if conn.poll() and conn.recv() == "cancel":
+                raise _Stop("cancelled")
             if now - last[0] >= 0.1:
                 last[0] = now
                 conn.send(("progress", str(message), float(fraction)))
 
         try:
             conn.send(("done", run_task(task, body, progress, **params)))
+        except _Stop as exc:
+            conn.send(("error", 409 if str(exc) == "cancelled" else 422, str(exc)))
         except ShardwiseError as exc:
             conn.send(("error", 422, str(exc)))
         except MemoryError:
@@ -250,7 +275,7 @@ class JobQueue:
                 job.state, job.message, job.started_s = "running", "starting", time.monotonic()
             try:
                 worker.ensure()
-                worker.conn.send((job.task, job.body, job.params))
+                worker.conn.send((job.task, job.body, job.params, self.limits.time_limit_s))
             except Exception as exc:  # could not start a worker or send it the job
                 worker.kill()
                 with self._lock:
@@ -259,24 +284,27 @@ class JobQueue:
             self._watch(job, worker)
 
     def _watch(self, job: Job, worker: _Worker) -> None:
-        """Relay the worker's messages until the job ends, is cancelled or runs out of time."""
+        """Relay the worker's messages until the job ends. A cancelled or late job is asked to stop (it
+        does at its next progress report); past GRACE_S more its process is ended."""
         deadline = (job.started_s or time.monotonic()) + self.limits.time_limit_s
+        stop_by, why = None, None  # when the worker must have stopped, and the answer then
         while True:
-            if job.cancel_requested:
+            now = time.monotonic()
+            if stop_by is None and (job.cancel_requested or now > deadline):
+                why = ("cancelled", 409, "cancelled") if job.cancel_requested else \
+                      ("failed", 422, time_limit_message(self.limits.time_limit_s))
+                stop_by = now + GRACE_S
+                try:
+                    worker.conn.send("cancel")
+                except (OSError, ValueError):
+                    stop_by = now
+            if stop_by is not None and now > stop_by:
                 worker.kill()
                 with self._lock:
-                    self._finish(job, "cancelled", 409, "cancelled")
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                worker.kill()
-                with self._lock:
-                    self._finish(job, "failed", 422, f"the request ran longer than the server's limit of "
-                                                     f"{self.limits.time_limit_s:g} s; narrow it (fewer GPU types, schedules "
-                                                     "or requests) or run the CLI")
+                    self._finish(job, *why)
                 return
             try:
-                ready = worker.conn.poll(min(0.1, remaining))
+                ready = worker.conn.poll(0.05)
                 msg = worker.conn.recv() if ready else None
             except (EOFError, OSError):
                 ready, msg = True, None
@@ -294,6 +322,8 @@ class JobQueue:
                     continue
                 if msg[0] == "done":
                     self._finish(job, "done", 200, result=msg[1])
+                elif why is not None:  # stopped as asked (or ended meanwhile): answer as decided
+                    self._finish(job, *why)
                 else:
-                    self._finish(job, "failed", msg[1], msg[2])
+                    self._finish(job, "cancelled" if msg[1] == 409 else "failed", msg[1], msg[2])
             return

@@ -60,10 +60,14 @@ def estimate_cells(job: Any) -> int:
 
 
 def train_estimate(body: Any, progress: Progress = _quiet) -> Any:
+    return estimate_result(estimate_jobs(body))
+
+
+def estimate_result(jobs: list) -> Any:
     from shardwise.train.estimate import estimate
     from shardwise.train.report import estimate_json
 
-    return estimate_json([estimate(j) for j in estimate_jobs(body)])
+    return estimate_json([estimate(j) for j in jobs])
 
 
 def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
