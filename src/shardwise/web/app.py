@@ -19,13 +19,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shardwise import __version__
@@ -41,6 +42,7 @@ STATIC = Path(__file__).parent / "static"
 class WebSettings:
     limits: Limits = field(default_factory=Limits)
     inline_cells: int = 20_000  # estimates and schedules up to this many stages x micro-batches run inline
+    inline_threads: int = 2  # inline requests computing at once; more wait their turn (no GIL thrashing)
     max_body_bytes: int = 32 * 2**20
 
 
@@ -146,6 +148,7 @@ def answer_inline(task: str, body: Any, limit_cells: int) -> tuple[bool, Any]:
 def create_app(settings: WebSettings | None = None) -> FastAPI:
     settings = settings or WebSettings()
     jobs = JobQueue(settings.limits)
+    inline = anyio.CapacityLimiter(settings.inline_threads)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
@@ -209,7 +212,7 @@ def create_app(settings: WebSettings | None = None) -> FastAPI:
 
     async def quick_or_queued(request: Request, task: str, body: Any, background: bool) -> JSONOut:
         if not background:
-            done, answer = await run_in_threadpool(answer_inline, task, body, settings.inline_cells)
+            done, answer = await anyio.to_thread.run_sync(answer_inline, task, body, settings.inline_cells, limiter=inline)
             if done:
                 return JSONOut(answer)
         return await queued(request, task, body, background)
@@ -253,7 +256,7 @@ def create_app(settings: WebSettings | None = None) -> FastAPI:
     @app.post("/api/schedule/compare", tags=["schedule"])
     async def schedule_compare(body: Any = Body(...)) -> JSONOut:
         """`shardwise schedule compare ... --format json`: every schedule on the same stage times."""
-        return JSONOut(await run_in_threadpool(tasks.run_task, "schedule/compare", body))
+        return JSONOut(await anyio.to_thread.run_sync(tasks.run_task, "schedule/compare", body, limiter=inline))
 
     @app.post("/api/serve/simulate", tags=["serve"])
     async def serve_simulate(request: Request, body: Any = Body(...), background: bool = background_flag,

@@ -77,6 +77,7 @@ def _worker_main(conn: Any, memory_limit_gib: float | None) -> None:
     ("done", result) or ("error", http_status, message)."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+    os.nice(10)  # searches yield the CPU to the server's quick requests
     if memory_limit_gib:
         import resource
 
