@@ -208,9 +208,21 @@ def test_requests_are_bounded(client):
     assert big.status_code == 413
 
 
-def test_export_says_it_is_not_there_yet(client):
-    r = client.post("/api/train/export", json=SMALL_JOB)
-    assert r.status_code == 501 and "train export" in r.json()["detail"]
+def test_train_export_equals_cli(client, capsys, tmp_path):
+    plans = {"megatron": {"tp": 2, "pp": 2, "zero": 1}, "torchtitan": {"tp": 2, "pp": 2, "zero": 2}, "deepspeed": {"tp": 1, "pp": 1, "zero": 2}}
+    for to, fmt in (("megatron", "args"), ("torchtitan", "script"), ("deepspeed", "file")):
+        path = _write(tmp_path, SMALL_JOB | {"parallel": plans[to] | {"schedule": "1f1b"}}, f"{to}.yaml")
+        body = {"job": yaml.safe_load(open(path)), "to": to, "format": fmt}
+        r = client.post("/api/train/export", json=body)
+        assert r.status_code == 200, r.text
+        capsys.readouterr()
+        out = tmp_path / f"out-{to}"
+        assert main(["train", "export", path, "--to", to, "--format", fmt, "-o", str(out)]) == 0
+        assert r.json()["text"] == out.read_text() and r.json()["engine"] == to
+    refused = {"job": SMALL_JOB | {"parallel": {"tp": 2, "pp": 2, "schedule": "zbv"}}, "to": "megatron"}
+    r = client.post("/api/train/export", json=refused)
+    bad = _write(tmp_path, refused["job"], "zbv.yaml")
+    assert (r.status_code, r.json()["detail"]) == (422, cli_error(capsys, "train", "export", bad, "--to", "megatron"))
 
 
 # --- the job queue: background jobs, progress, events, cancellation, limits -------------------------------

@@ -60,9 +60,10 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
 
 
 def run_plan(inputs: PlanInputs, objective: str = "throughput", top: int = 5, schedules: str | list[str] | None = None,
-             max_memory_gib: float | None = None, exact_budget: int = 128,
-             progress: bool | Progress = False) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
+             max_memory_gib: float | None = None, exact_budget: int = 128, progress: bool | Progress = False,
+             runnable_on: tuple[str, ...] = ()) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
     """Search every GPU type of `inputs` (see :func:`shardwise.train.planner.plan_across_gpus`)."""
     names = tuple(split_list(schedules)) or DEFAULT_SCHEDULES
     return plan_across_gpus(inputs.model, inputs.clusters, inputs.training, objective, top_k=top, schedules=names,
-                            fixed=inputs.fixed, max_memory_gib=max_memory_gib, progress=progress, max_exact=exact_budget)
+                            fixed=inputs.fixed, max_memory_gib=max_memory_gib, progress=progress, max_exact=exact_budget,
+                            runnable_on=runnable_on)

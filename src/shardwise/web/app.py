@@ -243,9 +243,9 @@ def create_app(settings: WebSettings | None = None) -> FastAPI:
 
     @app.post("/api/train/export", tags=["train"])
     async def train_export(body: Any = Body(...)) -> JSONOut:
-        """`shardwise train export`: not in this build yet."""
-        return _error(501, "train export is not available in this version: it arrives with `shardwise train export` "
-                           "(torchtitan, Megatron-LM, DeepSpeed launch commands); until then use the job document")
+        """`shardwise train export JOB --to ENGINE --format F`: the plan as torchtitan, Megatron-LM or DeepSpeed
+        launch arguments, script or config file (`text` is what the CLI prints)."""
+        return JSONOut(await anyio.to_thread.run_sync(tasks.run_task, "train/export", body, limiter=inline))
 
     @app.post("/api/schedule/simulate", tags=["schedule"])
     async def schedule_simulate(request: Request, body: Any = Body(...), background: bool = background_flag) -> JSONOut:

@@ -130,6 +130,15 @@ class TrainPlanBody(_Body):
     exact_budget: int = Field(default=128, ge=1, le=1024, description="most exact estimates per GPU type")
 
 
+class TrainExportBody(_Body):
+    """`train export`: a job document and the engine to launch it in."""
+
+    job: dict[str, Any] = Field(description="a training job document (model, cluster, training, parallel)")
+    to: str = Field(description="torchtitan | megatron | deepspeed")
+    engine_version: str | None = Field(default=None, description="engine release to target (default: the pinned one)")
+    format: str = Field(default="script", description="args | script | file")
+
+
 class ScheduleSimulateBody(_Body):
     """`schedule simulate`: a named schedule (or an uploaded PyTorch CSV) and its stage times."""
 

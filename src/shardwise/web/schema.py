@@ -18,6 +18,7 @@ from shardwise.web.inputs import (
     ScheduleSimulateBody,
     ServePlanBody,
     ServeSimulateBody,
+    TrainExportBody,
     TrainPlanBody,
 )
 
@@ -67,7 +68,7 @@ class HFConfig(BaseModel):
 BODIES: dict[str, type[BaseModel] | dict[str, Any]] = {
     "/api/train/estimate": TrainJob,
     "/api/train/plan": TrainPlanBody,
-    "/api/train/export": TrainJob,
+    "/api/train/export": TrainExportBody,
     "/api/schedule/simulate": ScheduleSimulateBody,
     "/api/schedule/compare": ScheduleCompareBody,
     "/api/serve/simulate": ServeSimulateBody,
@@ -106,6 +107,7 @@ def _overrides() -> dict[tuple[str, str], dict[str, Any]]:
         ("TrainPlanBody", "model"): _model_ref(nullable=True),
         ("ServePlanBody", "model"): _model_ref(nullable=True),
         ("TrainPlanBody", "job"): _ref("TrainJob", nullable=True),
+        ("TrainExportBody", "job"): _ref("TrainJob"),
         ("TrainPlanBody", "gpu"): _gpu(),
         ("ServePlanBody", "job"): _ref("ServeJob", nullable=True),
         ("ServePlanBody", "workload"): _ref("WorkloadSpec", nullable=True),

@@ -18,6 +18,7 @@ from shardwise.web.inputs import (
     ScheduleSimulateBody,
     ServePlanBody,
     ServeSimulateBody,
+    TrainExportBody,
     TrainPlanBody,
     check_cells,
     model_ref,
@@ -79,7 +80,20 @@ def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
     model = model_ref(o.model) if o.model is not None and doc is None else o.model
     inputs = plan_inputs(doc, model, o.gpu, o.gpus, o.seq_len, o.global_batch, o.tokens, o.precision)
     results, best, fronts = run_plan(inputs, o.objective, o.top, o.schedules, o.max_memory_gib, o.exact_budget, progress)
-    return plan_json(o.objective, results, best, fronts)
+    return plan_json(o.objective, results, best, fronts, inputs)
+
+
+def train_export(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
+    """`train export JOB --to ENGINE --format F`: `text` is what the CLI prints; `files` what it writes beside it."""
+    from shardwise.handoff import export_train
+    from shardwise.specs.job import job_from_mapping
+
+    o = validate(TrainExportBody, body)
+    if o.format not in ("args", "script", "file"):
+        raise ShardwiseError(f"--format must be args, script or file, got {o.format!r}")
+    e = export_train(job_from_mapping(with_model(o.job)), o.to, o.engine_version)
+    return {"engine": e.engine, "version": e.version, "format": o.format, "text": e.render(o.format),
+            "files": dict(e.files) if o.format != "script" else {}, "notes": list(e.notes)}
 
 
 # --- schedules -----------------------------------------------------------------------------------------
@@ -172,6 +186,7 @@ def serve_plan(body: Any, progress: Progress = _quiet, plot: bool = False) -> di
 TASKS: dict[str, Callable[..., Any]] = {
     "train/estimate": train_estimate,
     "train/plan": train_plan,
+    "train/export": train_export,
     "schedule/simulate": schedule_simulate,
     "schedule/compare": schedule_compare,
     "serve/simulate": serve_simulate,

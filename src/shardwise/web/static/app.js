@@ -523,8 +523,12 @@ async function selectPlan(e, rank, row) {
       el("div", {}, el("h3", { text: "job.yaml" }), el("pre", { class: "code", text: yaml }),
         el("button", { type: "button", onclick: () => loadPlanIntoForm(e) }, "Open in Estimate")),
       el("div", {}, el("h3", { text: "Commands" }), el("pre", { class: "code", text: commands }), el("h3", { text: "Export" }), exportBox)));
-  post("/api/train/export", job).then((x) => { exportBox.textContent = typeof x === "string" ? x : JSON.stringify(x, null, 1); },
-    (err) => { exportBox.textContent = err.message; });
+  const engines = ["torchtitan", "megatron", "deepspeed"];
+  const showExport = (to) => post("/api/train/export", { job, to, format: "args" }).then(
+    (x) => { exportBox.textContent = `# ${x.engine} ${x.version}\n${x.text}${x.notes.map((n) => "\n# note: " + n).join("")}`; },
+    (err) => { exportBox.textContent = `${to}: ${err.message}`; });
+  exportBox.before(el("div", { class: "actions" }, engines.map((to) => el("button", { type: "button", class: "ghost", "data-engine": to, onclick: () => showExport(to) }, to))));
+  showExport(engines[0]);
   await planTimeline(timelineBox, e);
 }
 
