@@ -24,7 +24,7 @@ SHOTS = [
      "#train-selected canvas"),
     ("web-schedules.png", "tab=schedule&pp=4&microbatches=8&vpp=2&f=1&i=1&w=1&comm=0&schedules=1f1b,interleaved,zb-h1,zbv&run=simulate",
      "#sched-timelines canvas"),
-    ("web-serving.png", "tab=serve&model=llama-3.1-8b&rate=20&gpus=h100:8,a100-80gb:8,l40s:8&slo_ttft_ms=300&slo_tpot_ms=50&run=plan",
+    ("web-serving.png", "tab=serve&model=llama-3.1-8b&rate=20&gpus=h100:8,a100-80gb:8&slo_ttft_ms=300&slo_tpot_ms=50&run=plan",
      "#serve-cdfs .chart .main-svg"),
 ]
 

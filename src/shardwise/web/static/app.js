@@ -435,7 +435,7 @@ function renderPlan(out, body) {
   const s = out.searches;
   $("#train-plan-summary").textContent = s.map((r) => `${r.gpu} × ${r.num_gpus}: ${fmt.num(r.considered)} plans, ${fmt.num(r.feasible_after_screen)} fit, ${r.exact_evaluations} estimated exactly in ${fmt.sig(r.seconds.total, 3)} s`).join(" · ") + ` · objective ${out.objective}`;
   const withDays = out.top.some((e) => e.days_to_train !== null && e.days_to_train !== undefined);
-  const head = ["#", ...(multi ? ["GPU"] : []), "plan", "step s", "tokens/s/GPU", "MFU", "peak GiB", "bubble s", ...(withDays ? ["days", "$"] : [])];
+  const head = ["#", ...(multi ? ["GPU"] : []), "plan", "step s", "tokens/s/GPU", "MFU", "peak GiB", "bubble s", ...(withDays ? ["days", "$"] : []), "runs on"];
   const table = $("#train-top-plans");
   table.replaceChildren(el("thead", {}, el("tr", {}, head.map((h) => el("th", { class: h === "plan" || h === "GPU" ? "l" : "", text: h })))));
   const tbody = el("tbody");
@@ -445,7 +445,8 @@ function renderPlan(out, body) {
       el("td", { class: "l plan", text: planLabel(e.plan) }), el("td", { text: fmt.sig(e.step_time_s, 4) }),
       el("td", { text: fmt.num(e.tokens_per_s_per_gpu) }), el("td", { text: fmt.pct(e.mfu) }),
       el("td", { text: fmt.num(e.peak_memory_gib, 1) }), el("td", { text: fmt.sig(e.time_s.bubble, 3) }),
-      withDays ? el("td", { text: fmt.num(e.days_to_train, 1) }) : null, withDays ? el("td", { text: fmt.usd(e.cost_usd) }) : null);
+      withDays ? el("td", { text: fmt.num(e.days_to_train, 1) }) : null, withDays ? el("td", { text: fmt.usd(e.cost_usd) }) : null,
+      el("td", { class: "l", text: (e.runnable_on || []).join(", ") || "none as is" }));
     tbody.append(tr);
   });
   table.append(tbody);
@@ -509,7 +510,7 @@ async function selectPlan(e, rank, row) {
   box.hidden = false;
   const { model, training } = trainBase();
   const parallel = Object.fromEntries(Object.entries(e.plan).filter(([k]) => !["flash_attention", "overlap_grad_reduce"].includes(k) || e.plan[k] === false));
-  const job = { model, cluster: { gpu: e.gpu, gpus: e.num_gpus }, training, parallel };
+  const job = e.job || { model, cluster: { gpu: e.gpu, gpus: e.num_gpus }, training, parallel };
   const yaml = yamlDoc(job);
   const commands = ["shardwise train estimate job.yaml", "shardwise train export job.yaml --to torchtitan --format script",
     "shardwise train export job.yaml --to megatron --format args", "shardwise train export job.yaml --to deepspeed --format file"].join("\n");
@@ -528,7 +529,7 @@ async function selectPlan(e, rank, row) {
     (x) => { exportBox.textContent = `# ${x.engine} ${x.version}\n${x.text}${x.notes.map((n) => "\n# note: " + n).join("")}`; },
     (err) => { exportBox.textContent = `${to}: ${err.message}`; });
   exportBox.before(el("div", { class: "actions" }, engines.map((to) => el("button", { type: "button", class: "ghost", "data-engine": to, onclick: () => showExport(to) }, to))));
-  showExport(engines[0]);
+  showExport(engines.find((x) => (e.runnable_on || []).includes(x)) || engines[0]);
   await planTimeline(timelineBox, e);
 }
 
@@ -683,8 +684,8 @@ function costChart(out) {
   if (data.chosen) traces.push({ type: "scatter", mode: "markers", name: "chosen", x: [data.chosen.rate], y: [data.chosen.usd_per_hour],
     marker: { symbol: "star", size: 16, color: "#1d2330" }, hovertemplate: data.chosen.label + "<extra></extra>" });
   plot("#chart-cost", traces, { title: "Cost versus request rate, meeting the SLOs", xaxis: { title: { text: "request rate (req/s)" } },
-    yaxis: { title: { text: "$ per hour" }, rangemode: "tozero" }, legend: { orientation: "h", y: -0.32, font: { size: 10 } },
-    margin: { ...BASE_LAYOUT.margin, b: 110 },
+    yaxis: { title: { text: "$ per hour" }, rangemode: "tozero" }, legend: { orientation: "h", y: -0.25, yanchor: "top", font: { size: 10 } },
+    margin: { ...BASE_LAYOUT.margin, b: 150 },
     shapes: [{ type: "line", x0: out.rate, x1: out.rate, yref: "paper", y0: 0, y1: 1, line: { color: "#9aa3b2", dash: "dot", width: 1 } }] });
 }
 
