@@ -26,12 +26,12 @@ def estimate_cmd(
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
 
+    from shardwise.train.report import estimate_json, estimate_table
+
     results = [estimate(j) for j in load_jobs(job)]
     if format is Format.json:
-        payload = [r.to_dict() for r in results]
-        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        typer.echo(json.dumps(estimate_json(results), indent=2))
         return
-    from shardwise.train.report import estimate_table
 
     console = make_console()
     for r in results:

@@ -218,8 +218,9 @@ def from_mapping(mapping: dict[str, Any], where: str = "model") -> ModelSpec:
         raise ShardwiseError(f"{where}: {exc}") from None
 
 
-def load_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
-    """Resolve a preset name, a path to a HF ``config.json``, an inline mapping, or a spec."""
+def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) -> ModelSpec:
+    """Resolve a preset name, a path to a HF ``config.json`` (unless `allow_paths` is false: a server
+    reads no file a request names), an inline mapping, or a spec."""
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, dict):
@@ -235,7 +236,7 @@ def load_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
         _CACHE[key] = spec
         return spec
     path = Path(ref).expanduser()
-    if path.suffix == ".json" or path.exists():
+    if allow_paths and (path.suffix == ".json" or path.exists()):
         from shardwise.specs.hf_config import from_hf_config
 
         return from_hf_config(path)
