@@ -46,7 +46,7 @@ def _register() -> None:
     app.add_typer(train.app, name="train")
     app.add_typer(schedule.app, name="schedule")
     app.add_typer(serve.app, name="serve")
-    app.command("validate")(validate.validate)
+    app.command("validate", help="Alias of `shardwise train validate`.")(validate.validate)
     app.command("web")(web.web_cmd)
 
 

@@ -10,15 +10,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shardwise.cli.options import Format, format_option
 from shardwise.console import make_console
 
 app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
                   no_args_is_help=True)
-
-
-class OutFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class ExportFormat(str, Enum):
@@ -69,7 +65,7 @@ def _print_result(res, console: Console) -> None:
 
 
 def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
-                         comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: OutFormat,
+                         comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: Format,
                          plot: Path | None) -> None:
     from shardwise.pipeline import load_csv
     from shardwise.pipeline.options import simulate_options
@@ -80,7 +76,7 @@ def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | N
         from shardwise.pipeline.plot import plot_timeline
 
         plot_timeline(res, plot)
-    if fmt is OutFormat.json:
+    if fmt is Format.json:
         typer.echo(json.dumps(res.to_dict(), indent=1))
         return
     console = _console()
@@ -110,7 +106,7 @@ def simulate_cmd(
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: float | None = _CAP,
     w_retained: float = _RHO,
     from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
 ) -> None:
     """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank."""
@@ -121,7 +117,7 @@ def simulate_cmd(
 def import_cmd(
     file: Path = typer.Argument(..., help="Schedule CSV, one row per rank (PyTorch _dump_csv layout)."),
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, w_retained: float = _RHO,
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
 ) -> None:
     """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch)."""
@@ -159,7 +155,7 @@ def compare_cmd(
     w: str = typer.Option("1", "--w", help="W time of a rank's slice."),
     comm: float = _COMM, mem_cap: float | None = _CAP, w_retained: float = _RHO,
     schedules: str | None = typer.Option(None, "--schedules", help="Comma-separated subset."),
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
 ) -> None:
     """Every schedule side by side on the same model (times per rank slice, split over its stages)."""
     from shardwise.pipeline import compare_schedules
@@ -168,7 +164,7 @@ def compare_cmd(
     names = [s.strip() for s in schedules.split(",")] if schedules else None
     rows = compare_schedules(pp, microbatches, vpp, parse_times(f, "f"), parse_times(i, "i"), parse_times(w, "w"), comm,
                              mem_cap, w_retained, names)
-    if format is OutFormat.json:
+    if format is Format.json:
         typer.echo(json.dumps(rows, indent=1))
         return
     table = Table(title=f"schedules at pp={pp}, microbatches={microbatches} (times per rank slice F={f} I={i} "

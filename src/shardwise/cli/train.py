@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 
 import typer
+
+from shardwise.cli.options import Format, format_option
 from shardwise.console import make_console
 
-app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
+app = typer.Typer(help="Training: estimate a plan, search plans, export, run and validate.", no_args_is_help=True)
 
 
 @app.command("estimate")
 def estimate_cmd(
     job: Path = typer.Argument(..., help="YAML or JSON job file (one job or a list of jobs)."),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    format: Format = format_option(),
 ) -> None:
     """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job."""
     from shardwise.specs.job import load_jobs
@@ -42,11 +38,13 @@ def _register() -> None:
     from shardwise.cli.train_plan import plan_cmd, sweep_cmd
     from shardwise.cli.export import train_export_cmd
     from shardwise.cli.train_run import run_cmd
+    from shardwise.cli.validate import validate
 
     app.command("export")(train_export_cmd)
     app.command("plan")(plan_cmd)
     app.command("sweep")(sweep_cmd)
     app.command("run")(run_cmd)
+    app.command("validate")(validate)
 
 
 _register()

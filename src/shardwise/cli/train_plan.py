@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from shardwise.console import make_console
 
-from shardwise.cli.train import Format
+from shardwise.cli.options import Format, format_option
 
 
 def plan_cmd(
@@ -24,7 +24,7 @@ def plan_cmd(
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     tokens: float = typer.Option(None, "--tokens", help="Tokens to train: adds days and dollars."),
     precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
-    format: Format = typer.Option(Format.table, "--format", "-f"),
+    format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
     exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),

@@ -1,4 +1,4 @@
-"""`shardwise validate`: prediction error against public measurements."""
+"""`shardwise train validate` (alias `shardwise validate`): prediction error against public measurements."""
 
 from __future__ import annotations
 

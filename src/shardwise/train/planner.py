@@ -78,8 +78,10 @@ class PlanResult:
         }
 
 
-def _job(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any], extra: dict[str, Any]) -> TrainJob:
-    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **extra), name=model.name)
+def job_from_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any],
+                  extra: dict[str, Any] | None = None) -> TrainJob:
+    """The job that runs one enumerated plan (`plan`: the candidates' fields; `extra`: fixed plan fields)."""
+    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **(extra or {})), name=model.name)
 
 
 def _score(e: Estimate, objective: str) -> tuple[float, float]:
@@ -181,7 +183,7 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
             if report:
                 report(f"{cluster.gpu.name}: exact estimate {evaluated} (at most {total})", 0.1 + 0.9 * evaluated / total)
             try:
-                e = estimate(_job(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
+                e = estimate(job_from_plan(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
             except ShardwiseError:
                 cands.rejected[REASONS["schedule"]] += 1
                 continue
@@ -198,7 +200,7 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
         if bar:
             bar[0].stop()
     best = sorted(heap, key=lambda t: ((-t[0][0], -t[0][1]), -t[1]))
-    ranked = [estimate(_job(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
+    ranked = [estimate(job_from_plan(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
     if not ranked:
         raise ShardwiseError("no plan fits in memory after exact estimation; add GPUs, allow recompute or lower the batch")
     return ranked, evaluated, notes
