@@ -1,4 +1,4 @@
-"""KV bytes per token and KV block capacity, pinned to hand-worked numbers (serving-formulas.md formulas 1-2)."""
+"""KV bytes per token and KV block capacity, pinned to hand-worked numbers (vLLM cache_engine.get_cache_block_size and worker.determine_num_available_blocks)."""
 
 import pytest
 
