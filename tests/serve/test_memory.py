@@ -4,7 +4,13 @@ import pytest
 
 from shardwise.errors import ShardwiseError
 from shardwise.serve.constants import ServingConstants
-from shardwise.serve.memory import GIB, activation_peak_bytes, kv_bytes_per_token_per_gpu, kv_capacity, weight_bytes_per_gpu
+from shardwise.serve.memory import (
+    GIB,
+    activation_peak_bytes,
+    kv_bytes_per_token_per_gpu,
+    kv_capacity,
+    weight_bytes_per_gpu,
+)
 from shardwise.specs.hardware import get_gpu
 from shardwise.specs.model import load_model
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -12,6 +13,9 @@ from rich.table import Table
 
 from shardwise.cli.options import Format, format_option
 from shardwise.console import make_console
+
+if TYPE_CHECKING:
+    from shardwise.pipeline import SimResult
 
 app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
                   no_args_is_help=True)
@@ -39,7 +43,7 @@ def _console() -> Console:
     return make_console()
 
 
-def _print_result(res, console: Console) -> None:
+def _print_result(res: SimResult, console: Console) -> None:
     summary = Table(title=f"{res.name}: pp={res.pp}, vpp={res.vpp}, stages={res.num_stages}, "
                           f"microbatches={res.microbatches}", show_header=False)
     summary.add_column("metric")
@@ -134,7 +138,6 @@ def export_cmd(
 ) -> None:
     """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank)."""
     from shardwise.pipeline import write_csv_text
-
     from shardwise.pipeline.options import build_schedule
 
     sched, _ = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained)

@@ -21,7 +21,6 @@ def estimate_cmd(
     """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job."""
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
-
     from shardwise.train.report import estimate_json, estimate_table
 
     results = [estimate(j) for j in load_jobs(job)]
@@ -35,8 +34,8 @@ def estimate_cmd(
 
 
 def _register() -> None:
-    from shardwise.cli.train_plan import plan_cmd, sweep_cmd
     from shardwise.cli.export import train_export_cmd
+    from shardwise.cli.train_plan import plan_cmd, sweep_cmd
     from shardwise.cli.train_run import run_cmd
     from shardwise.cli.validate import validate
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from shardwise.console import make_console
 
 from shardwise.cli.options import Format, format_option
+from shardwise.console import make_console
+
+if TYPE_CHECKING:
+    from shardwise.handoff import Export
+    from shardwise.specs.hardware import Cluster
+    from shardwise.specs.model import ModelSpec
+    from shardwise.specs.training import TrainingSpec
+    from shardwise.train.result import Estimate
 
 
 def plan_cmd(
@@ -95,7 +103,7 @@ def plan_cmd(
         console.print(launch.script(), markup=False, highlight=False)
 
 
-def _launch(best, spec, training, clusters, engine: str):
+def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:
     """The export of the best plan (it runs on `engine`: the search was restricted to such plans)."""
     from shardwise.handoff import export_train
     from shardwise.specs.job import job_from_mapping

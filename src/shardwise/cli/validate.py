@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import typer
-from shardwise.console import make_console
 from rich.table import Table
 
 from shardwise.cli.train import Format
+from shardwise.console import make_console
 
 
 def _pct(x: float | None) -> str:

@@ -17,7 +17,7 @@ import bisect
 import statistics
 from collections import defaultdict
 
-from shardwise.pipeline import Schedule, simulate
+from shardwise.pipeline import Schedule, SimResult, simulate
 
 
 def measured_timeline(rows: list[dict], name: str, pp: int, vpp: int, num_stages: int,
@@ -98,7 +98,7 @@ def action_overhead_s(rows: list[dict]) -> float:
     return statistics.median(gaps) if gaps else 0.0
 
 
-def predict(sched: Schedule, costs: dict[str, list[float | None]], p2p_s: float, overhead_s: float = 0.0):
+def predict(sched: Schedule, costs: dict[str, list[float | None]], p2p_s: float, overhead_s: float = 0.0) -> SimResult:
     """Simulate ``sched`` with measured per-stage costs (each action lengthened by ``overhead_s``). A
     schedule with fused backward only (``B``) gets ``i_s = w_s = b_s / 2`` (unused by its actions); one
     with ``I``/``W`` only gets ``b_s = i_s + w_s``."""

@@ -13,7 +13,6 @@ from shardwise.specs._loading import read_document
 from shardwise.specs.hardware import get_gpu
 from shardwise.specs.model import ModelSpec, load_model
 
-
 DEFAULT_GPU_MIX = "h100:8,a100-80gb:8"  # what `serve plan` may use when no GPUs are given
 DEFAULT_GPUS_PER_TYPE = 8
 
@@ -93,9 +92,10 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
 
 
 def print_plan(result: PlanResult) -> None:
-    from shardwise.console import make_console
     from rich.markup import escape
     from rich.table import Table
+
+    from shardwise.console import make_console
 
     r = result.request
     console = make_console()

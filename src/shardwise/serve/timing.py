@@ -44,7 +44,7 @@ class StepTimer:
 
     # --- coefficients (computed once) ------------------------------------------------------------
     @cached_property
-    def _eff(self):  # noqa: ANN202
+    def _eff(self):
         return self.constants.device(self.gpu.name)
 
     @cached_property

@@ -17,7 +17,7 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,10 @@ from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
 from shardwise.train.search_space import DEFAULT_SCHEDULES, REASONS, Candidates, enumerate_plans
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 OBJECTIVES = ("throughput", "cost", "memory")
 # A plan is skipped once neither its lower bound nor this share of its screened time can beat the K-th
@@ -159,7 +163,9 @@ def plan_search(
     )
 
 
-def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants, progress):
+def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray, objective: str, top_k: int, max_exact: int,
+               model: ModelSpec, cluster: Cluster, training: TrainingSpec, extra: dict[str, Any], constants: Constants | None,
+               progress: bool | Progress) -> tuple[list[Estimate], int, list[str]]:
     """Exact estimates in screen order until the remaining lower bounds cannot beat the K-th best."""
     optimistic = np.maximum(scr["step_lb_s"], APPROX_TRUST * scr["step_s"])[order]
     suffix_min = np.minimum.accumulate(optimistic[::-1])[::-1]
@@ -213,7 +219,7 @@ def _key(plan: dict[str, Any]) -> tuple:
     return tuple(plan[k] for k in PLAN_KEYS)
 
 
-def _front(cands: Candidates, scr, training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
+def _front(cands: Candidates, scr: dict[str, np.ndarray], training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
     """Throughput vs peak-memory Pareto front over every plan that fits. Points carry screen values
     (`exact: false`) except the top-K plans, which carry their exact estimates."""
     exact = {_key(e.plan): e for e in top}
@@ -240,7 +246,7 @@ def _nothing_runs(c: Candidates) -> str:
     return f"no plan can run: all {c.considered} plans were rejected ({reasons}). Add GPUs, change the batch or free the fixed fields"
 
 
-def _progress(enabled: bool, total: int):
+def _progress(enabled: bool, total: int) -> tuple[RichProgress, TaskID] | None:
     if not enabled:
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -286,13 +292,13 @@ def plan_across_gpus(
         priced = [e for e in every if price[e.gpu] is not None]
         if not priced:
             raise ShardwiseError("--objective cost needs a price: none of the GPUs has a catalog price; set cluster.price_usd_per_gpu_hour")
-        key = lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s)
         every = priced
-    elif objective == "memory":
-        key = lambda e: (e.peak_memory_gib, e.step_time_s)
-    else:
-        key = lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib)
-    top = sorted(every, key=key)[:top_k]
+    keys: dict[str, Callable[[Estimate], tuple[float, float]]] = {
+        "cost": lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s),
+        "memory": lambda e: (e.peak_memory_gib, e.step_time_s),
+        "throughput": lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib),
+    }
+    top = sorted(every, key=keys.get(objective, keys["throughput"]))[:top_k]
     fronts = [p for r in results for p in r.front]
     if len(clusters) > 1:
         priced = [p for p in fronts if p["usd_per_million_tokens"] is not None]
