@@ -154,21 +154,21 @@ class NetworkSpec(BaseModel):
     sharp: bool = False
 
 
-class Network(BaseModel):
-    """A cluster's network, resolved: the NVLink domain and the scale-out NICs of each node."""
+@dataclass(frozen=True)
+class Network:
+    """A cluster's network, resolved (by :func:`make_network`, from validated inputs): the NVLink domain
+    and the scale-out NICs of each node. A plain frozen dataclass: it keys the comm model's caches."""
 
-    model_config = ConfigDict(frozen=True)
-
-    gpus_per_node: int = Field(gt=0)
-    nvlink_domain: int = Field(gt=0, description="GPUs on one NVLink/NVSwitch (or xGMI, PCIe) fabric")
-    link: str = Field(description="scale-up link: nvlink3/4/5, nvlink4-export, xgmi, pcie4/5")
-    topology: Literal["switch", "mesh"]
-    nvlink_gbyte_s: float = Field(gt=0, description="per GPU, both directions (datasheet convention)")
+    gpus_per_node: int
+    nvlink_domain: int  # GPUs on one NVLink/NVSwitch (or xGMI, PCIe) fabric
+    link: str  # scale-up link: nvlink3/4/5, nvlink4-export, xgmi, pcie4/5
+    topology: str  # switch | mesh
+    nvlink_gbyte_s: float  # per GPU, both directions (datasheet convention)
     nvls: bool
     sharp: bool
-    nics_per_node: int = Field(gt=0)
-    nic_gbps: float = Field(gt=0, description="line rate of one NIC")
-    fabric: Fabric
+    nics_per_node: int
+    nic_gbps: float  # line rate of one NIC
+    fabric: str  # infiniband | roce | efa | tcpxo
 
     @property
     def link_family(self) -> str:
@@ -196,7 +196,7 @@ class CommGroup:
 def group_shape(size, stride, domain: int):
     """(ranks per NVLink domain, domains) of groups of `size` ranks spaced `stride` apart in the global
     rank order, domains being aligned blocks of `domain` ranks (numbers or numpy arrays)."""
-    if isinstance(size, int | float) and isinstance(stride, int | float):
+    if not (isinstance(size, np.ndarray) or isinstance(stride, np.ndarray)):
         if (size - 1) * stride + 1 <= domain:
             return size, 1
         k = min(max(domain // stride, 1), size)
@@ -232,7 +232,7 @@ class Cluster(BaseModel):
         """Placement of a group of `size` ranks spaced `stride` apart: it spans (size - 1) * stride + 1
         consecutive ranks; NVLink domains are aligned blocks of `nvlink_domain` ranks."""
         k, n_domains = group_shape(int(size), int(stride), self.network.nvlink_domain)
-        return CommGroup(int(k), int(n_domains), self.network)
+        return CommGroup(k, n_domains, self.network)
 
 
 def make_network(gpu: GPU, gpus_per_node: int, spec: NetworkSpec | None = None, inter_node_gbps: float | None = None) -> Network:
