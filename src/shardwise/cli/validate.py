@@ -21,7 +21,7 @@ def validate(
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
     details: bool = typer.Option(False, "--details", help="Also list every figure and every skipped record."),
     comm: bool = typer.Option(False, "--comm", help="Check the network model on the nccl-tests / DeepEP records instead."),
-    cv: bool = typer.Option(True, "--cv/--no-cv", help="With --comm: leave-one-source-out error per source (about 10 s)."),
+    cv: bool = typer.Option(True, "--cv/--no-cv", help="With --comm: leave-one-source-out error per source (one fit per source)."),
     plot: Path = typer.Option(None, "--plot", help="With --comm: predicted vs measured bus bandwidth per message size, PNG."),
 ) -> None:
     """Estimate every applicable calibration record and report the error per source."""

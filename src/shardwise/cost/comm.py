@@ -120,36 +120,36 @@ def _rates(net: Network, c: NetworkConstants) -> tuple[float, ...]:
 
 def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, latency: bool = True):
     """Seconds of one collective; `size`, `k` (ranks per domain) and `n_dom` (domains) may be arrays."""
-    link, mesh, eta_ring, b_nic, lat_link, lat_nic, lat_nvls, q, nvls_rate, eta_tree = _rates(net, c)
+    link, mesh, eta_ring, b_nic, lat_link, lat_nic, lat_nvls, h, nvls_rate, eta_tree = _rates(net, c)
     if not latency:
-        lat_link = lat_nic = lat_nvls = q = 0.0
+        lat_link = lat_nic = lat_nvls = h = 0.0
     n = k * n_dom
     across = n_dom > 1
     link_k = link * ops.maximum(k - 1, 1) / mesh if mesh else link
     b_ring = eta_ring * link_k
     if kind == "send_recv":
-        return ops.combine(ops.where(across, lat_nic, lat_link), size / ops.where(across, b_nic, b_ring), q)
+        return ops.combine(ops.where(across, lat_nic, lat_link), size / ops.where(across, b_nic, b_ring), h)
     if kind == "all_to_all":
         t_bw = ops.maximum(size * (k - 1) / n / b_ring, size * (n - k) / n / b_nic)
-        return ops.combine(ops.where(k > 1, lat_link, 0.0) + ops.where(across, lat_nic, 0.0), t_bw, q)
+        return ops.combine(ops.where(k > 1, lat_link, 0.0) + ops.where(across, lat_nic, 0.0), t_bw, h)
     if kind not in KINDS:
         raise ValueError(f"unknown collective {kind!r}")
     ar = kind == "all_reduce"
     mult = 2.0 if ar else 1.0
     busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * b_nic), b_ring)
     steps, inter = mult * (n - 1), mult * (n_dom - 1)
-    t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, q)
+    t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, h)
     if not ar:
         return t
     b_nvls = nvls_rate * ops.maximum(k - 1, 1) / ops.maximum(k, 1)  # used only where k >= 2
     if nvls_rate:
-        nvls = ops.combine(lat_nvls, size / b_nvls, q)
+        nvls = ops.combine(lat_nvls, size / b_nvls, h)
         t = ops.where(ops.either(across, k < 2), t, ops.minimum(t, nvls))
     intra = ops.where(k > 1, b_nvls if nvls_rate else eta_tree * link_k, INF)
     scale_out = k * b_nic * (1.0 if net.sharp else ops.where(n_dom > 2, 0.5, 1.0))
     rounds = 1 if net.sharp else ops.ceil_log2(n_dom)
     head = lat_nvls if nvls_rate else 2 * (k - 1) * lat_link
-    tree = ops.combine(head + 2 * rounds * lat_nic, size / ops.minimum(intra, scale_out), q)
+    tree = ops.combine(head + 2 * rounds * lat_nic, size / ops.minimum(intra, scale_out), h)
     return ops.where(across, ops.minimum(t, tree), t)
 
 

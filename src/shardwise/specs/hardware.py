@@ -29,7 +29,6 @@ from shardwise.specs._loading import data_path, format_validation_error, load_ya
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "tf32"}
 POWER_CLOCK_EXPONENT = 1.0 / 3.0  # assumption (module docstring): clock ~ power^(1/3) below the rated power
 Fabric = Literal["infiniband", "roce", "efa", "tcpxo"]
-FABRICS = ("infiniband", "roce", "efa", "tcpxo")
 
 
 class GPU(BaseModel):
