@@ -95,3 +95,12 @@ def validate(
         typer.echo(json.dumps(rows, indent=2))
         return
     print_validation(rows)
+
+
+def _register() -> None:
+    from shardwise.cli.export import serve_export_cmd
+
+    app.command("export")(serve_export_cmd)
+
+
+_register()

@@ -40,8 +40,10 @@ def estimate_cmd(
 
 def _register() -> None:
     from shardwise.cli.train_plan import plan_cmd, sweep_cmd
+    from shardwise.cli.export import train_export_cmd
     from shardwise.cli.train_run import run_cmd
 
+    app.command("export")(train_export_cmd)
     app.command("plan")(plan_cmd)
     app.command("sweep")(sweep_cmd)
     app.command("run")(run_cmd)

@@ -33,13 +33,38 @@ def plan_cmd(
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
     exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    runnable_on: list[str] = typer.Option(None, "--runnable-on",
+                                          help="Only plans one of these engines runs as is: torch (train run), "
+                                               "torchtitan, megatron, deepspeed (comma-separated)."),
+    export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
+                               "runs and print the best one's launch script."),
 ) -> None:
-    """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them."""
+    """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them.
+    Each plan says which engines run it as is.
+
+    Examples:
+
+      shardwise train plan --model llama-3.1-70b --gpu h100 --gpus 512 --seq-len 8192 --global-batch 512
+
+      shardwise train plan --model llama-3.1-8b --gpu h100,a100-80gb --gpus 64 --seq-len 4096 --global-batch 256 --objective cost
+
+      shardwise train plan job.yaml --runnable-on megatron --format json > plans.json
+    """
     from shardwise.specs.hardware import make_cluster
     from shardwise.specs.job import job_from_mapping
     from shardwise.specs.model import load_model
     from shardwise.specs.training import TrainingSpec
-    from shardwise.train.plan_report import front_table, plot_front, summary_text, top_table
+    from shardwise.engines.support import parse_engines
+    from shardwise.train.plan_report import (
+        engine_verdicts,
+        front_table,
+        plot_front,
+        runnability_note,
+        runs_on_label,
+        summary_text,
+        top_rows,
+        top_table,
+    )
     from shardwise.train.planner import plan_across_gpus
     from shardwise.train.search_space import DEFAULT_SCHEDULES
 
@@ -68,21 +93,44 @@ def plan_cmd(
     progress = format is Format.table and not no_progress
     results, best, fronts = plan_across_gpus(spec, clusters, training, objective, top_k=top, schedules=names,
                                              fixed=fixed, max_memory_gib=max_memory_gib, progress=progress,
-                                             max_exact=exact_budget)
+                                             max_exact=exact_budget,
+                                             runnable_on=parse_engines(runnable_on) or parse_engines(export))
+    launch = _launch(best[0], spec, training, clusters, export) if export else None
+    note = runnability_note(best, spec, training)
     if plot:
         plot_front(results, fronts, best, plot)
     if format is Format.json:
-        out = {"objective": objective, "top": [e.to_dict() for e in best], "pareto_front": fronts,
-               "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results]}
+        out = {"objective": objective, "top": top_rows(best, spec, training, clusters), "pareto_front": fronts,
+               "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results],
+               "notes": [note] if note else []}
+        if launch is not None:
+            out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
+                             "script": launch.script()}
         typer.echo(json.dumps(out, indent=2, default=float))
         return
     console = make_console()
-    console.print(top_table(results, best, objective))
+    labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]
+    console.print(top_table(results, best, objective, labels))
+    if note:
+        console.print(f"[bold yellow]note:[/bold yellow] {note}")
     title = "Pareto front: throughput vs $/M tokens" if len(results) > 1 else "Pareto front: throughput vs peak memory"
     console.print(front_table(fronts, title))
     console.print(summary_text(results))
     if plot:
         console.print(f"plot written to {plot}")
+    if launch is not None:
+        console.print(f"[bold]launch of plan #1 in {launch.engine} {launch.version}[/bold] "
+                      "(shardwise train export writes it to a file):")
+        console.print(launch.script(), markup=False, highlight=False)
+
+
+def _launch(best, spec, training, clusters, engine: str):
+    """The export of the best plan (it runs on `engine`: the search was restricted to such plans)."""
+    from shardwise.handoff import export_train
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.plan_report import job_mapping
+
+    return export_train(job_from_mapping(job_mapping(best, spec, training, clusters)), engine)
 
 
 def sweep_cmd(

@@ -32,12 +32,11 @@ from shardwise.specs.model import ModelSpec
 
 TP_CHOICES = (1, 2, 4, 8)
 PP_CHOICES = (1, 2, 4)
-# engine variants searched for colocated replicas: vLLM v1 chunked with a small and a large token budget
-# (Sarathi-Serve: a small budget bounds decode stalls), and v0 prefill-first
+# engine variants searched for colocated replicas: vLLM V1 (the only engine current vLLM has) with a small
+# and a large token budget (Sarathi-Serve: a small budget bounds decode stalls)
 ENGINE_VARIANTS = (
     {"chunked_prefill": True, "max_num_batched_tokens": 2048},
     {"chunked_prefill": True, "max_num_batched_tokens": 8192},
-    {"chunked_prefill": False, "max_num_batched_tokens": 8192},
 )
 VERIFY_TOP = 8
 

@@ -98,8 +98,10 @@ def plan_search(
     constants: Constants | None = None,
     max_exact: int = 128,
     progress: bool = False,
+    runnable_on: tuple[str, ...] = (),
 ) -> PlanResult:
-    """Search the plan space on one cluster (see the module docstring)."""
+    """Search the plan space on one cluster (see the module docstring); `runnable_on` keeps only the
+    plans one of these engines runs as is (:mod:`shardwise.engines.support`)."""
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if top_k < 1:
@@ -108,7 +110,8 @@ def plan_search(
     extra = {k: fixed.pop(k) for k in ("flash_attention", "overlap_grad_reduce") if k in fixed}
     fixed.pop("dp", None)
     t0 = time.perf_counter()
-    cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True))
+    cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
+                            runnable_on=runnable_on)
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))
