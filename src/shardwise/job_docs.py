@@ -22,6 +22,7 @@ from pydantic_core import PydanticUndefined
 from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJobSpec, SLOSpec
 from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.workload import WorkloadSpec
+from shardwise.specs.hardware import NetworkSpec
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
@@ -31,6 +32,7 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "train-model": (ModelSpec, "model mapping"),
     "train-cluster": (ClusterSpec, "cluster"),
+    "train-network": (NetworkSpec, "network"),
     "train-training": (TrainingSpec, "training"),
     "train-parallel": (TrainPlan, "parallel"),
     "serve-job": (ServeJobSpec, "serve job"),

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import format_validation_error, read_document
-from shardwise.specs.hardware import Cluster, make_cluster
+from shardwise.specs.hardware import Cluster, NetworkSpec, make_cluster
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
@@ -30,10 +30,19 @@ class ClusterSpec(BaseModel):
     gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml (h100, a100-80gb, ...)")
     gpus: int = Field(gt=0, description="GPUs in the job (`train run`: processes)")
     gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per node; default: the GPU's in data/gpus.yaml")
-    inter_node_gbps: float | None = Field(default=None, gt=0, description="scale-out bandwidth per GPU, Gbit/s; "
-                                          "default: the GPU's in data/gpus.yaml")
+    inter_node_gbps: float | None = Field(default=None, gt=0, le=1e5, description="scale-out bandwidth per GPU, Gbit/s "
+                                          "(older field; network.nic_gbps is per NIC); default: the GPU's in data/gpus.yaml")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
                                                  "list price in data/gpus.yaml")
+    power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W "
+                                        "(below the board power: lower peak throughput)")
+    network: NetworkSpec | None = Field(default=None, description="what differs from the GPU's catalog network")
+
+
+def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster:
+    """Build a cluster from a job file's `cluster` mapping (ClusterSpec's fields)."""
+    c: ClusterSpec = _build(ClusterSpec, data, where)
+    return make_cluster(c.gpu, c.gpus, c.gpus_per_node, c.inter_node_gbps, c.price_usd_per_gpu_hour, c.network, c.power_limit_w)
 
 
 @dataclass(frozen=True)
@@ -121,8 +130,7 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     if "model" not in doc:
         raise ShardwiseError(f"{where}: missing 'model' (a preset name, a config.json path or a mapping)")
     model = load_model(doc["model"])
-    cspec: ClusterSpec = _build(ClusterSpec, _section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
-    cluster = make_cluster(cspec.gpu, cspec.gpus, cspec.gpus_per_node, cspec.inter_node_gbps, cspec.price_usd_per_gpu_hour)
+    cluster = cluster_from_mapping(_section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
     training = _build(TrainingSpec, _section(doc, "training", where), "training")
     raw_plan = dict(_section(doc, "parallel", where)) if require_plan or doc.get("parallel") is not None else {}
     if raw_plan.get("dp") == "auto":
