@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 import typer
 
@@ -21,8 +22,8 @@ class Format(str, Enum):
     json = "json"
 
 
-def format_option() -> Format:
-    """``--format/-f table|json`` (default table)."""
+def format_option() -> Any:
+    """``--format/-f table|json`` (default table): the default of a command's `format: Format` parameter."""
     return typer.Option(Format.table, "--format", "-f", help="table or json.")
 
 
