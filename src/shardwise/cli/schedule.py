@@ -48,6 +48,7 @@ _W = typer.Option("1", "--w", help="Weight-gradient (W) time per stage.")
 _COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + bytes/bandwidth).")
 _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
+_TRACE = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON; times taken as seconds).")
 
 
 def _build(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
@@ -97,7 +98,7 @@ def _print_result(res, console: Console) -> None:
     console.print(ranks)
 
 
-def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | None) -> None:
+def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | None, trace: Path | None) -> None:
     from shardwise.pipeline import simulate
 
     res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)
@@ -105,6 +106,10 @@ def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | N
         from shardwise.pipeline.plot import plot_timeline
 
         plot_timeline(res, plot)
+    if trace is not None:
+        from shardwise.pipeline.trace import simulation_trace, write_trace
+
+        write_trace(simulation_trace(sched, res, w_retained_fraction=rho), trace)
     if fmt is OutFormat.json:
         typer.echo(json.dumps(res.to_dict(), indent=1))
         return
@@ -112,6 +117,8 @@ def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | N
     _print_result(res, console)
     if plot is not None:
         console.print(f"timeline written to {plot}")
+    if trace is not None:
+        console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
 
 
 @app.command("list")
@@ -137,10 +144,20 @@ def simulate_cmd(
     from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    trace: Path | None = _TRACE,
 ) -> None:
-    """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank."""
+    """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank.
+
+    Examples:
+
+      shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png --trace zbv.json
+
+      shardwise schedule simulate --schedule interleaved --pp 8 --microbatches 32 --vpp 2 --f 1 --i 1.3 --w 0.6 --comm 0.04 --format json
+
+      shardwise schedule simulate --schedule auto --pp 8 --microbatches 32 --mem-cap 8
+    """
     sched, times = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+    _simulate_and_report(sched, times, comm, w_retained, format, plot, trace)
 
 
 @app.command("import")
@@ -149,10 +166,18 @@ def import_cmd(
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, w_retained: float = _RHO,
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    trace: Path | None = _TRACE,
 ) -> None:
-    """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch)."""
+    """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch).
+
+    Examples:
+
+      shardwise schedule import schedule_from_pytorch.csv --plot timeline.png
+
+      shardwise schedule import zb1p.csv --f 1 --i 1.2 --w 0.8 --comm 0.05 --format json
+    """
     sched, times = _build("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+    _simulate_and_report(sched, times, comm, w_retained, format, plot, trace)
 
 
 @app.command("export")

@@ -21,12 +21,26 @@ class Format(str, Enum):
 def estimate_cmd(
     job: Path = typer.Argument(..., help="YAML or JSON job file (one job or a list of jobs)."),
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    trace: Path = typer.Option(None, "--trace", help="Write the estimated step as a Chrome/Perfetto trace (JSON)."),
 ) -> None:
-    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job."""
+    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job.
+
+    Examples:
+
+      shardwise train estimate examples/llama3.1-70b-64xh100.yaml
+
+      shardwise train estimate examples/llama3.1-70b-64xh100.yaml --format json --trace step.json
+    """
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
 
     results = [estimate(j) for j in load_jobs(job)]
+    if trace is not None:
+        from shardwise.pipeline.trace import write_trace
+        from shardwise.train.trace import estimate_trace
+
+        write_trace(estimate_trace(results), trace)
+        typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
         payload = [r.to_dict() for r in results]
         typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))

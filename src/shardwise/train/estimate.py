@@ -179,4 +179,5 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         days_to_train=days,
         cost_usd=cost,
         notes=tuple(notes),
+        pipeline_inputs=timing.inputs,
     )

@@ -72,6 +72,8 @@ class Estimate:
     days_to_train: float | None = None
     cost_usd: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: the pipeline simulation's inputs (``PipelineTiming.inputs``), to redraw its timeline as a trace
+    pipeline_inputs: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def peak_memory_gib(self) -> float:
