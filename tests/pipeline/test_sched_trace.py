@@ -2,7 +2,13 @@
 simulation it was drawn from)."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from pytest import approx
 from hypothesis import strategies as st
@@ -89,3 +95,22 @@ def test_every_schedule_gives_a_well_formed_trace(tmp_path_factory, load_trace, 
         assert max(v for _, v in series) == approx(res.peak_activation_microbatches[r])
         busy = sum(e["dur"] for e in proc["slices"][r] if e["cat"] == "compute") / US
         assert busy == approx(res.rank_busy[r])
+
+
+@pytest.mark.skipif(not os.environ.get("CATAPULT") or not shutil.which("chromium"),
+                    reason="needs CATAPULT=/path/to/catapult-project/catapult and chromium")
+def test_the_chrome_trace_viewer_imports_the_zbv_trace(tmp_path):
+    """The trace viewer chrome://tracing was built from (catapult), in headless Chromium, offline."""
+    sched = generate_schedule("zbv", 8, 32)
+    res = simulate(sched, p2p_s=0.05)
+    doc = simulation_trace(sched, res)
+    trace = write_trace(doc, tmp_path / "zbv.json")
+    script = Path(__file__).parents[2] / "scripts" / "trace_screenshot.py"
+    out = subprocess.run([sys.executable, str(script), str(trace), str(tmp_path / "zbv.png"),
+                          "--catapult", os.environ["CATAPULT"]], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    model = json.loads(out.stdout.split("trace viewer model: ", 1)[1].splitlines()[0])
+    assert model["threads"] == 8 and model["counters"] == 8
+    assert model["slices"] == sum(e["ph"] == "X" for e in doc["traceEvents"])
+    assert model["flows"] == 2 * (2 * 8 - 2) * 32
+    assert (tmp_path / "zbv.png").stat().st_size > 10_000

@@ -91,7 +91,7 @@ def timeline_events(pid: int, title: str, ranks: Sequence[Sequence[dict]], *,
         for w in (waits[r] if waits else ()):
             events.append(slice_event(pid, r, w["name"], w["start"], w["end"], "communication", w.get("args", {})))
         for t, v in (memory[r] if memory else ()):
-            events.append({"ph": "C", "pid": pid, "tid": r, "name": f"rank {r}", "ts": _us(t),
+            events.append({"ph": "C", "pid": pid, "tid": r, "name": f"rank {r} memory", "ts": _us(t),
                            "args": {memory_label: v * memory_scale}})
     return events
 
