@@ -41,12 +41,13 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    from shardwise.cli import schedule, serve, train, validate
+    from shardwise.cli import schedule, schema, serve, train, validate
 
     app.add_typer(train.app, name="train")
     app.add_typer(schedule.app, name="schedule")
     app.add_typer(serve.app, name="serve")
     app.command("validate")(validate.validate)
+    app.command("schema")(schema.schema_cmd)
 
 
 _register()
