@@ -8,9 +8,8 @@ import typer
 
 from shardwise.errors import CheckFailed, ShardwiseError
 
-app = typer.Typer(
+app = typer.Typer(  # its help is the callback's docstring (a help= here would hide the examples)
     name="shardwise",
-    help="Plan, simulate and verify how to parallelise LLM training and serving.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

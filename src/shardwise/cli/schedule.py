@@ -13,8 +13,14 @@ from rich.table import Table
 from shardwise.console import make_console
 from shardwise.errors import ShardwiseError
 
-app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
-                  no_args_is_help=True)
+app = typer.Typer(help="""Pipeline schedules: simulate, compare, export/import (PyTorch CSV).
+
+Examples:
+
+  shardwise schedule list
+
+  shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png
+""", no_args_is_help=True)
 
 
 class OutFormat(str, Enum):
@@ -123,7 +129,12 @@ def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | N
 
 @app.command("list")
 def list_cmd() -> None:
-    """List the schedules and what each one is."""
+    """List the schedules and what each one is.
+
+    Examples:
+
+      shardwise schedule list
+    """
     from shardwise.pipeline import list_schedules, schedule_info
 
     table = Table(title="pipeline schedules")
@@ -188,7 +199,14 @@ def export_cmd(
     format: ExportFormat = typer.Option(ExportFormat.csv, "--format", help="csv (PyTorch layout) or text."),
     output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
 ) -> None:
-    """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank)."""
+    """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank).
+
+    Examples:
+
+      shardwise schedule export --schedule zb1p --pp 4 --microbatches 8 --format csv -o zb1p.csv
+
+      shardwise schedule export --schedule interleaved --pp 4 --microbatches 8 --vpp 2 --format text
+    """
     from shardwise.pipeline import write_csv_text
 
     sched, _ = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, None)
@@ -211,7 +229,14 @@ def compare_cmd(
     schedules: str | None = typer.Option(None, "--schedules", help="Comma-separated subset."),
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
 ) -> None:
-    """Every schedule side by side on the same model (times per rank slice, split over its stages)."""
+    """Every schedule side by side on the same model (times per rank slice, split over its stages).
+
+    Examples:
+
+      shardwise schedule compare --pp 8 --microbatches 32 --i 1.3 --w 0.6 --comm 0.04
+
+      shardwise schedule compare --pp 4 --microbatches 16 --schedules 1f1b,zb-h1,zbv --format json
+    """
     from shardwise.pipeline import compare_schedules
 
     names = [s.strip() for s in schedules.split(",")] if schedules else None

@@ -13,6 +13,7 @@ def schema_cmd(
     output: Path = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
     """Print the JSON Schema of the train or serve job file, generated from the models that parse it.
+
     Editors validate a YAML job whose first line is `# yaml-language-server: $schema=PATH`.
 
     Examples:

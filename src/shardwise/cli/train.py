@@ -9,7 +9,14 @@ from pathlib import Path
 import typer
 from shardwise.console import make_console
 
-app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
+app = typer.Typer(help="""Training: estimate a plan, search plans, export a plan to an engine, run a plan.
+
+Examples:
+
+  shardwise train estimate examples/llama3.1-70b-64xh100.yaml
+
+  shardwise train plan --model llama-3.1-8b --gpu h100 --gpus 64 --seq-len 4096 --global-batch 256
+""", no_args_is_help=True)
 
 
 class Format(str, Enum):

@@ -21,7 +21,14 @@ def validate(
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
     details: bool = typer.Option(False, "--details", help="Also list every figure and every skipped record."),
 ) -> None:
-    """Estimate every applicable calibration record and report the error per source."""
+    """Estimate every applicable calibration record and report the error per source.
+
+    Examples:
+
+      shardwise validate
+
+      shardwise validate --details --format json
+    """
     from shardwise.train.validate import CATEGORIES, run_validation, to_json
 
     result = run_validation(path)
