@@ -40,13 +40,14 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    from shardwise.cli import schedule, schema, serve, train, validate
+    from shardwise.cli import schedule, schema, serve, train, validate, web
 
     app.add_typer(train.app, name="train")
     app.add_typer(schedule.app, name="schedule")
     app.add_typer(serve.app, name="serve")
     app.command("validate")(validate.validate)
     app.command("schema")(schema.schema_cmd)
+    app.command("web")(web.web_cmd)
 
 
 _register()

@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from shardwise.console import make_console
-from shardwise.errors import ShardwiseError
 
 app = typer.Typer(help="""Pipeline schedules: simulate, compare, export/import (PyTorch CSV).
 
@@ -33,17 +32,6 @@ class ExportFormat(str, Enum):
     text = "text"
 
 
-def _times(text: str, label: str) -> float | list[float]:
-    """``"1"`` -> 1.0; ``"1,1,1.2"`` -> per-stage list."""
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ShardwiseError(f"--{label} takes a number or comma-separated per-stage numbers; got {text!r}") from None
-    if not vals:
-        raise ShardwiseError(f"--{label} is empty")
-    return vals[0] if len(vals) == 1 else vals
-
-
 _SCHEDULE = typer.Option("1f1b", "--schedule", "-s", help="Schedule name (see `shardwise schedule list`).")
 _PP = typer.Option(4, "--pp", help="Pipeline ranks.")
 _MB = typer.Option(8, "--microbatches", "-m", help="Micro-batches per step.")
@@ -55,23 +43,6 @@ _COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + byt
 _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
 _TRACE = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON; times taken as seconds).")
-
-
-def _build(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
-           comm: float, mem_cap: float | None, rho: float, from_csv: Path | None):
-    from shardwise.pipeline import generate_schedule, load_csv, resolve, validate_schedule
-
-    times = (_times(f, "f"), _times(i, "i"), _times(w, "w"))
-    if from_csv is not None:
-        sched = validate_schedule(load_csv(from_csv))
-        return sched, times
-    kw = {}
-    if resolve(schedule) == "auto":
-        kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": comm, "mem_cap": mem_cap,
-              "w_retained_fraction": rho}
-    elif mem_cap is not None:
-        raise ShardwiseError("--mem-cap only applies to --schedule auto")
-    return generate_schedule(schedule, pp, microbatches, vpp, **kw), times
 
 
 def _console() -> Console:
@@ -104,10 +75,15 @@ def _print_result(res, console: Console) -> None:
     console.print(ranks)
 
 
-def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | None, trace: Path | None) -> None:
-    from shardwise.pipeline import simulate
+def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
+                         comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: OutFormat,
+                         plot: Path | None, trace: Path | None) -> None:
+    from shardwise.pipeline import load_csv, simulate
+    from shardwise.pipeline.options import build_schedule
 
-    res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)
+    imported = load_csv(from_csv) if from_csv is not None else None
+    sched, times = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported)
+    res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)  # options.simulate_options, keeping sched
     if plot is not None:
         from shardwise.pipeline.plot import plot_timeline
 
@@ -167,8 +143,8 @@ def simulate_cmd(
 
       shardwise schedule simulate --schedule auto --pp 8 --microbatches 32 --mem-cap 8
     """
-    sched, times = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot, trace)
+    _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot,
+                         trace)
 
 
 @app.command("import")
@@ -187,8 +163,7 @@ def import_cmd(
 
       shardwise schedule import zb1p.csv --f 1 --i 1.2 --w 0.8 --comm 0.05 --format json
     """
-    sched, times = _build("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot, trace)
+    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot, trace)
 
 
 @app.command("export")
@@ -209,7 +184,9 @@ def export_cmd(
     """
     from shardwise.pipeline import write_csv_text
 
-    sched, _ = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, None)
+    from shardwise.pipeline.options import build_schedule
+
+    sched, _ = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained)
     text = write_csv_text(sched) if format is ExportFormat.csv else sched.to_text()
     if output is None:
         typer.echo(text, nl=False)
@@ -238,9 +215,10 @@ def compare_cmd(
       shardwise schedule compare --pp 4 --microbatches 16 --schedules 1f1b,zb-h1,zbv --format json
     """
     from shardwise.pipeline import compare_schedules
+    from shardwise.pipeline.options import parse_times
 
     names = [s.strip() for s in schedules.split(",")] if schedules else None
-    rows = compare_schedules(pp, microbatches, vpp, _times(f, "f"), _times(i, "i"), _times(w, "w"), comm,
+    rows = compare_schedules(pp, microbatches, vpp, parse_times(f, "f"), parse_times(i, "i"), parse_times(w, "w"), comm,
                              mem_cap, w_retained, names)
     if format is OutFormat.json:
         typer.echo(json.dumps(rows, indent=1))

@@ -38,14 +38,10 @@ def simulate(
       shardwise serve simulate examples/serve-llama3.1-70b-disagg.yaml --format json --plot-cdf latency.png
     """
     from shardwise.serve.config import load_serve_job
-    from shardwise.serve.metrics import compute_metrics
-    from shardwise.serve.simulate import simulate as run
+    from shardwise.serve.report import simulation_report
 
     spec = load_serve_job(job)
-    result = run(spec)
-    metrics = compute_metrics(result, spec.slo)
-    role = result.kind == "disaggregated"
-    metrics["deployment"] = [(p.name.rsplit(".", 1)[-1] + ": " if role else "") + p.describe() for p in result.pools]
+    result, metrics = simulation_report(spec)
     if plot_cdf is not None:
         from shardwise.serve.plots import plot_latency_cdfs
 

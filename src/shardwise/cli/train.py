@@ -41,6 +41,8 @@ def estimate_cmd(
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
 
+    from shardwise.train.report import estimate_json, estimate_table
+
     results = [estimate(j) for j in load_jobs(job)]
     if trace is not None:
         from shardwise.pipeline.trace import write_trace
@@ -49,10 +51,8 @@ def estimate_cmd(
         write_trace(estimate_trace(results), trace)
         typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
-        payload = [r.to_dict() for r in results]
-        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        typer.echo(json.dumps(estimate_json(results), indent=2))
         return
-    from shardwise.train.report import estimate_table
 
     console = make_console()
     for r in results:

@@ -9,11 +9,6 @@ import typer
 from shardwise.console import make_console
 
 from shardwise.cli.train import Format
-from shardwise.errors import ShardwiseError
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
 def plan_cmd(
@@ -50,59 +45,35 @@ def plan_cmd(
 
       shardwise train plan job.yaml --runnable-on megatron --format json > plans.json
     """
-    from shardwise.specs.hardware import make_cluster
-    from shardwise.specs.job import job_from_mapping
-    from shardwise.specs.model import load_model
-    from shardwise.specs.training import TrainingSpec
     from shardwise.engines.support import parse_engines
+    from shardwise.train.plan_inputs import plan_inputs, run_plan
     from shardwise.train.plan_report import (
         engine_verdicts,
         front_table,
+        plan_json,
         plot_front,
         runnability_note,
         runs_on_label,
         summary_text,
-        top_rows,
         top_table,
     )
-    from shardwise.train.planner import plan_across_gpus
-    from shardwise.train.search_space import DEFAULT_SCHEDULES
 
-    fixed: dict = {}
+    doc = None
     if job is not None:
         from shardwise.specs._loading import read_document
 
         doc = read_document(job)
-        base = job_from_mapping(doc, require_plan=False)
-        fixed = dict((doc.get("parallel") or {}) if isinstance(doc, dict) else {})
-        spec, training = base.model, base.training
-        clusters = [base.cluster]
-    else:
-        missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch", global_batch)) if not v]
-        if missing:
-            raise ShardwiseError(f"give a job file or {', '.join(missing)}")
-        spec = load_model(model)
-        try:
-            training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
-        except Exception as exc:  # pydantic validation
-            raise ShardwiseError(f"--seq-len/--global-batch/--precision/--tokens: {str(exc).splitlines()[-1]}") from None
-        clusters = [make_cluster(g, gpus) for g in _split(gpu)]
-    if tokens and job is not None:
-        training = training.model_copy(update={"tokens": tokens})
-    names = tuple(_split(schedules)) or DEFAULT_SCHEDULES
+    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision)
     progress = format is Format.table and not no_progress
-    results, best, fronts = plan_across_gpus(spec, clusters, training, objective, top_k=top, schedules=names,
-                                             fixed=fixed, max_memory_gib=max_memory_gib, progress=progress,
-                                             max_exact=exact_budget,
-                                             runnable_on=parse_engines(runnable_on) or parse_engines(export))
+    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget, progress,
+                                     runnable_on=parse_engines(runnable_on) or parse_engines(export))
+    spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
     note = runnability_note(best, spec, training)
     if plot:
         plot_front(results, fronts, best, plot)
     if format is Format.json:
-        out = {"objective": objective, "top": top_rows(best, spec, training, clusters), "pareto_front": fronts,
-               "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results],
-               "notes": [note] if note else []}
+        out = plan_json(objective, results, best, fronts, inputs)
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}

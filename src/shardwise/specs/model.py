@@ -217,9 +217,10 @@ def from_mapping(mapping: dict[str, Any], where: str = "model") -> ModelSpec:
         raise ShardwiseError(f"{where}: {exc}") from None
 
 
-def load_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
-    """Resolve a preset name, a path to a HF ``config.json``, a Hugging Face model id (config in the
-    local cache), an inline mapping, or a spec."""
+def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) -> ModelSpec:
+    """Resolve a preset name, a path to a HF ``config.json`` or a Hugging Face model id (config in the
+    local cache) (neither unless `allow_paths`: a server reads no file a request names), an inline
+    mapping, or a spec."""
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, dict):
@@ -235,13 +236,13 @@ def load_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
         _CACHE[key] = spec
         return spec
     path = Path(ref).expanduser()
-    if path.suffix == ".json" or path.exists():
+    if allow_paths and (path.suffix == ".json" or path.exists()):
         from shardwise.specs.hf_config import from_hf_config
 
         return from_hf_config(path)
     from shardwise.specs.hf_config import HF_MODEL_ID, from_hf_hub
 
-    if HF_MODEL_ID.match(ref.strip()):
+    if allow_paths and HF_MODEL_ID.match(ref.strip()):
         return from_hf_hub(ref.strip())
     close = [n for n in presets if key.replace("_", "-") in n or n in key]
     hint = f" Did you mean {', '.join(close[:3])}?" if close else ""

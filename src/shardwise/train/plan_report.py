@@ -1,4 +1,4 @@
-"""Tables and the Pareto-front plot for `train plan`."""
+"""What `train plan` reports: its JSON (shared by the CLI and the web API), tables and the Pareto-front plot."""
 
 from __future__ import annotations
 
@@ -73,6 +73,17 @@ def runnability_note(top: list[Estimate], model: ModelSpec, training: TrainingSp
              "none of the plans shown runs on one of them")
     return (f"the top plan runs on none of {', '.join(ENGINES)} as is ({why}); {where}; "
             "--runnable-on ENGINE searches only plans an engine runs")
+
+
+def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fronts: list[dict[str, Any]],
+              inputs: Any) -> dict[str, Any]:
+    """`train plan --format json`: the overall top plans (with the engines that run each and its job), the
+    Pareto front, each search's summary and a note when the best plan runs on no engine as is.
+    `inputs`: the search's :class:`shardwise.train.plan_inputs.PlanInputs`."""
+    note = runnability_note(top, inputs.model, inputs.training)
+    return {"objective": objective, "top": top_rows(top, inputs.model, inputs.training, inputs.clusters),
+            "pareto_front": fronts, "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results],
+            "notes": [note] if note else []}
 
 
 def plan_label(p: dict[str, Any]) -> str:

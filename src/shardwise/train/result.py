@@ -72,6 +72,7 @@ class Estimate:
     days_to_train: float | None = None
     cost_usd: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    memory_per_rank: tuple[MemoryBreakdown, ...] = ()  # every pipeline rank's breakdown (bytes)
     #: the pipeline simulation's inputs (``PipelineTiming.inputs``), to redraw its timeline as a trace
     pipeline_inputs: tuple = field(default=(), compare=False, repr=False)
 
@@ -104,6 +105,7 @@ class Estimate:
             "peak_memory_rank": self.peak_memory_rank,
             "memory_gib": self.memory.gib(),
             "memory_per_rank_gib": list(self.memory_per_rank_gib),
+            "memory_per_rank_parts_gib": [m.gib() for m in self.memory_per_rank],
             "time_s": asdict(self.time_s),
             "bubble_definition": self.bubble_definition,
             "bubble_fraction": self.bubble_fraction,
