@@ -24,7 +24,16 @@ def validate(
     cv: bool = typer.Option(True, "--cv/--no-cv", help="With --comm: leave-one-source-out error per source (one fit per source)."),
     plot: Path = typer.Option(None, "--plot", help="With --comm: predicted vs measured bus bandwidth per message size, PNG."),
 ) -> None:
-    """Estimate every applicable calibration record and report the error per source."""
+    """Estimate every applicable calibration record and report the error per source.
+
+    Examples:
+
+      shardwise validate
+
+      shardwise validate --details --format json
+
+      shardwise validate --comm --plot busbw.png
+    """
     if comm:
         _validate_comm(path, format, details, cv, plot)
         return

@@ -219,8 +219,9 @@ def from_mapping(mapping: dict[str, Any], where: str = "model") -> ModelSpec:
 
 
 def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) -> ModelSpec:
-    """Resolve a preset name, a path to a HF ``config.json`` (unless `allow_paths` is false: a server
-    reads no file a request names), an inline mapping, or a spec."""
+    """Resolve a preset name, a path to a HF ``config.json`` or a Hugging Face model id (config in the
+    local cache) (neither unless `allow_paths`: a server reads no file a request names), an inline
+    mapping, or a spec."""
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, dict):
@@ -240,9 +241,14 @@ def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) 
         from shardwise.specs.hf_config import from_hf_config
 
         return from_hf_config(path)
+    from shardwise.specs.hf_config import HF_MODEL_ID, from_hf_hub
+
+    if allow_paths and HF_MODEL_ID.match(ref.strip()):
+        return from_hf_hub(ref.strip())
     close = [n for n in presets if key.replace("_", "-") in n or n in key]
     hint = f" Did you mean {', '.join(close[:3])}?" if close else ""
     raise ShardwiseError(
         f"unknown model {ref!r}.{hint} Use a preset ({', '.join(sorted(presets))}), "
-        "a path to a Hugging Face config.json, or a mapping {layers, hidden, heads, ffn, vocab, ...}."
+        "a path to a Hugging Face config.json, a Hugging Face model id in the local cache, "
+        "or a mapping {layers, hidden, heads, ffn, vocab, ...}."
     )
