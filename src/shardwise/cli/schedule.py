@@ -5,37 +5,31 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from shardwise.cli.options import Format, format_option
 from shardwise.console import make_console
-from shardwise.errors import ShardwiseError
 
-app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
-                  no_args_is_help=True)
+if TYPE_CHECKING:
+    from shardwise.pipeline import SimResult
 
+app = typer.Typer(help="""Pipeline schedules: simulate, compare, export/import (PyTorch CSV).
 
-class OutFormat(str, Enum):
-    table = "table"
-    json = "json"
+Examples:
+
+  shardwise schedule list
+
+  shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png
+""", no_args_is_help=True)
 
 
 class ExportFormat(str, Enum):
     csv = "csv"
     text = "text"
-
-
-def _times(text: str, label: str) -> float | list[float]:
-    """``"1"`` -> 1.0; ``"1,1,1.2"`` -> per-stage list."""
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ShardwiseError(f"--{label} takes a number or comma-separated per-stage numbers; got {text!r}") from None
-    if not vals:
-        raise ShardwiseError(f"--{label} is empty")
-    return vals[0] if len(vals) == 1 else vals
 
 
 _SCHEDULE = typer.Option("1f1b", "--schedule", "-s", help="Schedule name (see `shardwise schedule list`).")
@@ -48,23 +42,7 @@ _W = typer.Option("1", "--w", help="Weight-gradient (W) time per stage.")
 _COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + bytes/bandwidth).")
 _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
-
-
-def _build(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
-           comm: float, mem_cap: float | None, rho: float, from_csv: Path | None):
-    from shardwise.pipeline import generate_schedule, load_csv, resolve, validate_schedule
-
-    times = (_times(f, "f"), _times(i, "i"), _times(w, "w"))
-    if from_csv is not None:
-        sched = validate_schedule(load_csv(from_csv))
-        return sched, times
-    kw = {}
-    if resolve(schedule) == "auto":
-        kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": comm, "mem_cap": mem_cap,
-              "w_retained_fraction": rho}
-    elif mem_cap is not None:
-        raise ShardwiseError("--mem-cap only applies to --schedule auto")
-    return generate_schedule(schedule, pp, microbatches, vpp, **kw), times
+_TRACE = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON; times taken as seconds).")
 
 
 def _console() -> Console:
@@ -72,7 +50,7 @@ def _console() -> Console:
     return make_console()
 
 
-def _print_result(res, console: Console) -> None:
+def _print_result(res: SimResult, console: Console) -> None:
     summary = Table(title=f"{res.name}: pp={res.pp}, vpp={res.vpp}, stages={res.num_stages}, "
                           f"microbatches={res.microbatches}", show_header=False)
     summary.add_column("metric")
@@ -97,26 +75,42 @@ def _print_result(res, console: Console) -> None:
     console.print(ranks)
 
 
-def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | None) -> None:
-    from shardwise.pipeline import simulate
+def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
+                         comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: Format,
+                         plot: Path | None, trace: Path | None) -> None:
+    from shardwise.pipeline import load_csv, simulate
+    from shardwise.pipeline.options import build_schedule
 
-    res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)
+    imported = load_csv(from_csv) if from_csv is not None else None
+    sched, times = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported)
+    res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)  # options.simulate_options, keeping sched
     if plot is not None:
         from shardwise.pipeline.plot import plot_timeline
 
         plot_timeline(res, plot)
-    if fmt is OutFormat.json:
+    if trace is not None:
+        from shardwise.pipeline.trace import simulation_trace, write_trace
+
+        write_trace(simulation_trace(sched, res, w_retained_fraction=rho), trace)
+    if fmt is Format.json:
         typer.echo(json.dumps(res.to_dict(), indent=1))
         return
     console = _console()
     _print_result(res, console)
     if plot is not None:
         console.print(f"timeline written to {plot}")
+    if trace is not None:
+        console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
 
 
 @app.command("list")
 def list_cmd() -> None:
-    """List the schedules and what each one is."""
+    """List the schedules and what each one is.
+
+    Examples:
+
+      shardwise schedule list
+    """
     from shardwise.pipeline import list_schedules, schedule_info
 
     table = Table(title="pipeline schedules")
@@ -135,24 +129,41 @@ def simulate_cmd(
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: float | None = _CAP,
     w_retained: float = _RHO,
     from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    trace: Path | None = _TRACE,
 ) -> None:
-    """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank."""
-    sched, times = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+    """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank.
+
+    Examples:
+
+      shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png --trace zbv.json
+
+      shardwise schedule simulate --schedule interleaved --pp 8 --microbatches 32 --vpp 2 --f 1 --i 1.3 --w 0.6 --comm 0.04 --format json
+
+      shardwise schedule simulate --schedule auto --pp 8 --microbatches 32 --mem-cap 8
+    """
+    _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot,
+                         trace)
 
 
 @app.command("import")
 def import_cmd(
     file: Path = typer.Argument(..., help="Schedule CSV, one row per rank (PyTorch _dump_csv layout)."),
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, w_retained: float = _RHO,
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    trace: Path | None = _TRACE,
 ) -> None:
-    """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch)."""
-    sched, times = _build("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+    """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch).
+
+    Examples:
+
+      shardwise schedule import schedule_from_pytorch.csv --plot timeline.png
+
+      shardwise schedule import zb1p.csv --f 1 --i 1.2 --w 0.8 --comm 0.05 --format json
+    """
+    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot, trace)
 
 
 @app.command("export")
@@ -163,10 +174,18 @@ def export_cmd(
     format: ExportFormat = typer.Option(ExportFormat.csv, "--format", help="csv (PyTorch layout) or text."),
     output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
 ) -> None:
-    """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank)."""
-    from shardwise.pipeline import write_csv_text
+    """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank).
 
-    sched, _ = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, None)
+    Examples:
+
+      shardwise schedule export --schedule zb1p --pp 4 --microbatches 8 --format csv -o zb1p.csv
+
+      shardwise schedule export --schedule interleaved --pp 4 --microbatches 8 --vpp 2 --format text
+    """
+    from shardwise.pipeline import write_csv_text
+    from shardwise.pipeline.options import build_schedule
+
+    sched, _ = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained)
     text = write_csv_text(sched) if format is ExportFormat.csv else sched.to_text()
     if output is None:
         typer.echo(text, nl=False)
@@ -184,15 +203,23 @@ def compare_cmd(
     w: str = typer.Option("1", "--w", help="W time of a rank's slice."),
     comm: float = _COMM, mem_cap: float | None = _CAP, w_retained: float = _RHO,
     schedules: str | None = typer.Option(None, "--schedules", help="Comma-separated subset."),
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
 ) -> None:
-    """Every schedule side by side on the same model (times per rank slice, split over its stages)."""
+    """Every schedule side by side on the same model (times per rank slice, split over its stages).
+
+    Examples:
+
+      shardwise schedule compare --pp 8 --microbatches 32 --i 1.3 --w 0.6 --comm 0.04
+
+      shardwise schedule compare --pp 4 --microbatches 16 --schedules 1f1b,zb-h1,zbv --format json
+    """
     from shardwise.pipeline import compare_schedules
+    from shardwise.pipeline.options import parse_times
 
     names = [s.strip() for s in schedules.split(",")] if schedules else None
-    rows = compare_schedules(pp, microbatches, vpp, _times(f, "f"), _times(i, "i"), _times(w, "w"), comm,
+    rows = compare_schedules(pp, microbatches, vpp, parse_times(f, "f"), parse_times(i, "i"), parse_times(w, "w"), comm,
                              mem_cap, w_retained, names)
-    if format is OutFormat.json:
+    if format is Format.json:
         typer.echo(json.dumps(rows, indent=1))
         return
     table = Table(title=f"schedules at pp={pp}, microbatches={microbatches} (times per rank slice F={f} I={i} "

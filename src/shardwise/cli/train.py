@@ -3,35 +3,52 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 
 import typer
+
+from shardwise.cli.options import Format, format_option
 from shardwise.console import make_console
 
-app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
+app = typer.Typer(help="""Training: estimate a plan, search plans, export a plan to an engine, run a plan, validate
+the model against public measurements.
 
+Examples:
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
+  shardwise train estimate examples/llama3.1-70b-64xh100.yaml
+
+  shardwise train plan --model llama-3.1-8b --gpu h100 --gpus 64 --seq-len 4096 --global-batch 256
+""", no_args_is_help=True)
 
 
 @app.command("estimate")
 def estimate_cmd(
     job: Path = typer.Argument(..., help="YAML or JSON job file (one job or a list of jobs)."),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    format: Format = format_option(),
+    trace: Path = typer.Option(None, "--trace", help="Write the estimated step as a Chrome/Perfetto trace (JSON)."),
 ) -> None:
-    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job."""
+    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job.
+
+    Examples:
+
+      shardwise train estimate examples/llama3.1-70b-64xh100.yaml
+
+      shardwise train estimate examples/llama3.1-70b-64xh100.yaml --format json --trace step.json
+    """
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
+    from shardwise.train.report import estimate_json, estimate_table
 
     results = [estimate(j) for j in load_jobs(job)]
+    if trace is not None:
+        from shardwise.pipeline.trace import write_trace
+        from shardwise.train.trace import estimate_trace
+
+        write_trace(estimate_trace(results), trace)
+        typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
-        payload = [r.to_dict() for r in results]
-        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        typer.echo(json.dumps(estimate_json(results), indent=2))
         return
-    from shardwise.train.report import estimate_table
 
     console = make_console()
     for r in results:
@@ -39,12 +56,16 @@ def estimate_cmd(
 
 
 def _register() -> None:
+    from shardwise.cli.export import train_export_cmd
     from shardwise.cli.train_plan import plan_cmd, sweep_cmd
     from shardwise.cli.train_run import run_cmd
+    from shardwise.cli.validate import validate
 
+    app.command("export")(train_export_cmd)
     app.command("plan")(plan_cmd)
     app.command("sweep")(sweep_cmd)
     app.command("run")(run_cmd)
+    app.command("validate")(validate)
 
 
 _register()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from shardwise.cli.options import Format, format_option
 from shardwise.errors import CheckFailed, ShardwiseError
 
 
@@ -20,7 +21,8 @@ def run_cmd(
                                    help="Measure per-stage F/I/W/B times first, simulate, report the makespan error."),
     timeline: Path = typer.Option(None, "--timeline", help="Write measured and predicted timelines (JSON)."),
     plot: Path = typer.Option(None, "--plot", help="Plot measured vs predicted timeline (.png/.svg/.pdf)."),
-    format: str = typer.Option("table", "--format", "-f", help="table or json."),
+    trace: Path = typer.Option(None, "--trace", help="Write measured and predicted timelines as a Chrome/Perfetto trace (JSON)."),
+    format: Format = format_option(),
     schedule: str = typer.Option(None, "--schedule", help="Override the plan's pipeline schedule."),
     seed: int = typer.Option(0, "--seed", help="Seed of weights and data."),
     index: int = typer.Option(None, "--index", help="Which job of a file holding several (0-based)."),
@@ -29,12 +31,17 @@ def run_cmd(
                                      help="Break the layout on purpose (skip-dp-grad-reduce) to see --check fail."),
 ) -> None:
     """Run a plan for real at small scale: loss, step time, memory per rank, and with --check the largest
-    relative difference of loss and gradients against a single-process reference."""
+    relative difference of loss and gradients against a single-process reference.
+
+    Examples:
+
+      shardwise train run job.yaml --nproc 4 --check
+
+      shardwise train run job.yaml --calibrate --plot measured.png --trace run.json
+    """
     from shardwise.execute import config_from_job, require_torch
 
     require_torch()
-    if format not in ("table", "json"):
-        raise ShardwiseError(f"--format must be table or json, got {format!r}")
     from shardwise.specs.job import load_jobs
 
     jobs = load_jobs(job)
@@ -52,6 +59,10 @@ def run_cmd(
     if timeline is not None:
         timeline.parent.mkdir(parents=True, exist_ok=True)
         timeline.write_text(json.dumps(timeline_json(report), indent=1))
+    if trace is not None:
+        from shardwise.pipeline.trace import write_trace
+
+        write_trace(report["trace"], trace)
     if plot is not None:
         from shardwise.execute.plot import plot_measured_vs_predicted
 
@@ -59,7 +70,7 @@ def run_cmd(
         costs = "calibrated stage costs" if calibrate else "stage costs from the measured steps"
         plot_measured_vs_predicted(tl["measured"], tl["predicted"], plot,
                                    title=f"{report['layout']}: measured vs predicted ({costs})")
-    if format == "json":
+    if format is Format.json:
         typer.echo(json.dumps(report_json(report), indent=2))
     else:
         from shardwise.console import make_console

@@ -1,4 +1,4 @@
-"""`shardwise validate`: prediction error against public measurements."""
+"""`shardwise train validate` (alias `shardwise validate`): prediction error against public measurements."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def validate(
     path: Path = typer.Argument(None, help="Calibration JSON (default: the repository's copy of shared/calibration)."),
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
     details: bool = typer.Option(False, "--details", help="Also list every figure and every skipped record."),
-    cv: bool = typer.Option(False, "--cv", help="Leave-one-source-out: each source predicted by constants fitted without it."),
+    cv: bool = typer.Option(False, "--cv", help="Leave-one-source-out: each source predicted by constants fitted without it (with --comm: refits, one per source)."),
     comm: bool = typer.Option(False, "--comm", help="Check the network model on the nccl-tests / DeepEP records instead."),
     plot: Path = typer.Option(None, "--plot", help="With --comm: predicted vs measured bus bandwidth per message size, PNG."),
 ) -> None:
@@ -29,10 +29,14 @@ def validate(
     Errors are signed so that + means the estimate is faster (or larger) than measured.
 
     Examples:
+
       shardwise validate
+
       shardwise validate --cv
-      shardwise validate --comm --cv --plot busbw.png
-      shardwise validate --format json --details
+
+      shardwise validate --comm --plot busbw.png
+
+      shardwise validate --details --format json
     """
     if comm:
         _validate_comm(path, format, details, cv, plot)

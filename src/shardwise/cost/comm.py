@@ -47,6 +47,7 @@ of the alpha-beta model (Hockney 1994, h = 0). All constants (eta_*, lat_*, h) a
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def bus_factor(kind: str, n):
 
 def where(cond, a, b):
     """np.where that stays in plain Python for scalar conditions (the estimate's hot path)."""
-    return np.where(cond, a, b) if np.ndim(cond) else (a if cond else b)
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) and cond.ndim else (a if cond else b)
 
 
 class _Scalar:
@@ -105,41 +106,50 @@ class _Array:
         return a + b + 2.0 * np.sqrt(h * b)
 
 
+@lru_cache(maxsize=256)
+def _rates(net: Network, c: NetworkConstants) -> tuple[float, ...]:
+    """Per-network numbers of the formulas (module docstring): B_link, mesh divisor, eta_ring, b_nic,
+    lat_link, lat_nic, lat_nvls, h, NVLS rate (0: off), eta_tree."""
+    link = net.nvlink_gbyte_s * 0.5e9
+    mesh = max(net.nvlink_domain - 1, 1) if net.topology == "mesh" else 0
+    b_nic = c.nic_efficiency * net.nics_per_node * net.nic_gbps * 0.125e9 / net.gpus_per_node
+    nvls = c.nvls_efficiency * NVLS_ARCH_FACTOR.get(net.link, 0.0) * link if net.nvls else 0.0
+    return (link, mesh, c.ring_efficiency(net.link_family), b_nic, c.link_latency_s, c.nic_latency_s(net.fabric),
+            c.nvls_latency_s, c.chunk_latency_s, nvls, c.tree_efficiency)
+
+
 def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, latency: bool = True):
     """Seconds of one collective; `size`, `k` (ranks per domain) and `n_dom` (domains) may be arrays."""
+    link, mesh, eta_ring, b_nic, lat_link, lat_nic, lat_nvls, h, nvls_rate, eta_tree = _rates(net, c)
+    if not latency:
+        lat_link = lat_nic = lat_nvls = h = 0.0
     n = k * n_dom
     across = n_dom > 1
-    link = net.nvlink_gbyte_s * 0.5e9
-    link_k = link * ops.maximum(k - 1, 1) / max(net.nvlink_domain - 1, 1) if net.topology == "mesh" else link
-    b_ring = c.ring_efficiency(net.link_family) * link_k
-    b_nic = c.nic_efficiency * net.nics_per_node * net.nic_gbps * 0.125e9 / net.gpus_per_node
-    on = 1.0 if latency else 0.0
-    lat_link, lat_nic = on * c.link_latency_s, on * c.nic_latency_s(net.fabric)
-    q = on * c.chunk_latency_s
+    link_k = link * ops.maximum(k - 1, 1) / mesh if mesh else link
+    b_ring = eta_ring * link_k
     if kind == "send_recv":
-        return ops.combine(ops.where(across, lat_nic, lat_link), size / ops.where(across, b_nic, b_ring), q)
+        return ops.combine(ops.where(across, lat_nic, lat_link), size / ops.where(across, b_nic, b_ring), h)
     if kind == "all_to_all":
         t_bw = ops.maximum(size * (k - 1) / n / b_ring, size * (n - k) / n / b_nic)
-        return ops.combine(ops.where(k > 1, lat_link, 0.0) + ops.where(across, lat_nic, 0.0), t_bw, q)
+        return ops.combine(ops.where(k > 1, lat_link, 0.0) + ops.where(across, lat_nic, 0.0), t_bw, h)
     if kind not in KINDS:
         raise ValueError(f"unknown collective {kind!r}")
     ar = kind == "all_reduce"
     mult = 2.0 if ar else 1.0
     busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * b_nic), b_ring)
     steps, inter = mult * (n - 1), mult * (n_dom - 1)
-    t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, q)
+    t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, h)
     if not ar:
         return t
-    nvls_rate = c.nvls_efficiency * NVLS_ARCH_FACTOR.get(net.link, 0.0) * link if net.nvls else 0.0
     b_nvls = nvls_rate * ops.maximum(k - 1, 1) / ops.maximum(k, 1)  # used only where k >= 2
     if nvls_rate:
-        nvls = ops.combine(on * c.nvls_latency_s, size / b_nvls, q)
+        nvls = ops.combine(lat_nvls, size / b_nvls, h)
         t = ops.where(ops.either(across, k < 2), t, ops.minimum(t, nvls))
-    intra = ops.where(k > 1, b_nvls if nvls_rate else c.tree_efficiency * link_k, INF)
+    intra = ops.where(k > 1, b_nvls if nvls_rate else eta_tree * link_k, INF)
     scale_out = k * b_nic * (1.0 if net.sharp else ops.where(n_dom > 2, 0.5, 1.0))
     rounds = 1 if net.sharp else ops.ceil_log2(n_dom)
-    head = on * c.nvls_latency_s if nvls_rate else 2 * (k - 1) * lat_link
-    tree = ops.combine(head + 2 * rounds * lat_nic, size / ops.minimum(intra, scale_out), q)
+    head = lat_nvls if nvls_rate else 2 * (k - 1) * lat_link
+    tree = ops.combine(head + 2 * rounds * lat_nic, size / ops.minimum(intra, scale_out), h)
     return ops.where(across, ops.minimum(t, tree), t)
 
 
@@ -156,8 +166,10 @@ def collective_s(kind: str, size_bytes: float, n: int, tier: CommGroup, constant
 def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride, constants: NetworkConstants | None = None):
     """Collective over groups of `n` ranks spaced `stride` apart in the global rank order; arguments
     may be numpy arrays (one group per element)."""
-    if np.ndim(n) == 0 and np.ndim(stride) == 0 and np.ndim(size_bytes) == 0:  # one group: plain Python
-        return collective_s(kind, float(size_bytes), int(n), cluster.tier_for(int(n), int(stride)), constants) if n > 1 else 0.0
+    if not (isinstance(n, np.ndarray) or isinstance(stride, np.ndarray) or isinstance(size_bytes, np.ndarray)):  # plain Python
+        if n <= 1 or size_bytes <= 0:
+            return 0.0
+        return collective_s(kind, float(size_bytes), int(n), cluster.tier_for(int(n), int(stride)), constants)
     n_arr = np.maximum(np.asarray(n), 1)
     k, n_dom = group_shape(n_arr, np.asarray(stride), cluster.network.nvlink_domain)
     size = np.asarray(size_bytes, dtype=float)

@@ -202,7 +202,7 @@ def record_cases(record: dict[str, Any]) -> list[CommCase] | Skip:
     cluster, n = _cluster(record, assumptions)
     group = cluster.tier_for(n, 1)
     if _nvls_forced_off(record) and group.network.nvls:
-        group = CommGroup(group.per_domain, group.domains, group.network.model_copy(update={"nvls": False}))
+        group = CommGroup(group.per_domain, group.domains, replace(group.network, nvls=False))
         assumptions.append("NVLS off (as run)")
     return [CommCase(rid, source_of(rid), kind, float(size), n, group, metric, float(measured), tuple(assumptions))]
 

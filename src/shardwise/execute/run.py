@@ -14,15 +14,22 @@ import statistics
 from pathlib import Path
 
 from shardwise.execute.config import FAULTS, RunConfig
-from shardwise.execute.timeline import action_overhead_s, measured_timeline, predict, prediction_error, stage_costs
-from shardwise.pipeline import generate_schedule, write_csv_text
+from shardwise.execute.timeline import (
+    action_overhead_s,
+    measured_timeline,
+    predict,
+    prediction_error,
+    run_trace,
+    stage_costs,
+)
+from shardwise.pipeline import Schedule, generate_schedule, write_csv_text
 
 MEMORY_SOURCE_CPU = ("peak_rss_bytes: the worker process's peak resident set (getrusage ru_maxrss; includes "
                      "the torch runtime itself); params/grads/optimizer_bytes: tensor bytes held by the rank")
 MEMORY_SOURCE_CUDA = "cuda_peak_bytes: torch.cuda.max_memory_allocated; params/grads/optimizer_bytes: tensor bytes"
 
 
-def _schedule(cfg: RunConfig):
+def _schedule(cfg: RunConfig) -> Schedule:
     if cfg.pp > 1:
         return generate_schedule(cfg.schedule, cfg.pp, cfg.microbatches, cfg.vpp)
     return generate_schedule("1f1b", 1, cfg.microbatches)  # pp = 1: F, B per micro-batch
@@ -108,6 +115,7 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
             "calibrated": cfg.calibrate,
         },
         "timeline": {"measured": timelines[-1], "predicted": pred.to_dict(), "measured_steps": timelines},
+        "trace": run_trace(sched, timelines[-1], pred, cfg.describe()),
         "check": None,
         "notes": notes,
     }

@@ -33,12 +33,14 @@ class LengthSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dist: Literal["fixed", "uniform", "sharegpt", "lognormal", "trace"] = "fixed"
-    value: int | None = Field(default=None, ge=1)
-    min: int | None = Field(default=None, ge=1)
-    max: int | None = Field(default=None, ge=1)
-    median: float | None = Field(default=None, gt=0)
-    sigma: float | None = Field(default=None, ge=0)
+    dist: Literal["fixed", "uniform", "sharegpt", "lognormal", "trace"] = Field(default="fixed", description="fixed "
+        "(value), uniform (min..max), sharegpt (the built-in ShareGPT stand-in), lognormal (median, sigma, "
+        "optional max), trace (the trace's own lengths)")
+    value: int | None = Field(default=None, ge=1, description="fixed: tokens")
+    min: int | None = Field(default=None, ge=1, description="uniform: fewest tokens")
+    max: int | None = Field(default=None, ge=1, description="uniform: most tokens; lognormal: cap")
+    median: float | None = Field(default=None, gt=0, description="lognormal: median tokens")
+    sigma: float | None = Field(default=None, ge=0, description="lognormal: sigma of log(tokens)")
 
     @model_validator(mode="after")
     def _check(self) -> LengthSpec:

@@ -11,25 +11,28 @@ from shardwise.serve.planner import PlanRequest, PlanResult
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import read_document
 from shardwise.specs.hardware import get_gpu
-from shardwise.specs.model import load_model
+from shardwise.specs.model import ModelSpec, load_model
+
+DEFAULT_GPU_MIX = "h100:8,a100-80gb:8"  # what `serve plan` may use when no GPUs are given
+DEFAULT_GPUS_PER_TYPE = 8
 
 
-def parse_gpus(text: str) -> dict[str, int]:
-    """'h100:8,a100-80gb:16' -> {'H100-SXM': 8, 'A100-80GB': 16}."""
+def parse_gpu_mix(text: str) -> dict[str, int]:
+    """'h100:8,a100-80gb:16' -> {'H100-SXM': 8, 'A100-80GB': 16} (a type without a count: 8)."""
     out: dict[str, int] = {}
     for item in (x.strip() for x in text.split(",")):
         if not item:
             continue
         name, _, count = item.partition(":")
         try:
-            n = int(count) if count else 8
+            n = int(count) if count else DEFAULT_GPUS_PER_TYPE
         except ValueError:
-            raise ShardwiseError(f"--gpus: bad count in {item!r}; write TYPE:COUNT, e.g. h100:8") from None
+            raise ShardwiseError(f"--gpu-mix: bad count in {item!r}; write TYPE:COUNT, e.g. h100:8") from None
         if n <= 0:
-            raise ShardwiseError(f"--gpus: the count of {name} must be positive, got {n}")
+            raise ShardwiseError(f"--gpu-mix: the count of {name} must be positive, got {n}")
         out[get_gpu(name).name] = out.get(get_gpu(name).name, 0) + n
     if not out:
-        raise ShardwiseError("--gpus must name at least one GPU type with a count, e.g. h100:8,a100-80gb:16")
+        raise ShardwiseError("--gpu-mix must name at least one GPU type with a count, e.g. h100:8,a100-80gb:16")
     return out
 
 
@@ -44,22 +47,31 @@ def _workload_file(path: Path) -> WorkloadSpec:
 
 
 def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: float | None, tpot: float | None,
-                 attainment: float | None, gpus: str, workload: Path | None, precision: str | None, num_requests: int | None) -> PlanRequest:
-    """Merge the job file (if any) with the command-line options (which win)."""
+                 attainment: float | None, gpu_mix: str, workload: Path | None, precision: str | None,
+                 num_requests: int | None) -> PlanRequest:
+    """Read the job file and the workload file (if any), then merge them with the options."""
+    doc = read_document(job) if job is not None else None
+    base = job.resolve().parent if job is not None else None
+    wl = _workload_file(workload) if workload else None
+    return merge_plan_request(doc, base, str(job), model, rate, ttft, tpot, attainment, gpu_mix, wl, precision, num_requests)
+
+
+def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dict | ModelSpec | None, rate: float | None,
+                       ttft: float | None, tpot: float | None, attainment: float | None, gpu_mix: str,
+                       workload: WorkloadSpec | None, precision: str | None, num_requests: int | None) -> PlanRequest:
+    """The parsed job document (model, precision, workload, slo; its deployment is ignored) merged with
+    the options, which win: what the CLI and the web API both plan. `gpu_mix`: 'h100:8,a100-80gb:16'."""
     data: dict[str, Any] = {}
-    base = None
-    if job is not None:
-        doc = read_document(job)
+    if doc is not None:
         if not isinstance(doc, dict):
-            raise ShardwiseError(f"{job}: a serve job must be a mapping")
-        doc.setdefault("deployment", {"gpu": "h100"})
-        parsed = parse_serve_job(doc, base_dir=job.resolve().parent, where=str(job))
+            raise ShardwiseError(f"{where}: a serve job must be a mapping")
+        doc = {"deployment": {"gpu": "h100"}, **doc}
+        parsed = parse_serve_job(doc, base_dir=base, where=where)
         data = {"model": parsed.model, "precision": parsed.precision, "workload": parsed.workload, "slo": parsed.slo}
-        base = job.resolve().parent
     m = load_model(model) if model else data.get("model")
     if m is None:
         raise ShardwiseError("serve plan needs --model (or a job file naming the model)")
-    wl = _workload_file(workload) if workload else data.get("workload") or parse_block(WorkloadSpec, {"rate": rate or 1.0, "num_requests": 600}, "workload")
+    wl = workload or data.get("workload") or parse_block(WorkloadSpec, {"rate": rate or 1.0, "num_requests": 600}, "workload")
     target = rate if rate is not None else (wl.rate if wl.rate is not None else None)
     if target is None:
         raise ShardwiseError("serve plan needs --rate (req/s) or a workload with a rate")
@@ -76,13 +88,14 @@ def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: 
     n = num_requests or 600
     if n < 50:
         raise ShardwiseError(f"--num-requests must be at least 50 for stable percentiles, got {n}")
-    return PlanRequest(m, prec, float(target), slo_spec, parse_gpus(gpus), wl, n, base)
+    return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base)
 
 
 def print_plan(result: PlanResult) -> None:
-    from shardwise.console import make_console
     from rich.markup import escape
     from rich.table import Table
+
+    from shardwise.console import make_console
 
     r = result.request
     console = make_console()

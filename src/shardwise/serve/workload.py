@@ -27,12 +27,15 @@ class WorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
+    arrival: Literal["poisson", "gamma", "fixed", "trace"] = Field(default="poisson", description="how send "
+                                                                   "times are drawn (as `vllm bench serve`)")
     rate: float | str | None = Field(default=None, description="requests/s; 'inf' = all at t=0; with a trace: rescale to this mean rate")
-    num_requests: int | None = Field(default=None, gt=0)
-    input_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"))
-    output_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"))
-    seed: int = 0
+    num_requests: int | None = Field(default=None, gt=0, description="requests to send (all of a trace's by default)")
+    input_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"), description="prompt tokens: "
+                                  "a number, a distribution name, or a length mapping")
+    output_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"), description="output tokens: "
+                                   "a number, a distribution name, or a length mapping")
+    seed: int = Field(default=0, description="random seed of arrivals and lengths")
     cv: float = Field(default=1.0, gt=0, description="coefficient of variation of gamma inter-arrival gaps")
     path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
     prefix_len: int = Field(default=0, ge=0, description="tokens of a shared system prompt inside input_len (for prefix caching)")

@@ -29,7 +29,6 @@ from shardwise.specs._loading import data_path, format_validation_error, load_ya
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "tf32"}
 POWER_CLOCK_EXPONENT = 1.0 / 3.0  # assumption (module docstring): clock ~ power^(1/3) below the rated power
 Fabric = Literal["infiniband", "roce", "efa", "tcpxo"]
-FABRICS = ("infiniband", "roce", "efa", "tcpxo")
 
 
 class GPU(BaseModel):
@@ -146,30 +145,33 @@ class NetworkSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    nics_per_node: int | None = Field(default=None, gt=0, le=1024)
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5)
-    fabric: Fabric | None = None
-    nvlink_gbyte_s: float | None = Field(default=None, gt=0, le=1e5)
-    nvlink_domain: int | None = Field(default=None, gt=0, le=1_000_000)
-    nvls: bool | None = None
-    sharp: bool = False
+    nics_per_node: int | None = Field(default=None, gt=0, le=1024, description="scale-out NICs per node (rails)")
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, description="line rate of one NIC, Gbit/s")
+    fabric: Fabric | None = Field(default=None, description="scale-out fabric")
+    nvlink_gbyte_s: float | None = Field(default=None, gt=0, le=1e5, description="NVLink bandwidth per GPU, both "
+                                         "directions, GB/s (datasheet convention)")
+    nvlink_domain: int | None = Field(default=None, gt=0, le=1_000_000, description="GPUs on one NVLink fabric "
+                                      "(a multiple of gpus_per_node)")
+    nvls: bool | None = Field(default=None, description="NVLink SHARP (NVSwitch reductions, Hopper or newer); "
+                              "default: the GPU's")
+    sharp: bool = Field(default=False, description="SHARP in-network reduction on InfiniBand switches")
 
 
-class Network(BaseModel):
-    """A cluster's network, resolved: the NVLink domain and the scale-out NICs of each node."""
+@dataclass(frozen=True)
+class Network:
+    """A cluster's network, resolved (by :func:`make_network`, from validated inputs): the NVLink domain
+    and the scale-out NICs of each node. A plain frozen dataclass: it keys the comm model's caches."""
 
-    model_config = ConfigDict(frozen=True)
-
-    gpus_per_node: int = Field(gt=0)
-    nvlink_domain: int = Field(gt=0, description="GPUs on one NVLink/NVSwitch (or xGMI, PCIe) fabric")
-    link: str = Field(description="scale-up link: nvlink3/4/5, nvlink4-export, xgmi, pcie4/5")
-    topology: Literal["switch", "mesh"]
-    nvlink_gbyte_s: float = Field(gt=0, description="per GPU, both directions (datasheet convention)")
+    gpus_per_node: int
+    nvlink_domain: int  # GPUs on one NVLink/NVSwitch (or xGMI, PCIe) fabric
+    link: str  # scale-up link: nvlink3/4/5, nvlink4-export, xgmi, pcie4/5
+    topology: str  # switch | mesh
+    nvlink_gbyte_s: float  # per GPU, both directions (datasheet convention)
     nvls: bool
     sharp: bool
-    nics_per_node: int = Field(gt=0)
-    nic_gbps: float = Field(gt=0, description="line rate of one NIC")
-    fabric: Fabric
+    nics_per_node: int
+    nic_gbps: float  # line rate of one NIC
+    fabric: str  # infiniband | roce | efa | tcpxo
 
     @property
     def link_family(self) -> str:
@@ -194,10 +196,10 @@ class CommGroup:
         return self.network.link if self.domains == 1 else "scale-out"
 
 
-def group_shape(size, stride, domain: int):
+def group_shape(size: int | np.ndarray, stride: int | np.ndarray, domain: int) -> tuple[int | np.ndarray, int | np.ndarray]:
     """(ranks per NVLink domain, domains) of groups of `size` ranks spaced `stride` apart in the global
     rank order, domains being aligned blocks of `domain` ranks (numbers or numpy arrays)."""
-    if isinstance(size, int | float) and isinstance(stride, int | float):
+    if not (isinstance(size, np.ndarray) or isinstance(stride, np.ndarray)):
         if (size - 1) * stride + 1 <= domain:
             return size, 1
         k = min(max(domain // stride, 1), size)
@@ -233,7 +235,7 @@ class Cluster(BaseModel):
         """Placement of a group of `size` ranks spaced `stride` apart: it spans (size - 1) * stride + 1
         consecutive ranks; NVLink domains are aligned blocks of `nvlink_domain` ranks."""
         k, n_domains = group_shape(int(size), int(stride), self.network.nvlink_domain)
-        return CommGroup(int(k), int(n_domains), self.network)
+        return CommGroup(k, n_domains, self.network)
 
 
 def make_network(gpu: GPU, gpus_per_node: int, spec: NetworkSpec | None = None, inter_node_gbps: float | None = None) -> Network:

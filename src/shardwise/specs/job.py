@@ -1,13 +1,10 @@
 """Training job files (YAML or JSON; one job or a list): parsing and the checks that make a plan runnable.
 
-The file contract (keep these names)::
-
-    model: llama-3.1-70b          # preset | path to config.json | mapping
-    cluster: {gpu: H100-SXM, gpus: 512, gpus_per_node: 8, power_limit_w: 700,
-              network: {nics_per_node: 8, nic_gbps: 400, fabric: infiniband, nvls: true, sharp: false}}
-    training: {seq_len: 8192, global_batch: 512, precision: bf16, tokens: 15e12}
-    parallel: {tp: 8, pp: 4, vpp: 1, cp: 1, ep: 1, dp: auto, zero: 1, sequence_parallel: true,
-               recompute: selective, micro_batch: 1, schedule: 1f1b}
+A job has four sections (keep these names): ``model`` (a preset name, a path to a Hugging Face
+config.json, or a :class:`~shardwise.specs.model.ModelSpec` mapping), ``cluster`` (:class:`ClusterSpec`),
+``training`` (:class:`~shardwise.specs.training.TrainingSpec`) and ``parallel``
+(:class:`~shardwise.specs.training.TrainPlan`). The models describe every field; the README's tables are
+generated from them (:mod:`shardwise.job_docs`).
 """
 
 from __future__ import annotations
@@ -26,15 +23,20 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 
 
 class ClusterSpec(BaseModel):
+    """The `cluster` section: GPUs of one type in nodes."""
+
     model_config = ConfigDict(extra="forbid")
 
-    gpu: str
-    gpus: int = Field(gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)
-    inter_node_gbps: float | None = Field(default=None, gt=0, le=1e5, description="per-GPU scale-out bandwidth (older field)")
-    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
-    power_limit_w: float | None = Field(default=None, gt=0, le=1e5)
-    network: NetworkSpec | None = None
+    gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml (h100, a100-80gb, ...)")
+    gpus: int = Field(gt=0, description="GPUs in the job (`train run`: processes)")
+    gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per node; default: the GPU's in data/gpus.yaml")
+    inter_node_gbps: float | None = Field(default=None, gt=0, le=1e5, description="scale-out bandwidth per GPU, Gbit/s "
+                                          "(older field; network.nic_gbps is per NIC); default: the GPU's in data/gpus.yaml")
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
+                                                 "list price in data/gpus.yaml")
+    power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W "
+                                        "(below the board power: lower peak throughput)")
+    network: NetworkSpec | None = Field(default=None, description="what differs from the GPU's catalog network")
 
 
 def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster:
@@ -137,7 +139,7 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     model = load_model(doc["model"])
     cluster = cluster_from_mapping(_section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
     training = _build(TrainingSpec, _section(doc, "training", where), "training")
-    raw_plan = dict(doc.get("parallel") or {}) if not require_plan else dict(_section(doc, "parallel", where))
+    raw_plan = dict(_section(doc, "parallel", where)) if require_plan or doc.get("parallel") is not None else {}
     if raw_plan.get("dp") == "auto":
         raw_plan["dp"] = None
     plan = _build(TrainPlan, raw_plan, "parallel")
@@ -146,10 +148,14 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=str(doc.get("name", model.name)))
 
 
-def load_jobs(path: str | Path) -> list[TrainJob]:
-    """Read a YAML/JSON file holding one job or a list of jobs."""
-    doc = read_document(path)
+def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob]:
+    """Build and check the jobs of a parsed document: one job mapping or a list of them."""
     docs = doc if isinstance(doc, list) else [doc]
     if not docs:
-        raise ShardwiseError(f"{path}: the file holds an empty list; give at least one job")
+        raise ShardwiseError(f"{source}: the document holds an empty list; give at least one job")
     return [job_from_mapping(d, where=f"job[{i}]" if len(docs) > 1 else "job") for i, d in enumerate(docs)]
+
+
+def load_jobs(path: str | Path) -> list[TrainJob]:
+    """Read a YAML/JSON file holding one job or a list of jobs."""
+    return jobs_from_document(read_document(path), str(path))

@@ -21,9 +21,9 @@ class TrainingSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seq_len: int = Field(gt=0)
+    seq_len: int = Field(gt=0, description="tokens per sequence")
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    precision: Precision = "bf16"
+    precision: Precision = Field(default="bf16", description="GEMM precision; fp8 keeps bf16 weights and activations")
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars")
     grad_dtype: Literal["bf16", "fp32"] = Field(
         default="fp32", description="gradient accumulation/reduction dtype (Megatron main_grad: fp32)"
@@ -61,19 +61,24 @@ class TrainPlan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0, description="tensor-parallel degree (Megatron-LM); divides the attention heads")
+    pp: int = Field(default=1, gt=0, description="pipeline-parallel degree: pipeline ranks")
     vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
-    dp: int | None = Field(default=None, gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
-    zero: Literal[0, 1, 2, 3] = 1
-    sequence_parallel: bool = False
-    recompute: Recompute = "selective"
-    micro_batch: int = Field(default=1, gt=0)
-    schedule: str = "1f1b"
-    flash_attention: bool = True
-    overlap_grad_reduce: bool = True
+    dp: int | None = Field(default=None, gt=0, description="data-parallel degree; auto or left out: GPUs / (tp * pp * cp)")
+    cp: int = Field(default=1, gt=0, description="context-parallel degree: ranks sharing one sequence; divides seq_len")
+    ep: int = Field(default=1, gt=0, description="expert-parallel degree (MoE): ranks sharing the experts; divides dp * cp")
+    zero: Literal[0, 1, 2, 3] = Field(default=1, description="ZeRO stage over the data-parallel group: 0 replicates "
+                                      "the model states, 1 shards the optimizer states, 2 also the gradients, 3 also "
+                                      "the parameters")
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1)")
+    recompute: Recompute = Field(default="selective", description="activation recomputation: none, selective "
+                                 "(attention core, Korthikanti et al. 2022) or full (every layer)")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
+    schedule: str = Field(default="1f1b", description="pipeline schedule (`shardwise schedule list`)")
+    flash_attention: bool = Field(default=True, description="fused attention kernel: no attention scores kept "
+                                  "for the backward")
+    overlap_grad_reduce: bool = Field(default=True, description="overlap the data-parallel gradient reduction "
+                                      "with the backward pass")
     dp_shard: int | None = Field(
         default=None,
         gt=0,

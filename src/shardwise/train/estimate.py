@@ -141,4 +141,6 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         notes=tuple(notes),
         stack=stack.knobs(),
         error_band=error_band(gpu.name, training.framework),
+        memory_per_rank=tuple(x[0] for x in ranks),
+        pipeline_inputs=timing.inputs,
     )

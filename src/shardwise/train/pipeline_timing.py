@@ -12,10 +12,10 @@ Which time is the step time depends on the schedule family:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
-from shardwise.pipeline import auto_schedule, generate_schedule, resolve, schedule_info, simulate
+from shardwise.pipeline import SimResult, auto_schedule, generate_schedule, resolve, schedule_info, simulate
 from shardwise.pipeline.ir import Schedule, loop_placement, v_placement
 
 POST_VALIDATION = frozenset({"zb-h1", "zb-h2", "zbv", "v-half", "v-min", "auto"})
@@ -36,6 +36,8 @@ class PipelineTiming:
     bubble_definition: str
     bubble_fraction: float  # idle share of the global makespan
     stage_bubble_ratio: float  # idle share of the longest per-rank span
+    #: the arguments of :func:`simulate_pipeline` that reproduce this timing (for traces)
+    inputs: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def bubble_s(self) -> float:
@@ -79,21 +81,32 @@ def pipeline_timing(
                   tuple(activation), float(w_retained_fraction), cap, split_p2p)
 
 
-@lru_cache(maxsize=2048)
-def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float,
-           activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
-    if pp == 1:
-        busy = sum(f_s) + sum(i_s) + sum(w_s)
-        total = microbatches * busy
-        peak = (sum(activation) if name != "gpipe" else microbatches * sum(activation),)
-        return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)), GLOBAL, 0.0, 0.0)
+def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s, w_s, p2p_s: float, activation,
+                      w_retained_fraction: float = 1.0, activation_cap: float | None = None) -> tuple[Schedule, SimResult]:
+    """The schedule IR (``auto``: searched under ``activation_cap``) and its exact simulation. With one
+    stage every schedule but GPipe is F then B per micro-batch (what :func:`pipeline_timing` assumes)."""
+    if pp == 1 and name != "gpipe":
+        name, vpp = "1f1b", 1
     if name == "auto":
         sched = auto_schedule(pp, microbatches, vpp, f_s, i_s, w_s, p2p_s, mem_cap=activation_cap,
                               activation=activation, w_retained_fraction=w_retained_fraction,
                               placement="v" if vpp == 2 else "loop", objective="stage")
     else:
         sched = cached_schedule(name, pp, microbatches, vpp)
-    res = simulate(sched, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction)
+    return sched, simulate(sched, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction)
+
+
+@lru_cache(maxsize=2048)
+def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float,
+           activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
+    inputs = (name, pp, vpp, microbatches, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
+    if pp == 1:
+        busy = sum(f_s) + sum(i_s) + sum(w_s)
+        total = microbatches * busy
+        peak = (sum(activation) if name != "gpipe" else microbatches * sum(activation),)
+        return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)), GLOBAL, 0.0, 0.0,
+                              inputs)
+    sched, res = simulate_pipeline(*inputs)
     span_rule = name in POST_VALIDATION
     if p2p_s > 0 and split_p2p:
         free = simulate(sched, f_s, i_s, w_s, 0.0, activation, w_retained_fraction)
@@ -118,4 +131,5 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         bubble_definition=SPAN if span_rule else GLOBAL,
         bubble_fraction=res.bubble_fraction,
         stage_bubble_ratio=res.stage_bubble_ratio,
+        inputs=inputs,
     )

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,12 +33,18 @@ from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
 from shardwise.train.search_space import DEFAULT_SCHEDULES, REASONS, Candidates, enumerate_plans
 
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
+
 OBJECTIVES = ("throughput", "cost", "memory")
 # A plan is skipped once neither its lower bound nor this share of its screened time can beat the K-th
 # best exact time. The approximation's median error is under 1% (benchmarks/plan.py prints its spread);
 # a few schedules at short pipelines (V-Min, m < p) are under-estimated by more, which only makes the
 # search evaluate them exactly sooner.
 APPROX_TRUST = 0.9
+# A progress report: what the search is doing and the fraction done (0..1).
+Progress = Callable[[str, float], None]
 
 
 @dataclass
@@ -75,8 +82,10 @@ class PlanResult:
         }
 
 
-def _job(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any], extra: dict[str, Any]) -> TrainJob:
-    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **extra), name=model.name)
+def job_from_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any],
+                  extra: dict[str, Any] | None = None) -> TrainJob:
+    """The job that runs one enumerated plan (`plan`: the candidates' fields; `extra`: fixed plan fields)."""
+    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **(extra or {})), name=model.name)
 
 
 def _score(e: Estimate, objective: str) -> tuple[float, float]:
@@ -97,9 +106,12 @@ def plan_search(
     top_k: int = 5,
     constants: Constants | None = None,
     max_exact: int = 128,
-    progress: bool = False,
+    progress: bool | Progress = False,
+    runnable_on: tuple[str, ...] = (),
 ) -> PlanResult:
-    """Search the plan space on one cluster (see the module docstring)."""
+    """Search the plan space on one cluster (see the module docstring); `runnable_on` keeps only the
+    plans one of these engines runs as is (:mod:`shardwise.engines.support`). `progress`: True draws a
+    progress bar on the terminal; a callable receives (message, fraction done) as the search goes."""
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if top_k < 1:
@@ -108,10 +120,13 @@ def plan_search(
     extra = {k: fixed.pop(k) for k in ("flash_attention", "overlap_grad_reduce") if k in fixed}
     fixed.pop("dp", None)
     t0 = time.perf_counter()
-    cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True))
+    cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
+                            runnable_on=runnable_on)
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))
+    if callable(progress):
+        progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     scr = screen(cands, model, cluster, training, constants, extra.get("flash_attention", True), extra.get("overlap_grad_reduce", True))
     t2 = time.perf_counter()
     capacity = cluster.gpu.memory_bytes
@@ -148,13 +163,17 @@ def plan_search(
     )
 
 
-def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants, progress):
+def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray, objective: str, top_k: int, max_exact: int,
+               model: ModelSpec, cluster: Cluster, training: TrainingSpec, extra: dict[str, Any], constants: Constants | None,
+               progress: bool | Progress) -> tuple[list[Estimate], int, list[str]]:
     """Exact estimates in screen order until the remaining lower bounds cannot beat the K-th best."""
     optimistic = np.maximum(scr["step_lb_s"], APPROX_TRUST * scr["step_s"])[order]
     suffix_min = np.minimum.accumulate(optimistic[::-1])[::-1]
     heap: list[tuple[tuple[float, float], int, Estimate]] = []  # max-heap of the best K via negated scores
     evaluated, notes = 0, []
-    bar = _progress(progress, min(len(order), max_exact))
+    total = min(len(order), max_exact)
+    bar = _progress(progress is True, total)
+    report = progress if callable(progress) else None
     try:
         for pos, i in enumerate(order.tolist()):
             if len(heap) >= top_k and objective != "memory" and suffix_min[pos] >= -heap[0][0][0]:
@@ -167,8 +186,10 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
             evaluated += 1
             if bar:
                 bar[0].advance(bar[1])
+            if report:
+                report(f"{cluster.gpu.name}: exact estimate {evaluated} (at most {total})", 0.1 + 0.9 * evaluated / total)
             try:
-                e = estimate(_job(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
+                e = estimate(job_from_plan(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
             except ShardwiseError:
                 cands.rejected[REASONS["schedule"]] += 1
                 continue
@@ -185,7 +206,7 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
         if bar:
             bar[0].stop()
     best = sorted(heap, key=lambda t: ((-t[0][0], -t[0][1]), -t[1]))
-    ranked = [estimate(_job(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
+    ranked = [estimate(job_from_plan(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
     if not ranked:
         raise ShardwiseError("no plan fits in memory after exact estimation; add GPUs, allow recompute or lower the batch")
     return ranked, evaluated, notes
@@ -198,7 +219,7 @@ def _key(plan: dict[str, Any]) -> tuple:
     return tuple(plan[k] for k in PLAN_KEYS)
 
 
-def _front(cands: Candidates, scr, training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
+def _front(cands: Candidates, scr: dict[str, np.ndarray], training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
     """Throughput vs peak-memory Pareto front over every plan that fits. Points carry screen values
     (`exact: false`) except the top-K plans, which carry their exact estimates."""
     exact = {_key(e.plan): e for e in top}
@@ -225,7 +246,7 @@ def _nothing_runs(c: Candidates) -> str:
     return f"no plan can run: all {c.considered} plans were rejected ({reasons}). Add GPUs, change the batch or free the fixed fields"
 
 
-def _progress(enabled: bool, total: int):
+def _progress(enabled: bool, total: int) -> tuple[RichProgress, TaskID] | None:
     if not enabled:
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -254,7 +275,14 @@ def plan_across_gpus(
 ) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
     """Search each GPU type, then merge: the overall top K by the objective and, with several types,
     the throughput vs $/M-tokens Pareto front over every type's front points."""
-    results = [plan_search(model, c, training, objective, top_k=top_k, **kw) for c in clusters]
+    progress = kw.pop("progress", False)
+
+    def part(k: int) -> bool | Progress:  # one search's progress as its share of all of them
+        if not callable(progress):
+            return progress
+        return lambda message, fraction: progress(message, (k + fraction) / len(clusters))
+
+    results = [plan_search(model, c, training, objective, top_k=top_k, progress=part(k), **kw) for k, c in enumerate(clusters)]
     price = {c.gpu.name: c.price_usd_per_gpu_hour for c in clusters}
     for r in results:
         for p in r.front:
@@ -264,13 +292,13 @@ def plan_across_gpus(
         priced = [e for e in every if price[e.gpu] is not None]
         if not priced:
             raise ShardwiseError("--objective cost needs a price: none of the GPUs has a catalog price; set cluster.price_usd_per_gpu_hour")
-        key = lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s)
         every = priced
-    elif objective == "memory":
-        key = lambda e: (e.peak_memory_gib, e.step_time_s)
-    else:
-        key = lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib)
-    top = sorted(every, key=key)[:top_k]
+    keys: dict[str, Callable[[Estimate], tuple[float, float]]] = {
+        "cost": lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s),
+        "memory": lambda e: (e.peak_memory_gib, e.step_time_s),
+        "throughput": lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib),
+    }
+    top = sorted(every, key=keys.get(objective, keys["throughput"]))[:top_k]
     fronts = [p for r in results for p in r.front]
     if len(clusters) > 1:
         priced = [p for p in fronts if p["usd_per_million_tokens"] is not None]

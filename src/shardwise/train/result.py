@@ -75,6 +75,9 @@ class Estimate:
     notes: tuple[str, ...] = field(default_factory=tuple)
     stack: dict[str, Any] = field(default_factory=dict)  # the software-stack knobs used
     error_band: dict[str, Any] | None = None  # held-out error of comparable runs (train/error_band.py)
+    memory_per_rank: tuple[MemoryBreakdown, ...] = ()  # every pipeline rank's breakdown (bytes)
+    #: the pipeline simulation's inputs (``PipelineTiming.inputs``), to redraw its timeline as a trace
+    pipeline_inputs: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def peak_memory_gib(self) -> float:
@@ -105,6 +108,7 @@ class Estimate:
             "peak_memory_rank": self.peak_memory_rank,
             "memory_gib": self.memory.gib(),
             "memory_per_rank_gib": list(self.memory_per_rank_gib),
+            "memory_per_rank_parts_gib": [m.gib() for m in self.memory_per_rank],
             "time_s": asdict(self.time_s),
             "bubble_definition": self.bubble_definition,
             "bubble_fraction": self.bubble_fraction,
