@@ -3,7 +3,7 @@
     .venv/bin/python scripts/fidelity_report.py
 
 Rewrites the text between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->` markers in
-docs/fidelity.md (the prose around them is hand-written) and draws docs/img/fidelity-<group>.png
+docs/fidelity.md (the prose around them is hand-written) and draws docs/img/fidelity-cv.png
 (held-out predicted vs measured throughput, log-log, one panel per source group). Run it after
 scripts/fit_constants.py.
 """
@@ -91,10 +91,10 @@ def plot(result: dict, path: Path) -> None:
 
 
 def replace_block(text: str, name: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(\n<!-- /generated:{name} -->)", re.S)
+    pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"docs/fidelity.md has no generated:{name} markers")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def main() -> None:
