@@ -55,6 +55,8 @@ class SimResult:
     ends: list[np.ndarray] = field(repr=False)
     actions: list[np.ndarray] = field(repr=False)  # per rank (n, 3): stage, mb, kind code (compute only)
     p2p_s: float = 0.0
+    extrapolated_from: int | None = None  # micro-batches actually simulated (see pipeline.steady), None: all
+    exact: bool = True  # False only when a steady state did not settle within the simulation budget
 
     @property
     def stage_span(self) -> float:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_REQUEST_TOKENS, MAX_SERVE_ENGINES
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.model import ModelSpec, load_model
@@ -42,7 +43,7 @@ def parse_block(cls: type[M], data: Any, where: str) -> M:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ShardwiseError(f"{where} must be a mapping, got {type(data).__name__}: {data!r}")
+        raise ShardwiseError(f"{where or 'the job'} must be a mapping, got {type(data).__name__}: {shorten(data)}")
     try:
         return cls(**data)
     except ValidationError as exc:
@@ -52,16 +53,16 @@ def parse_block(cls: type[M], data: Any, where: str) -> M:
 class EngineSpec(BaseModel):
     """Engine knobs, named as vLLM's engine arguments."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    max_num_seqs: int = Field(default=256, gt=0)
-    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    max_num_seqs: int = Field(default=256, gt=0, le=MAX_NUM_SEQS)
+    max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_REQUEST_TOKENS)
     chunked_prefill: bool = Field(default=True, description="true: vLLM v1 mixed batches with chunked prompts; false: vLLM v0 prefill-first")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    block_size: int = Field(default=16, gt=0)
+    block_size: int = Field(default=16, gt=0, le=MAX_BLOCK_SIZE)
     prefix_caching: bool = False
-    num_scheduler_steps: int = Field(default=1, gt=0, description="vLLM v0 multi-step: decode steps per scheduling round")
-    max_model_len: int | None = Field(default=None, gt=1, description="cap on prompt + output tokens")
+    num_scheduler_steps: int = Field(default=1, gt=0, le=1024, description="vLLM v0 multi-step: decode steps per scheduling round")
+    max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_REQUEST_TOKENS, description="cap on prompt + output tokens")
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
@@ -76,7 +77,7 @@ class EngineSpec(BaseModel):
 class LengthClass(BaseModel):
     """Requests with input in [lo, hi] and output in [lo, hi] tokens (bounds inclusive)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     input: tuple[int, int] = (1, 10**9)
     output: tuple[int, int] = (1, 10**9)
@@ -86,12 +87,12 @@ class LengthClass(BaseModel):
 class PoolSpec(BaseModel):
     """Identical replicas of one GPU type and parallel layout."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu: str
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
-    replicas: int = Field(default=1, gt=0)
+    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES)
     engine: dict[str, Any] | None = None
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     classes: list[LengthClass] | None = None
@@ -100,12 +101,12 @@ class PoolSpec(BaseModel):
 class DeploymentSpec(BaseModel):
     """Colocated replicas (gpu/tp/pp/replicas), a prefill/decode split, or several pools."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu: str | None = None
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
-    replicas: int = Field(default=1, gt=0)
+    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES)
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     engine: dict[str, Any] | None = None
     router: Literal["round_robin", "least_outstanding"] = "round_robin"
@@ -135,7 +136,7 @@ class DeploymentSpec(BaseModel):
 class SLOSpec(BaseModel):
     """Per-request latency targets, as `vllm bench serve --goodput ttft:X tpot:Y e2el:Z` (ms)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     ttft_ms: float | None = Field(default=None, gt=0)
     tpot_ms: float | None = Field(default=None, gt=0)
@@ -150,14 +151,21 @@ class SLOSpec(BaseModel):
 
 
 class ServeJobSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    model: str | dict[str, Any]
+    model: Any
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     deployment: DeploymentSpec
     workload: WorkloadSpec
     slo: SLOSpec | None = None
     name: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: Any) -> Any:
+        if not isinstance(v, str | dict) or isinstance(v, str) and not v.strip():
+            raise ValueError(f"give a preset name, a config.json path or a mapping, got {shorten(v)}")
+        return v
 
 
 @dataclass(frozen=True)
@@ -193,7 +201,7 @@ def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job")
     missing = [k for k in ("model", "deployment", "workload") if k not in data]
     if missing:
         raise ShardwiseError(f"{where}: missing {', '.join(missing)}; a serve job needs model, deployment and workload")
-    spec = parse_block(ServeJobSpec, data, where)
+    spec = parse_block(ServeJobSpec, data, "")
     model = load_model(spec.model)
     dep = spec.deployment
     engine_spec(dep.engine)  # validate the shared engine block early
@@ -206,4 +214,4 @@ def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job")
 def load_serve_job(path: str | Path) -> ServeJob:
     """Read a YAML/JSON serve job file."""
     p = Path(path)
-    return parse_serve_job(read_document(p), base_dir=p.expanduser().resolve().parent, where=str(p))
+    return parse_serve_job(read_document(p), base_dir=p.expanduser().resolve().parent)

@@ -25,6 +25,7 @@ def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
     tp.add_column("value", justify="right")
     rows = [
         ("completed requests", f"{m['completed']:,}"),
+        ("input / output tokens", f"{m['total_input_tokens']:,} / {m['total_output_tokens']:,}"),
         ("duration (s)", _fmt(m["duration_s"], 2)),
         ("request throughput (req/s)", _fmt(m["request_throughput"], 2)),
         ("output tokens/s", _fmt(m["output_tokens_per_s"])),
@@ -38,6 +39,8 @@ def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
         slo = ", ".join(f"{k} {v:g}" for k, v in m["slo"].items() if k != "attainment")
         rows += [("SLO", slo), ("goodput (req/s)", _fmt(m["goodput"], 2)),
                  ("SLO attainment", f"{m['slo_attainment']:.1%} (target {m['slo']['attainment']:.0%}: {'met' if m['slo_met'] else 'NOT met'})")]
+    if "lengths" in m:
+        rows.insert(2, ("lengths (input / output)", f"{m['lengths']['input']} / {m['lengths']['output']}"))
     if "kv_transfer_ms_mean" in m:
         rows.append(("mean KV transfer (ms)", _fmt(m["kv_transfer_ms_mean"], 2)))
     for k, v in rows:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardwise.errors import ShardwiseError
+from shardwise.limits import MAX_SERVE_ENGINES
 from shardwise.serve.config import ServeJob, engine_spec
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
@@ -79,6 +80,17 @@ def _collect(engines: list[Engine], itl: ITLRecord) -> tuple[int, float]:
 
 
 def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
+    pools = _build_pools(job, constants)
+    engines = sum(p.engines for p in pools)
+    if engines > MAX_SERVE_ENGINES:
+        raise ShardwiseError(
+            f"deployment: {engines:,} engines (replicas x pp over all pools) exceed the limit of {MAX_SERVE_ENGINES:,} per "
+            "simulation (see Limits in the README); simulate one replica at rate / replicas instead"
+        )
+    return pools
+
+
+def _build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
     d, m = job.deployment, job.model
     args = (m, job.precision, job.bytes_per_element)
     if d.kind == "colocated":

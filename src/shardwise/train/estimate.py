@@ -23,9 +23,8 @@ from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_toke
 from shardwise.cost.layer import Groups, embedding, lm_head, transformer_layer
 from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
 from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
-from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
-from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
+from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -36,8 +35,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     same step time, for ranking)."""
     consts = constants or default_constants()
     model, cluster, training, plan = job.model, job.cluster, job.training, job.plan
-    if plan.vpp == 1 and plan.pp > 1 and schedule_info(plan.schedule).placement == "v":
-        plan = plan.model_copy(update={"vpp": 2})  # V-shaped schedules hold two stages per rank
+    plan = plan.model_copy(update={"vpp": plan_stages_per_rank(plan)})  # V-shaped schedules hold two
     gpu = cluster.gpu
     tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
@@ -151,6 +149,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         if cluster.price_usd_per_gpu_hour is not None:
             cost = seconds / 3600 * n * cluster.price_usd_per_gpu_hour
     notes = []
+    if timing.simulated_microbatches is not None:
+        how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
+        notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}")
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")
     return Estimate(
