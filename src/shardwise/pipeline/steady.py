@@ -4,14 +4,14 @@ Every generator emits a warm-up, a steady phase that repeats one per-rank patter
 cool-down whose shape does not depend on the micro-batch count. The event simulation is a max-plus
 recurrence (start = max(rank free, dependency end + hop)), so its steady phase becomes periodic after a
 transient: for some cycle of ``c`` micro-batches, every action of micro-batch ``k + c`` starts exactly
-``D`` after the same action of micro-batch ``k`` (eventual periodicity of max-plus linear systems:
+``D`` after the same action of micro-batch ``k`` (``D`` per phase for GPipe) (eventual periodicity of max-plus linear systems:
 Baccelli, Cohen, Olsder, Quadrat 1992, "Synchronization and Linearity", Ch. 3). From then on each
 further cycle adds ``D`` to the makespan and to every rank's span, a fixed amount of work to every
 rank, and nothing to the peak activation memory. So, for ``m`` micro-batches:
 
 1. simulate ``b`` micro-batches (``b`` representative: ``SIMULATED_MICROBATCHES``, at least 8 per
-   virtual stage) and find the shortest cycle ``c`` over which the whole interior of the timeline is a
-   shifted copy of itself; double ``b`` while there is none (a long transient);
+   virtual stage) and find the shortest cycle ``c`` over which the interior of the timeline repeats
+   (:func:`find_cycle`); double ``b`` while there is none (a long transient);
 2. simulate ``m1``, ``m1 + c`` and ``m1 + 2c`` with ``m1 = b + (m - b) mod c`` and check that both
    cycles add the same amounts;
 3. extend ``m1`` by ``(m - m1) / c`` cycles. Every reported quantity is then the one the full
@@ -46,13 +46,15 @@ def _start_table(res: SimResult, stages: int) -> np.ndarray:
     return table
 
 
-def _same(a: np.ndarray, b: float, scale: float) -> bool:
+def _same(a: np.ndarray, b: float | np.ndarray, scale: float) -> bool:
     return bool(np.all(np.abs(a - b) <= 1e-9 * scale + 1e-12))
 
 
 def find_cycle(res: SimResult, granularity: int = 1) -> int | None:
-    """Shortest ``c`` (a multiple of ``granularity``) over which the interior of the timeline (micro-batches
-    b/4 .. 3b/4) repeats shifted by one constant; None when the steady phase has not settled."""
+    """Shortest ``c`` (a multiple of ``granularity``) over which, in the interior of the timeline
+    (micro-batches b/4 .. 3b/4), each kind of action of each stage starts a constant time later every ``c``
+    micro-batches (one constant for 1F1B-like orders; one per phase for GPipe's all-forward-then-all-backward);
+    None when the steady phase has not settled."""
     table = _start_table(res, res.num_stages)
     m = res.microbatches
     lo, hi = m // 4, (3 * m) // 4
@@ -62,8 +64,9 @@ def find_cycle(res: SimResult, granularity: int = 1) -> int | None:
         d = probe[c:] - probe[:-c]
         if not _same(d, d[0], scale):
             continue
-        full = table[:, :, lo + c:hi] - table[:, :, lo:hi - c]
-        if _same(full[np.isfinite(full)], d[0], scale):
+        rows = (table[:, :, lo + c:hi] - table[:, :, lo:hi - c]).reshape(-1, hi - lo - c)
+        rows = rows[np.isfinite(rows).all(axis=1)]
+        if _same(rows, rows[:, :1], scale):
             return c
     return None
 

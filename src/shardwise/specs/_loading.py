@@ -21,6 +21,8 @@ from pydantic import ValidationError
 from shardwise.errors import ShardwiseError, clip, shorten
 from shardwise.limits import HOW_TO_PROCEED, MAX_DOCUMENT_DEPTH, MAX_NUMBER
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: fast, and bounds its nesting depth
+
 #: Values (after expanding YAML aliases) a job document may hold; real job files hold under 100.
 MAX_DOCUMENT_VALUES = 100_000
 
@@ -118,10 +120,12 @@ def read_document(path: str | Path) -> Any:
         if p.suffix.lower() == ".json":
             doc = json.loads(text)
         else:
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader (libyaml's when present)
     except json.JSONDecodeError as exc:
         raise ShardwiseError(f"{shown}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except yaml.YAMLError as exc:
+        if "nesting depth" in str(exc):
+            raise ShardwiseError(f"{shown} is nested too deeply to parse; a job file needs at most a few levels") from None
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
