@@ -23,21 +23,29 @@ MAX_ECHO_CHARS = 80
 MAX_PIPELINE_RANKS = 256
 #: Compute actions (F, I, W, B) one generated, imported or simulated schedule may hold.
 MAX_SCHEDULE_ACTIONS = 1_000_000
+#: Largest time of one action given to `schedule simulate` (any unit): sums over a schedule stay finite.
+MAX_ACTION_TIME = 1e12
 #: Micro-batches `train estimate` simulates; beyond this the steady state, which repeats, is extrapolated
 #: exactly (see shardwise.train.pipeline_timing).
 SIMULATED_MICROBATCHES = 256
 
-# --- clusters ------------------------------------------------------------------------------------------
+# --- training jobs and clusters ------------------------------------------------------------------------
 #: GPUs of one training cluster (the largest published runs use 16,384-100,000).
 MAX_CLUSTER_GPUS = 1_000_000
+#: Virtual pipeline stages (pp x vpp) of one training plan.
+MAX_PIPELINE_STAGES = 1024
+#: Tokens of one sequence: a training sample, or a request's prompt or output (10M: the longest context
+#: any model advertises today).
+MAX_SEQUENCE_TOKENS = 10_000_000
 
 # --- serving -------------------------------------------------------------------------------------------
 #: Requests one serving simulation may hold (about 25,000-30,000 are simulated per second).
 MAX_SERVE_REQUESTS = 1_000_000
+#: Requests per candidate simulation of `serve plan` (it runs hundreds of them; the default is 600).
+MAX_PLAN_REQUESTS = 20_000
 #: Engines (replicas x pp, summed over the pools) of one simulated deployment.
 MAX_SERVE_ENGINES = 4096
-#: Tokens of one request's prompt or output (10M: the longest context any model advertises today).
-MAX_REQUEST_TOKENS = 10_000_000
+
 #: Coefficient of variation of gamma inter-arrival gaps: above 10 the gamma shape 1/cv^2 < 0.01 makes
 #: nearly every gap underflow to zero (use `rate: inf` to send every request at once).
 MAX_GAMMA_CV = 10.0
@@ -61,5 +69,7 @@ HOW_TO_PROCEED = {
     "max_num_batched_tokens": "lower the per-iteration token budget",
     "max_model_len": "no model serves a longer context; lower it",
     "pp": "use fewer pipeline ranks",
+    "vpp": "use fewer virtual stages per rank",
     "gpus": "plan a smaller cluster",
+    "seq_len": "no model trains on longer sequences; give a shorter seq_len",
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 from shardwise.errors import ShardwiseError
 
 app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
@@ -106,7 +105,7 @@ def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | N
 
         plot_timeline(res, plot)
     if fmt is OutFormat.json:
-        typer.echo(json.dumps(res.to_dict(), indent=1))
+        echo_json(res.to_dict(), indent=1)
         return
     console = _console()
     _print_result(res, console)
@@ -193,7 +192,7 @@ def compare_cmd(
     rows = compare_schedules(pp, microbatches, vpp, _times(f, "f"), _times(i, "i"), _times(w, "w"), comm,
                              mem_cap, w_retained, names)
     if format is OutFormat.json:
-        typer.echo(json.dumps(rows, indent=1))
+        echo_json(rows, indent=1)
         return
     table = Table(title=f"schedules at pp={pp}, microbatches={microbatches} (times per rank slice F={f} I={i} "
                         f"W={w}, comm={comm})")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 
 import typer
+
+from shardwise.console import echo_json
 
 app = typer.Typer(help="Serving: simulate a deployment, plan the cheapest one under SLOs, validate against published runs.", no_args_is_help=True)
 
@@ -37,7 +38,7 @@ def simulate(
 
         plot_latency_cdfs(result, plot_cdf, f"{spec.name}: {'; '.join(metrics['deployment'])}", spec.slo)
     if format is Format.json:
-        typer.echo(json.dumps(metrics, indent=2))
+        echo_json(metrics)
         return
     from shardwise.serve.report import metrics_tables, print_tables
 
@@ -75,7 +76,7 @@ def plan(
 
         plot_cost_vs_rate(cost_curves(result), plot, f"{request.model.name}: cost vs rate under the SLOs", request.rate)
     if format is Format.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        echo_json(result.to_json())
         return
     print_plan(result)
     if plot is not None:
@@ -92,6 +93,6 @@ def validate(
 
     rows = run_validation(split=split)
     if format is Format.json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     print_validation(rows)

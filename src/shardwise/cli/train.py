@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 
 import typer
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 
 app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
 
@@ -29,7 +28,7 @@ def estimate_cmd(
     results = [estimate(j) for j in load_jobs(job)]
     if format is Format.json:
         payload = [r.to_dict() for r in results]
-        typer.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        echo_json(payload[0] if len(payload) == 1 else payload)
         return
     from shardwise.train.report import estimate_table
 

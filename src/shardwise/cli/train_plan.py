@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 
 from shardwise.cli.train import Format
 from shardwise.errors import ShardwiseError
@@ -35,6 +34,9 @@ def plan_cmd(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them."""
+    from pydantic import ValidationError
+
+    from shardwise.specs._loading import format_validation_error
     from shardwise.specs.hardware import make_cluster
     from shardwise.specs.job import job_from_mapping
     from shardwise.specs.model import load_model
@@ -59,11 +61,14 @@ def plan_cmd(
         spec = load_model(model)
         try:
             training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
-        except Exception as exc:  # pydantic validation
-            raise ShardwiseError(f"--seq-len/--global-batch/--precision/--tokens: {str(exc).splitlines()[-1]}") from None
+        except ValidationError as exc:
+            raise ShardwiseError(format_validation_error(exc).replace("seq_len", "--seq-len").replace("global_batch", "--global-batch")) from None
         clusters = [make_cluster(g, gpus) for g in _split(gpu)]
-    if tokens and job is not None:
-        training = training.model_copy(update={"tokens": tokens})
+    if tokens is not None and job is not None:
+        try:
+            training = TrainingSpec(**{**training.model_dump(), "tokens": tokens})
+        except ValidationError as exc:
+            raise ShardwiseError(format_validation_error(exc).replace("tokens", "--tokens")) from None
     names = tuple(_split(schedules)) or DEFAULT_SCHEDULES
     progress = format is Format.table and not no_progress
     results, best, fronts = plan_across_gpus(spec, clusters, training, objective, top_k=top, schedules=names,
@@ -74,7 +79,7 @@ def plan_cmd(
     if format is Format.json:
         out = {"objective": objective, "top": [e.to_dict() for e in best], "pareto_front": fronts,
                "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results]}
-        typer.echo(json.dumps(out, indent=2, default=float))
+        echo_json(out)
         return
     console = make_console()
     console.print(top_table(results, best, objective))

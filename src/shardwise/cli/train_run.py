@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
+
+from shardwise.console import echo_json, json_text
 
 from shardwise.errors import CheckFailed, ShardwiseError
 
@@ -51,7 +52,7 @@ def run_cmd(
     report = run_plan(cfg)
     if timeline is not None:
         timeline.parent.mkdir(parents=True, exist_ok=True)
-        timeline.write_text(json.dumps(timeline_json(report), indent=1))
+        timeline.write_text(json_text(timeline_json(report), indent=1))
     if plot is not None:
         from shardwise.execute.plot import plot_measured_vs_predicted
 
@@ -60,7 +61,7 @@ def run_cmd(
         plot_measured_vs_predicted(tl["measured"], tl["predicted"], plot,
                                    title=f"{report['layout']}: measured vs predicted ({costs})")
     if format == "json":
-        typer.echo(json.dumps(report_json(report), indent=2))
+        echo_json(report_json(report))
     else:
         from shardwise.console import make_console
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 from rich.table import Table
 
 from shardwise.cli.train import Format
@@ -26,7 +25,7 @@ def validate(
 
     result = run_validation(path)
     if format is Format.json:
-        typer.echo(json.dumps(to_json(result), indent=2))
+        echo_json(to_json(result))
         return
     s = result["summary"]
     console = make_console()

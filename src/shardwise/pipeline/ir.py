@@ -178,7 +178,7 @@ def check_schedule_size(pp: int, stages_per_rank: int, actions: int, what: str) 
     if actions > MAX_SCHEDULE_ACTIONS:
         raise ShardwiseError(
             f"{what} would hold {actions:,} compute actions ({pp} ranks x {stages_per_rank} stage(s) per rank); the limit is "
-            f"{MAX_SCHEDULE_ACTIONS:,} (see Limits in the README): use fewer micro-batches or ranks — the steady state "
+            f"{MAX_SCHEDULE_ACTIONS:,} (see Limits in the README): use fewer micro-batches, stages or ranks — the steady state "
             "repeats, so a few hundred micro-batches show every effect (`train estimate` extrapolates by itself)"
         )
 

@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shardwise.errors import ShardwiseError, shorten
-from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_REQUEST_TOKENS, MAX_SERVE_ENGINES
+from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_SEQUENCE_TOKENS, MAX_SERVE_ENGINES
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.model import ModelSpec, load_model
@@ -56,13 +56,13 @@ class EngineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_num_seqs: int = Field(default=256, gt=0, le=MAX_NUM_SEQS)
-    max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_REQUEST_TOKENS)
+    max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_SEQUENCE_TOKENS)
     chunked_prefill: bool = Field(default=True, description="true: vLLM v1 mixed batches with chunked prompts; false: vLLM v0 prefill-first")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     block_size: int = Field(default=16, gt=0, le=MAX_BLOCK_SIZE)
     prefix_caching: bool = False
     num_scheduler_steps: int = Field(default=1, gt=0, le=1024, description="vLLM v0 multi-step: decode steps per scheduling round")
-    max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_REQUEST_TOKENS, description="cap on prompt + output tokens")
+    max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_SEQUENCE_TOKENS, description="cap on prompt + output tokens")
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardwise.errors import ShardwiseError
-from shardwise.limits import MAX_REQUEST_TOKENS
+from shardwise.limits import MAX_SEQUENCE_TOKENS
 
 # Log-normal (median, sigma) of the ShareGPT stand-in; the medians are chosen so the filtered means
 # are ~230 input and ~200 output tokens (tests/serve/test_workload.py checks the means).
@@ -35,10 +35,10 @@ class LengthSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     dist: Literal["fixed", "uniform", "sharegpt", "lognormal", "trace"] = "fixed"
-    value: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
-    min: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
-    max: int | None = Field(default=None, ge=1, le=MAX_REQUEST_TOKENS)
-    median: float | None = Field(default=None, gt=0, le=MAX_REQUEST_TOKENS)
+    value: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS)
+    min: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS)
+    median: float | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS)
     sigma: float | None = Field(default=None, ge=0, le=10, description="log-space spread (10 already spans e^±10)")
 
     @model_validator(mode="after")
@@ -67,8 +67,8 @@ def describe_lengths(spec: LengthSpec) -> str:
 
 
 def _lognormal(median: float, sigma: float, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Log-normal token counts, rounded and kept within 1..MAX_REQUEST_TOKENS (no int64 overflow)."""
-    return np.clip(np.rint(rng.lognormal(np.log(median), sigma, n)), 1, MAX_REQUEST_TOKENS).astype(np.int64)
+    """Log-normal token counts, rounded and kept within 1..MAX_SEQUENCE_TOKENS (no int64 overflow)."""
+    return np.clip(np.rint(rng.lognormal(np.log(median), sigma, n)), 1, MAX_SEQUENCE_TOKENS).astype(np.int64)
 
 
 def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, what: str = "length") -> np.ndarray:

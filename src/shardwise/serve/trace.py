@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from shardwise.errors import ShardwiseError, clip, shorten
-from shardwise.limits import MAX_REQUEST_TOKENS, MAX_SERVE_REQUESTS
+from shardwise.limits import MAX_SEQUENCE_TOKENS, MAX_SERVE_REQUESTS
 from shardwise.specs._loading import display_path, read_text_file
 
 _TIME = ("timestamp", "time", "arrival_s", "arrival", "time_s")
@@ -105,8 +105,8 @@ def read_trace(path: str | Path, max_rows: int | None = None) -> tuple[np.ndarra
                 value = math.nan
             if not (math.isfinite(value) and value >= 0 and value == int(value)):
                 raise ShardwiseError(f"{shown} line {line}: {what} tokens must be a non-negative whole number, got {shorten(row[col])}")
-            if value > MAX_REQUEST_TOKENS:
-                raise ShardwiseError(f"{shown} line {line}: {what} tokens {shorten(row[col])} exceed the limit of {MAX_REQUEST_TOKENS:,} per request")
+            if value > MAX_SEQUENCE_TOKENS:
+                raise ShardwiseError(f"{shown} line {line}: {what} tokens {shorten(row[col])} exceed the limit of {MAX_SEQUENCE_TOKENS:,} per request")
             arr[k] = int(value)
     if np.any(inp < 1):
         bad = int(np.argmax(inp < 1)) + 2

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shardwise.errors import ShardwiseError, shorten
-from shardwise.limits import MAX_GAMMA_CV, MAX_REQUEST_TOKENS, MAX_SERVE_REQUESTS
+from shardwise.limits import MAX_GAMMA_CV, MAX_SEQUENCE_TOKENS, MAX_SERVE_REQUESTS
 from shardwise.serve.lengths import LengthSpec, describe_lengths, sample_lengths
 from shardwise.serve.trace import read_trace
 
@@ -38,7 +38,7 @@ class WorkloadSpec(BaseModel):
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
     cv: float = Field(default=1.0, gt=0, le=MAX_GAMMA_CV, description="coefficient of variation of gamma inter-arrival gaps")
     path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
-    prefix_len: int = Field(default=0, ge=0, le=MAX_REQUEST_TOKENS, description="tokens of a shared system prompt inside input_len (for prefix caching)")
+    prefix_len: int = Field(default=0, ge=0, le=MAX_SEQUENCE_TOKENS, description="tokens of a shared system prompt inside input_len (for prefix caching)")
     prefix_groups: int = Field(default=1, gt=0, le=MAX_SERVE_REQUESTS, description="distinct shared prefixes; request i uses prefix i mod groups")
 
     @field_validator("input_len", "output_len", mode="before")

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_CLUSTER_GPUS
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "tf32"}
@@ -84,10 +85,10 @@ def get_gpu(name: str | GPU) -> GPU:
     if isinstance(name, GPU):
         return name
     if not isinstance(name, str):
-        raise ShardwiseError(f"gpu must be a name such as 'H100-SXM', got {name!r}")
+        raise ShardwiseError(f"gpu must be a name such as 'H100-SXM', got {shorten(name)}")
     key = _alias_index().get(_norm(name))
     if key is None:
-        raise ShardwiseError(f"unknown GPU {name!r}; known GPUs: {', '.join(gpu_names())} (aliases such as 'h100', 'a100-80gb' work)")
+        raise ShardwiseError(f"unknown GPU {shorten(name)}; known GPUs: {', '.join(gpu_names())} (aliases such as 'h100', 'a100-80gb' work)")
     return _catalog()[key]
 
 
@@ -109,7 +110,7 @@ class Cluster(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     gpu: GPU
-    num_gpus: int = Field(gt=0)
+    num_gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS)
     gpus_per_node: int = Field(gt=0)
     tiers: tuple[NetworkTier, ...]
     price_usd_per_gpu_hour: float | None = None
@@ -141,6 +142,7 @@ def make_cluster(
     inter_node_gbps: float | None = None,
     price_usd_per_gpu_hour: float | None = None,
     constants: Any = None,
+    gpu_field: str = "--gpu",
 ) -> Cluster:
     """Cluster with the default two tiers (intra-node link, scale-out) from the catalog.
 
@@ -148,7 +150,10 @@ def make_cluster(
     """
     from shardwise.cost.constants import network_constants
 
-    g = get_gpu(gpu)
+    try:
+        g = get_gpu(gpu)
+    except ShardwiseError as exc:
+        raise ShardwiseError(f"{gpu_field}: {exc}") from None
     per_node = gpus_per_node or g.gpus_per_node
     net = network_constants(constants)
     intra = NetworkTier(

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardwise.errors import ShardwiseError
+from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.hardware import Cluster, make_cluster
 from shardwise.specs.model import ModelSpec, load_model
@@ -25,11 +26,11 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 
 
 class ClusterSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu: str
-    gpus: int = Field(gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)
+    gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS)
+    gpus_per_node: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS)
     inter_node_gbps: float | None = Field(default=None, gt=0)
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
 
@@ -68,6 +69,11 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
     if p.dp is not None and p.dp != dp:
         raise ShardwiseError(
             f"parallel.dp: tp*pp*cp*dp = {denom * p.dp} but the cluster has {cluster.num_gpus} GPUs; set dp: auto or dp: {dp}"
+        )
+    if p.pp * p.vpp > MAX_PIPELINE_STAGES:
+        raise ShardwiseError(
+            f"parallel.vpp: pp x vpp = {p.pp * p.vpp:,} virtual stages exceed the limit of {MAX_PIPELINE_STAGES:,} "
+            "(see Limits in the README); use fewer virtual stages per rank"
         )
     if model.layers + 2 < p.pp * p.vpp:
         raise ShardwiseError(
@@ -120,9 +126,10 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
         raise ShardwiseError(f"{where}: missing 'model' (a preset name, a config.json path or a mapping)")
     model = load_model(doc["model"])
     cspec: ClusterSpec = _build(ClusterSpec, _section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
-    cluster = make_cluster(cspec.gpu, cspec.gpus, cspec.gpus_per_node, cspec.inter_node_gbps, cspec.price_usd_per_gpu_hour)
+    cluster = make_cluster(cspec.gpu, cspec.gpus, cspec.gpus_per_node, cspec.inter_node_gbps, cspec.price_usd_per_gpu_hour,
+                           gpu_field="cluster.gpu")
     training = _build(TrainingSpec, _section(doc, "training", where), "training")
-    raw_plan = dict(doc.get("parallel") or {}) if not require_plan else dict(_section(doc, "parallel", where))
+    raw_plan = dict(_section(doc, "parallel", where)) if require_plan or doc.get("parallel") is not None else {}
     if raw_plan.get("dp") == "auto":
         raw_plan["dp"] = None
     plan = _build(TrainPlan, raw_plan, "parallel")

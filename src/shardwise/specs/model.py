@@ -20,9 +20,9 @@ from shardwise.specs._loading import data_path, format_validation_error, load_ya
 class ModelSpec(BaseModel):
     """Architecture of a decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = "custom"
+    name: str = Field(default="custom", max_length=200)
     layers: int = Field(gt=0)
     hidden: int = Field(gt=0)
     heads: int = Field(gt=0)

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_RANKS, MAX_PIPELINE_STAGES, MAX_SEQUENCE_TOKENS
+
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Recompute = Literal["none", "selective", "full"]
 
@@ -17,9 +19,9 @@ BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 class TrainingSpec(BaseModel):
     """Sequence length, global batch (sequences), precision and, optionally, tokens to train."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    seq_len: int = Field(gt=0)
+    seq_len: int = Field(gt=0, le=MAX_SEQUENCE_TOKENS)
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     precision: Precision = "bf16"
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars")
@@ -51,12 +53,12 @@ class TrainPlan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
-    dp: int | None = Field(default=None, gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS)
+    pp: int = Field(default=1, gt=0, le=MAX_PIPELINE_RANKS)
+    vpp: int = Field(default=1, gt=0, le=MAX_PIPELINE_STAGES, description="virtual stages (model chunks) per pipeline rank")
+    dp: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS)
+    cp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS)
+    ep: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS)
     zero: Literal[0, 1, 2, 3] = 1
     sequence_parallel: bool = False
     recompute: Recompute = "selective"
