@@ -50,13 +50,14 @@ def read_text_file(path: str | Path, what: str = "file") -> str:
     p = Path(path).expanduser()
     shown = display_path(p)
     try:
-        if not p.exists():
-            raise ShardwiseError(f"{what} not found: {shown}")
-        if p.is_dir():
-            raise ShardwiseError(f"{shown} is a directory; give a {what}")
-        data = p.read_bytes()
+        exists, is_dir = p.exists(), p.is_dir()
+        data = p.read_bytes() if exists and not is_dir else b""
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
         raise ShardwiseError(f"cannot read {what} {shown}: {clip(getattr(exc, 'strerror', None) or exc, 120)}") from None
+    if not exists:
+        raise ShardwiseError(f"{what} not found: {shown}")
+    if is_dir:
+        raise ShardwiseError(f"{shown} is a directory; give a {what}")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

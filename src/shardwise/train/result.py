@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from shardwise.errors import ShardwiseError
 
 GIB = 2**30
 
@@ -72,6 +75,20 @@ class Estimate:
     days_to_train: float | None = None
     cost_usd: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
+        or non-finite time or memory (each would be a case the cost model does not cover)."""
+        bad = [f"{k} {v:.3g}" for k, v in (("MFU", self.mfu), ("causal MFU", self.mfu_causal), ("HFU", self.hfu))
+               if not 0.0 <= v <= 1.0]
+        parts = {"step time": self.step_time_s, **{f"time {k}": v for k, v in asdict(self.time_s).items()},
+                 **{f"memory {k}": v for k, v in asdict(self.memory).items()}}
+        bad += [f"{k} {v:.3g}" for k, v in parts.items() if not (math.isfinite(v) and v >= 0)]
+        if bad or not self.step_time_s > 0:
+            raise ShardwiseError(
+                f"the estimate of {self.model} with this plan is not physical ({', '.join(bad) or 'zero step time'}): "
+                "the cost model does not cover this job (sizes far outside real models?); please report it"
+            )
 
     @property
     def peak_memory_gib(self) -> float:
