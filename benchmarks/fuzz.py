@@ -25,31 +25,37 @@ sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 from fuzzing import BAD, CLASSES, generate, run_case  # noqa: E402
 
 
-def _worker(conn, seed: int, n: int, mem_bytes: int, tmp: str) -> None:
+def _worker(conn, mem_bytes: int, tmp: str) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
-    cases = generate(seed, n)
+    import shardwise.cli.main  # noqa: F401 - import before the clock of the first case starts
+
+    conn.send("ready")
     while True:
-        k = conn.recv()
-        if k is None:
+        job = conn.recv()
+        if job is None:
             return
+        k, case = job
         try:
-            cls, detail = run_case(cases[k], Path(tmp) / str(k))
+            cls, detail = run_case(case, Path(tmp) / str(k))
         except MemoryError:
             cls, detail = "crash", "MemoryError"
         conn.send((k, cls, detail))
 
 
 class Worker:
+    """A process that runs cases one by one; the parent times each case from when it is handed over."""
+
     def __init__(self, args, tmp: str):
         self.parent, child = mp.Pipe()
-        self.proc = mp.get_context("fork").Process(target=_worker, args=(child, args.seed, args.cases, int(args.mem_gib * 2**30), tmp), daemon=True)
+        self.proc = mp.get_context("fork").Process(target=_worker, args=(child, int(args.mem_gib * 2**30), tmp), daemon=True)
         self.proc.start()
+        self.parent.recv()  # "ready"
         self.case: int | None = None
         self.since = 0.0
 
-    def give(self, k: int) -> None:
+    def give(self, k: int, case) -> None:
         self.case, self.since = k, time.monotonic()
-        self.parent.send(k)
+        self.parent.send((k, case))
 
     def stop(self) -> None:
         if self.proc.is_alive():
@@ -86,7 +92,8 @@ def main() -> None:
         while todo or any(w.case is not None for w in workers):
             for i, w in enumerate(workers):
                 if w.case is None and todo:
-                    w.give(todo.pop())
+                    k = todo.pop()
+                    w.give(k, cases[k])
                 if w.case is None:
                     continue
                 elapsed = time.monotonic() - w.since

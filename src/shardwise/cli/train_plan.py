@@ -8,7 +8,8 @@ import typer
 from shardwise.console import echo_json, make_console
 
 from shardwise.cli.train import Format
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_CLUSTER_GPUS
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -31,6 +32,8 @@ def plan_cmd(
     format: Format = typer.Option(Format.table, "--format", "-f"),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
     exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
+    memory_headroom: float = typer.Option(None, "--memory-headroom",
+                                          help="Share of GPU memory a plan must leave free (default 0.05; a job's cluster.memory_headroom)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them."""
@@ -45,6 +48,8 @@ def plan_cmd(
     from shardwise.train.planner import plan_across_gpus
     from shardwise.train.search_space import DEFAULT_SCHEDULES
 
+    if memory_headroom is not None and not 0 <= memory_headroom < 1:
+        raise ShardwiseError(f"--memory-headroom must be in [0, 1), got {memory_headroom}")
     fixed: dict = {}
     if job is not None:
         from shardwise.specs._loading import read_document
@@ -53,7 +58,7 @@ def plan_cmd(
         base = job_from_mapping(doc, require_plan=False)
         fixed = dict((doc.get("parallel") or {}) if isinstance(doc, dict) else {})
         spec, training = base.model, base.training
-        clusters = [base.cluster]
+        clusters = [base.cluster if memory_headroom is None else base.cluster.model_copy(update={"memory_headroom": memory_headroom})]
     else:
         missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch", global_batch)) if not v]
         if missing:
@@ -63,7 +68,9 @@ def plan_cmd(
             training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
         except ValidationError as exc:
             raise ShardwiseError(format_validation_error(exc).replace("seq_len", "--seq-len").replace("global_batch", "--global-batch")) from None
-        clusters = [make_cluster(g, gpus) for g in _split(gpu)]
+        if not 0 < gpus <= MAX_CLUSTER_GPUS:
+            raise ShardwiseError(f"--gpus must be in 1..{MAX_CLUSTER_GPUS:,} (see Limits in the README), got {shorten(gpus)}")
+        clusters = [make_cluster(g, gpus, memory_headroom=memory_headroom) for g in _split(gpu)]
     if tokens is not None and job is not None:
         try:
             training = TrainingSpec(**{**training.model_dump(), "tokens": tokens})

@@ -17,6 +17,12 @@ from shardwise.specs._loading import data_path, format_validation_error, load_ya
 
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "tf32"}
 
+#: Share of each GPU's memory a plan must leave free to "fit": what the caching allocator cannot hand out
+#: (fragmentation of reserved blocks) and short spikes the model does not track. PyTorch's CUDA semantics
+#: notes describe the caching allocator's reserved-but-unallocated memory; 5% is a policy default, set
+#: per job with `cluster.memory_headroom` (0 = the whole HBM).
+DEFAULT_MEMORY_HEADROOM = 0.05
+
 
 class GPU(BaseModel):
     """One accelerator type: peak dense throughput per dtype, memory, links and price."""
@@ -114,12 +120,18 @@ class Cluster(BaseModel):
     gpus_per_node: int = Field(gt=0)
     tiers: tuple[NetworkTier, ...]
     price_usd_per_gpu_hour: float | None = None
+    memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise ValueError(f"gpus ({self.num_gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node})")
         return self
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Per-GPU memory a plan may use: HBM less the headroom."""
+        return self.gpu.memory_bytes * (1.0 - self.memory_headroom)
 
     @property
     def nodes(self) -> int:
@@ -143,6 +155,7 @@ def make_cluster(
     price_usd_per_gpu_hour: float | None = None,
     constants: Any = None,
     gpu_field: str = "--gpu",
+    memory_headroom: float | None = None,
 ) -> Cluster:
     """Cluster with the default two tiers (intra-node link, scale-out) from the catalog.
 
@@ -172,6 +185,8 @@ def make_cluster(
     )
     price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else g.price_usd_per_hour
     try:
-        return Cluster(gpu=g, num_gpus=gpus, gpus_per_node=per_node, tiers=(intra, outer), price_usd_per_gpu_hour=price)
+        headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
+        return Cluster(gpu=g, num_gpus=gpus, gpus_per_node=per_node, tiers=(intra, outer), price_usd_per_gpu_hour=price,
+                       memory_headroom=headroom)
     except ValidationError as exc:
         raise ShardwiseError(format_validation_error(exc, "cluster")) from None

@@ -33,6 +33,7 @@ class ClusterSpec(BaseModel):
     gpus_per_node: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS)
     inter_node_gbps: float | None = Field(default=None, gt=0)
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory kept free (default 0.05)")
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     model = load_model(doc["model"])
     cspec: ClusterSpec = _build(ClusterSpec, _section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
     cluster = make_cluster(cspec.gpu, cspec.gpus, cspec.gpus_per_node, cspec.inter_node_gbps, cspec.price_usd_per_gpu_hour,
-                           gpu_field="cluster.gpu")
+                           gpu_field="cluster.gpu", memory_headroom=cspec.memory_headroom)
     training = _build(TrainingSpec, _section(doc, "training", where), "training")
     raw_plan = dict(_section(doc, "parallel", where)) if require_plan or doc.get("parallel") is not None else {}
     if raw_plan.get("dp") == "auto":

@@ -99,7 +99,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     extra_act[s2r[-1]] += output_layer_activation_bytes(model, tokens, tp, sp, ab)
     if rc == "full":
         extra_act = [x + full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) for x in extra_act]
-    cap = min((gpu.memory_bytes - states[r].total - fixed) / (1 + mem_const.fragmentation) - extra_act[r] for r in range(pp))
+    cap = min((cluster.usable_memory_bytes - states[r].total - fixed) / (1 + mem_const.fragmentation) - extra_act[r] for r in range(pp))
 
     # Scatter/gather optimisation (Narayanan et al. 2021 Sec. 4.1): each TP rank sends 1/t of the
     # boundary activation; the receiver all-gathers it over the intra-node link.
@@ -168,6 +168,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         peak_memory_rank=peak_rank,
         memory_per_rank_gib=tuple(x[0].total / GIB for x in ranks),
         gpu_memory_gib=gpu.memory_gib,
+        usable_memory_gib=cluster.usable_memory_bytes / GIB,
         tokens_per_s_per_gpu=tokens_step / step / n,
         samples_per_s_per_gpu=training.global_batch / step / n,
         model_tflops_per_gpu=mf / step / n / 1e12,

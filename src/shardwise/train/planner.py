@@ -119,7 +119,7 @@ def plan_search(
         raise ShardwiseError(_nothing_runs(cands))
     scr = screen(cands, model, cluster, training, constants, extra.get("flash_attention", True), extra.get("overlap_grad_reduce", True))
     t2 = time.perf_counter()
-    capacity = cluster.gpu.memory_bytes
+    capacity = cluster.usable_memory_bytes
     cands.keep(scr["memory_bytes"] <= capacity, "memory")
     scr = {k: v[scr["memory_bytes"] <= capacity] for k, v in scr.items()}
     if max_memory_gib is not None:

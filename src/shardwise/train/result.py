@@ -62,6 +62,7 @@ class Estimate:
     peak_memory_rank: int
     memory_per_rank_gib: tuple[float, ...]
     gpu_memory_gib: float
+    usable_memory_gib: float  # HBM less the cluster's memory headroom: what `fits` compares with
     tokens_per_s_per_gpu: float
     samples_per_s_per_gpu: float
     model_tflops_per_gpu: float
@@ -96,7 +97,7 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return bool(self.peak_memory_gib <= self.gpu_memory_gib)
+        return bool(self.peak_memory_gib <= self.usable_memory_gib)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +116,7 @@ class Estimate:
             "hfu": self.hfu,
             "peak_memory_gib": self.peak_memory_gib,
             "gpu_memory_gib": self.gpu_memory_gib,
+            "usable_memory_gib": self.usable_memory_gib,
             "fits": self.fits,
             "peak_memory_rank": self.peak_memory_rank,
             "memory_gib": self.memory.gib(),

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import format_validation_error, read_document
+from shardwise.specs.job import ClusterSpec
 
 COLUMNS = ("job", "model", "gpu", "gpus", "seq_len", "global_batch", "tp", "pp", "vpp", "dp", "cp", "ep", "zero",
            "sequence_parallel", "recompute", "micro_batch", "schedule", "step_time_s", "tokens_per_s_per_gpu", "mfu",
@@ -31,7 +32,7 @@ class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[str | dict[str, Any]] = Field(min_length=1)
-    clusters: list[dict[str, Any]] = Field(min_length=1)
+    clusters: list[ClusterSpec] = Field(min_length=1)
     seq_lens: list[int] = Field(min_length=1)
     global_batches: list[int] = Field(min_length=1)
     objective: str = "throughput"
@@ -51,7 +52,7 @@ def load_sweep(path: str | Path) -> list[dict[str, Any]]:
         raise ShardwiseError(format_validation_error(exc, "sweep")) from None
     jobs = []
     for n, (model, cluster, seq, batch) in enumerate(itertools.product(spec.models, spec.clusters, spec.seq_lens, spec.global_batches)):
-        jobs.append({"job": n, "model": model, "cluster": cluster, "seq_len": seq, "global_batch": batch,
+        jobs.append({"job": n, "model": model, "cluster": cluster.model_dump(), "seq_len": seq, "global_batch": batch,
                      "objective": spec.objective, "schedules": spec.schedules, "max_memory_gib": spec.max_memory_gib,
                      "precision": spec.precision})
     return jobs
@@ -70,7 +71,8 @@ def plan_one(job: dict[str, Any]) -> dict[str, Any]:
                            "gpu": c.get("gpu"), "gpus": c.get("gpus"), "seq_len": job["seq_len"], "global_batch": job["global_batch"]}
     try:
         model = load_model(job["model"])
-        cluster = make_cluster(c.get("gpu"), c.get("gpus"), c.get("gpus_per_node"), c.get("inter_node_gbps"))
+        cluster = make_cluster(c["gpu"], c["gpus"], c.get("gpus_per_node"), c.get("inter_node_gbps"), c.get("price_usd_per_gpu_hour"),
+                               gpu_field="clusters.gpu", memory_headroom=c.get("memory_headroom"))
         training = TrainingSpec(seq_len=job["seq_len"], global_batch=job["global_batch"], precision=job["precision"])
         res = plan_search(model, cluster, training, job["objective"], tuple(job["schedules"] or DEFAULT_SCHEDULES),
                           max_memory_gib=job["max_memory_gib"], top_k=1)
