@@ -1,11 +1,14 @@
 """What every command prints through: one rich console (full terminal width, or 160 columns when output
-is piped) and one JSON writer that only ever writes strict JSON."""
+is piped), one JSON writer that only ever writes strict JSON, and one progress bar for long runs."""
 
 from __future__ import annotations
 
 import json
 import math
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -36,3 +39,35 @@ def json_text(payload: Any, indent: int = 2) -> str:
 
 def echo_json(payload: Any, indent: int = 2) -> None:
     print(json_text(payload, indent))
+
+
+@contextmanager
+def watch(label: str, read: Callable[[], float], total: float | None = None, enabled: bool | None = None) -> Iterator[None]:
+    """Show a progress bar on stderr while the block runs: a daemon thread polls `read()` (it only reads
+    what the computation writes, so the work itself is untouched). Shown on a terminal only (or when
+    `enabled`); Ctrl-C in the block stops the bar and propagates, and the CLI ends with one line."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        yield
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn(label), BarColumn(), MofNCompleteColumn()] if total else [TextColumn(label), TextColumn("{task.completed:,.0f}")]
+    bar = Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True, auto_refresh=False)
+    task = bar.add_task(label, total=total)
+    stop = threading.Event()
+
+    def poll() -> None:  # twice a second: the computation keeps the interpreter nearly all the time
+        while not stop.wait(0.5):
+            bar.update(task, completed=read())
+            bar.refresh()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    with bar:
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()

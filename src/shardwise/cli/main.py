@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors print one line `error: ...` on stderr and exit with status 2 (a failed
     check: 1; Ctrl-C: 130)."""
     try:
-        _command().main(args=argv, prog_name="shardwise", standalone_mode=False)
+        status = _command().main(args=argv, prog_name="shardwise", standalone_mode=False)
+        if status == 130:  # typer turns Ctrl-C into Exit(130), which non-standalone mode returns
+            return _interrupted()
     except ShardwiseError as exc:
         typer.echo(f"error: {clip(exc, MAX_MESSAGE_CHARS)}", err=True)
         return 1 if isinstance(exc, CheckFailed) else 2

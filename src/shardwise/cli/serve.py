@@ -5,9 +5,10 @@ from __future__ import annotations
 from enum import Enum
 from pathlib import Path
 
+import numpy as np
 import typer
 
-from shardwise.console import echo_json
+from shardwise.console import echo_json, watch
 
 app = typer.Typer(help="Serving: simulate a deployment, plan the cheapest one under SLOs, validate against published runs.", no_args_is_help=True)
 
@@ -29,7 +30,14 @@ def simulate(
     from shardwise.serve.simulate import simulate as run
 
     spec = load_serve_job(job)
-    result = run(spec)
+    tables: list = []
+
+    def done() -> float:  # first tokens and completions so far, in requests (half each)
+        t = tables[-1] if tables else None
+        return 0.0 if t is None else (np.isfinite(t.first_s).sum() + np.isfinite(t.finish_s).sum()) / 2
+
+    with watch("simulating requests", done, total=spec.workload.num_requests):
+        result = run(spec, tables=tables)
     metrics = compute_metrics(result, spec.slo)
     role = result.kind == "disaggregated"
     metrics["deployment"] = [(p.name.rsplit(".", 1)[-1] + ": " if role else "") + p.describe() for p in result.pools]
@@ -69,7 +77,9 @@ def plan(
     from shardwise.serve.planner import plan as run_plan
 
     request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, gpus, workload, precision, num_requests)
-    result = run_plan(request, disaggregation=disaggregation, mix=mix)
+    planners: list = []
+    with watch("serve plan: simulations", lambda: planners[0].sims if planners else 0):
+        result = run_plan(request, disaggregation=disaggregation, mix=mix, on_start=planners.append)
     if plot is not None:
         from shardwise.serve.planner import cost_curves
         from shardwise.serve.plots import plot_cost_vs_rate

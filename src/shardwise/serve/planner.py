@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -361,12 +362,18 @@ class Planner:
         return cand, f"integer program: {', '.join(f'{n}x {g}' for g, n in alloc.instances.items())} at ${alloc.cost:,.2f}/h"
 
 
-def plan(req: PlanRequest, disaggregation: bool = True, mix: bool = True, constants: ServingConstants | None = None) -> PlanResult:
+def plan(req: PlanRequest, disaggregation: bool = True, mix: bool = True, constants: ServingConstants | None = None,
+         on_start: Callable[[Planner], None] | None = None) -> PlanResult:
+    """Search (see the module docstring); `on_start` receives the planner before it searches (a progress
+    bar reads its simulation count)."""
     if not req.rate > 0 or math.isinf(req.rate):
         raise ShardwiseError(f"--rate must be a positive, finite request rate (req/s), got {req.rate}")
     if not req.gpus:
         raise ShardwiseError("--gpus must name at least one GPU type with a count, e.g. h100:8")
-    return Planner(req, constants).search(disaggregation, mix)
+    planner = Planner(req, constants)
+    if on_start is not None:
+        on_start(planner)
+    return planner.search(disaggregation, mix)
 
 
 def cost_curves(result: PlanResult) -> dict[str, Any]:
