@@ -1,10 +1,13 @@
-# Two commands for a newcomer: `make run` and `make test`.
+# Two commands for a newcomer: `make run` and `make test`; `make web` serves the web planner.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 DEFAULT_JOB ?= examples/llama3.1-70b-64xh100.yaml
 
-.PHONY: run test venv clean
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test venv web clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +18,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,web,webtest]'
+	touch $(VENV)/.installed $(VENV)/.installed-web $@
+
+$(VENV)/.installed-web: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[web]'
 	touch $(VENV)/.installed $@
 
 venv: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(BIN)/shardwise train estimate $(DEFAULT_JOB)
+
+web: $(VENV)/.installed-web
+	$(BIN)/shardwise web --host $(HOST) --port $(PORT)
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -n 2

@@ -15,12 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ctrl_c_in_a_command_is_one_line(monkeypatch, capsys):
-    sim = importlib.import_module("shardwise.serve.simulate")  # the package exports a function of that name
+    report = importlib.import_module("shardwise.serve.report")
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sim, "simulate", interrupted)
+    monkeypatch.setattr(report, "simulate", interrupted)
     status = main(["serve", "simulate", str(ROOT / "examples" / "serve-llama3.1-8b-a100.yaml")])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 130

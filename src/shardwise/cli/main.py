@@ -20,13 +20,37 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from shardwise import __version__
+
+        typer.echo(f"shardwise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Plan, simulate and verify how to parallelise LLM training and serving.
+
+    Examples:
+
+      shardwise train estimate examples/llama3.1-70b-64xh100.yaml
+
+      shardwise train plan --model llama-3.1-70b --gpu h100 --gpus 512 --seq-len 8192 --global-batch 512 --export megatron
+
+      shardwise serve simulate examples/serve-llama3.1-8b-a100.yaml
+    """
+
+
 def _register() -> None:
-    from shardwise.cli import schedule, serve, train, validate
+    from shardwise.cli import schedule, serve, train, validate, web
 
     app.add_typer(train.app, name="train")
     app.add_typer(schedule.app, name="schedule")
     app.add_typer(serve.app, name="serve")
     app.command("validate")(validate.validate)
+    app.command("web")(web.web_cmd)
 
 
 _register()

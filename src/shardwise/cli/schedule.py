@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from shardwise.console import echo_json, make_console
-from shardwise.errors import ShardwiseError
 
 app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
                   no_args_is_help=True)
@@ -26,17 +25,6 @@ class ExportFormat(str, Enum):
     text = "text"
 
 
-def _times(text: str, label: str) -> float | list[float]:
-    """``"1"`` -> 1.0; ``"1,1,1.2"`` -> per-stage list."""
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ShardwiseError(f"--{label} takes a number or comma-separated per-stage numbers; got {text!r}") from None
-    if not vals:
-        raise ShardwiseError(f"--{label} is empty")
-    return vals[0] if len(vals) == 1 else vals
-
-
 _SCHEDULE = typer.Option("1f1b", "--schedule", "-s", help="Schedule name (see `shardwise schedule list`).")
 _PP = typer.Option(4, "--pp", help="Pipeline ranks.")
 _MB = typer.Option(8, "--microbatches", "-m", help="Micro-batches per step.")
@@ -47,23 +35,6 @@ _W = typer.Option("1", "--w", help="Weight-gradient (W) time per stage.")
 _COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + bytes/bandwidth).")
 _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
-
-
-def _build(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
-           comm: float, mem_cap: float | None, rho: float, from_csv: Path | None):
-    from shardwise.pipeline import generate_schedule, load_csv, resolve, validate_schedule
-
-    times = (_times(f, "f"), _times(i, "i"), _times(w, "w"))
-    if from_csv is not None:
-        sched = validate_schedule(load_csv(from_csv))
-        return sched, times
-    kw = {}
-    if resolve(schedule) == "auto":
-        kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": comm, "mem_cap": mem_cap,
-              "w_retained_fraction": rho}
-    elif mem_cap is not None:
-        raise ShardwiseError("--mem-cap only applies to --schedule auto")
-    return generate_schedule(schedule, pp, microbatches, vpp, **kw), times
 
 
 def _console() -> Console:
@@ -96,10 +67,14 @@ def _print_result(res, console: Console) -> None:
     console.print(ranks)
 
 
-def _simulate_and_report(sched, times, comm, rho, fmt: OutFormat, plot: Path | None) -> None:
-    from shardwise.pipeline import simulate
+def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
+                         comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: OutFormat,
+                         plot: Path | None) -> None:
+    from shardwise.pipeline import load_csv
+    from shardwise.pipeline.options import simulate_options
 
-    res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)
+    imported = load_csv(from_csv) if from_csv is not None else None
+    res = simulate_options(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported)
     if plot is not None:
         from shardwise.pipeline.plot import plot_timeline
 
@@ -138,8 +113,7 @@ def simulate_cmd(
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
 ) -> None:
     """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank."""
-    sched, times = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+    _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot)
 
 
 @app.command("import")
@@ -150,8 +124,7 @@ def import_cmd(
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
 ) -> None:
     """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch)."""
-    sched, times = _build("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file)
-    _simulate_and_report(sched, times, comm, w_retained, format, plot)
+    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot)
 
 
 @app.command("export")
@@ -165,7 +138,9 @@ def export_cmd(
     """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank)."""
     from shardwise.pipeline import write_csv_text
 
-    sched, _ = _build(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, None)
+    from shardwise.pipeline.options import build_schedule
+
+    sched, _ = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained)
     text = write_csv_text(sched) if format is ExportFormat.csv else sched.to_text()
     if output is None:
         typer.echo(text, nl=False)
@@ -187,9 +162,10 @@ def compare_cmd(
 ) -> None:
     """Every schedule side by side on the same model (times per rank slice, split over its stages)."""
     from shardwise.pipeline import compare_schedules
+    from shardwise.pipeline.options import parse_times
 
     names = [s.strip() for s in schedules.split(",")] if schedules else None
-    rows = compare_schedules(pp, microbatches, vpp, _times(f, "f"), _times(i, "i"), _times(w, "w"), comm,
+    rows = compare_schedules(pp, microbatches, vpp, parse_times(f, "f"), parse_times(i, "i"), parse_times(w, "w"), comm,
                              mem_cap, w_retained, names)
     if format is OutFormat.json:
         echo_json(rows, indent=1)

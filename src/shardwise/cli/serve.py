@@ -26,8 +26,7 @@ def simulate(
 ) -> None:
     """Simulate a serving deployment iteration by iteration and report vLLM-style metrics."""
     from shardwise.serve.config import load_serve_job
-    from shardwise.serve.metrics import compute_metrics
-    from shardwise.serve.simulate import simulate as run
+    from shardwise.serve.report import simulation_report
 
     spec = load_serve_job(job)
     tables: list = []
@@ -37,10 +36,7 @@ def simulate(
         return 0.0 if t is None else (np.isfinite(t.first_s).sum() + np.isfinite(t.finish_s).sum()) / 2
 
     with watch("simulating requests", done, total=spec.workload.num_requests):
-        result = run(spec, tables=tables)
-    metrics = compute_metrics(result, spec.slo)
-    role = result.kind == "disaggregated"
-    metrics["deployment"] = [(p.name.rsplit(".", 1)[-1] + ": " if role else "") + p.describe() for p in result.pools]
+        result, metrics = simulation_report(spec, tables)
     if plot_cdf is not None:
         from shardwise.serve.plots import plot_latency_cdfs
 
@@ -77,9 +73,13 @@ def plan(
     from shardwise.serve.planner import plan as run_plan
 
     request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, gpus, workload, precision, num_requests)
-    planners: list = []
-    with watch("serve plan: simulations", lambda: planners[0].sims if planners else 0):
-        result = run_plan(request, disaggregation=disaggregation, mix=mix, on_start=planners.append)
+    done = [0.0]  # percent of the search, as the planner reports it
+
+    def report(message: str, fraction: float) -> None:
+        done[0] = 100.0 * fraction
+
+    with watch("serve plan: searching (%)", lambda: done[0], total=100):
+        result = run_plan(request, disaggregation=disaggregation, mix=mix, progress=report)
     if plot is not None:
         from shardwise.serve.planner import cost_curves
         from shardwise.serve.plots import plot_cost_vs_rate
@@ -106,3 +106,12 @@ def validate(
         echo_json(rows)
         return
     print_validation(rows)
+
+
+def _register() -> None:
+    from shardwise.cli.export import serve_export_cmd
+
+    app.command("export")(serve_export_cmd)
+
+
+_register()

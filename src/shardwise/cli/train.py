@@ -25,12 +25,12 @@ def estimate_cmd(
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
 
+    from shardwise.train.report import estimate_json, estimate_table
+
     results = [estimate(j) for j in load_jobs(job)]
     if format is Format.json:
-        payload = [r.to_dict() for r in results]
-        echo_json(payload[0] if len(payload) == 1 else payload)
+        echo_json(estimate_json(results))
         return
-    from shardwise.train.report import estimate_table
 
     console = make_console()
     for r in results:
@@ -39,8 +39,10 @@ def estimate_cmd(
 
 def _register() -> None:
     from shardwise.cli.train_plan import plan_cmd, sweep_cmd
+    from shardwise.cli.export import train_export_cmd
     from shardwise.cli.train_run import run_cmd
 
+    app.command("export")(train_export_cmd)
     app.command("plan")(plan_cmd)
     app.command("sweep")(sweep_cmd)
     app.command("run")(run_cmd)

@@ -8,12 +8,6 @@ import typer
 from shardwise.console import echo_json, make_console
 
 from shardwise.cli.train import Format
-from shardwise.errors import ShardwiseError, shorten
-from shardwise.limits import MAX_CLUSTER_GPUS
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
 def plan_cmd(
@@ -35,66 +29,80 @@ def plan_cmd(
     memory_headroom: float = typer.Option(None, "--memory-headroom",
                                           help="Share of GPU memory a plan must leave free (default 0.05; a job's cluster.memory_headroom)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
+    runnable_on: list[str] = typer.Option(None, "--runnable-on",
+                                          help="Only plans one of these engines runs as is: torch (train run), "
+                                               "torchtitan, megatron, deepspeed (comma-separated)."),
+    export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
+                               "runs and print the best one's launch script."),
 ) -> None:
-    """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them."""
-    from pydantic import ValidationError
+    """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them.
+    Each plan says which engines run it as is.
 
-    from shardwise.specs._loading import format_validation_error
-    from shardwise.specs.hardware import make_cluster
-    from shardwise.specs.job import job_from_mapping
-    from shardwise.specs.model import load_model
-    from shardwise.specs.training import TrainingSpec
-    from shardwise.train.plan_report import front_table, plot_front, summary_text, top_table
-    from shardwise.train.planner import plan_across_gpus
-    from shardwise.train.search_space import DEFAULT_SCHEDULES
+    Examples:
 
-    if memory_headroom is not None and not 0 <= memory_headroom < 1:
-        raise ShardwiseError(f"--memory-headroom must be in [0, 1), got {memory_headroom}")
-    fixed: dict = {}
+      shardwise train plan --model llama-3.1-70b --gpu h100 --gpus 512 --seq-len 8192 --global-batch 512
+
+      shardwise train plan --model llama-3.1-8b --gpu h100,a100-80gb --gpus 64 --seq-len 4096 --global-batch 256 --objective cost
+
+      shardwise train plan job.yaml --runnable-on megatron --format json > plans.json
+    """
+    from shardwise.engines.support import parse_engines
+    from shardwise.train.plan_inputs import plan_inputs, run_plan
+    from shardwise.train.plan_report import (
+        engine_verdicts,
+        front_table,
+        plan_json,
+        plot_front,
+        runnability_note,
+        runs_on_label,
+        summary_text,
+        top_table,
+    )
+
+    doc = None
     if job is not None:
         from shardwise.specs._loading import read_document
 
         doc = read_document(job)
-        base = job_from_mapping(doc, require_plan=False)
-        fixed = dict((doc.get("parallel") or {}) if isinstance(doc, dict) else {})
-        spec, training = base.model, base.training
-        clusters = [base.cluster if memory_headroom is None else base.cluster.model_copy(update={"memory_headroom": memory_headroom})]
-    else:
-        missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch", global_batch)) if not v]
-        if missing:
-            raise ShardwiseError(f"give a job file or {', '.join(missing)}")
-        spec = load_model(model)
-        try:
-            training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
-        except ValidationError as exc:
-            raise ShardwiseError(format_validation_error(exc).replace("seq_len", "--seq-len").replace("global_batch", "--global-batch")) from None
-        if not 0 < gpus <= MAX_CLUSTER_GPUS:
-            raise ShardwiseError(f"--gpus must be in 1..{MAX_CLUSTER_GPUS:,} (see Limits in the README), got {shorten(gpus)}")
-        clusters = [make_cluster(g, gpus, memory_headroom=memory_headroom) for g in _split(gpu)]
-    if tokens is not None and job is not None:
-        try:
-            training = TrainingSpec(**{**training.model_dump(), "tokens": tokens})
-        except ValidationError as exc:
-            raise ShardwiseError(format_validation_error(exc).replace("tokens", "--tokens")) from None
-    names = tuple(_split(schedules)) or DEFAULT_SCHEDULES
+    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom)
     progress = format is Format.table and not no_progress
-    results, best, fronts = plan_across_gpus(spec, clusters, training, objective, top_k=top, schedules=names,
-                                             fixed=fixed, max_memory_gib=max_memory_gib, progress=progress,
-                                             max_exact=exact_budget)
+    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget, progress,
+                                     runnable_on=parse_engines(runnable_on) or parse_engines(export))
+    spec, training, clusters = inputs.model, inputs.training, inputs.clusters
+    launch = _launch(best[0], spec, training, clusters, export) if export else None
+    note = runnability_note(best, spec, training)
     if plot:
         plot_front(results, fronts, best, plot)
     if format is Format.json:
-        out = {"objective": objective, "top": [e.to_dict() for e in best], "pareto_front": fronts,
-               "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results]}
+        out = plan_json(objective, results, best, fronts, inputs)
+        if launch is not None:
+            out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
+                             "script": launch.script()}
         echo_json(out)
         return
     console = make_console()
-    console.print(top_table(results, best, objective))
+    labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]
+    console.print(top_table(results, best, objective, labels))
+    if note:
+        console.print(f"[bold yellow]note:[/bold yellow] {note}")
     title = "Pareto front: throughput vs $/M tokens" if len(results) > 1 else "Pareto front: throughput vs peak memory"
     console.print(front_table(fronts, title))
     console.print(summary_text(results))
     if plot:
         console.print(f"plot written to {plot}")
+    if launch is not None:
+        console.print(f"[bold]launch of plan #1 in {launch.engine} {launch.version}[/bold] "
+                      "(shardwise train export writes it to a file):")
+        console.print(launch.script(), markup=False, highlight=False)
+
+
+def _launch(best, spec, training, clusters, engine: str):
+    """The export of the best plan (it runs on `engine`: the search was restricted to such plans)."""
+    from shardwise.handoff import export_train
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.plan_report import job_mapping
+
+    return export_train(job_from_mapping(job_mapping(best, spec, training, clusters)), engine)
 
 
 def sweep_cmd(

@@ -98,15 +98,16 @@ def config_from_job(
     ``schedule`` overrides the plan's schedule. Every knob the executor does not apply (precision,
     recompute, sequence parallelism) becomes a note in the output rather than being dropped silently.
     """
+    from shardwise.engines.support import require
     from shardwise.pipeline import generate_schedule, resolve
-    from shardwise.pipeline.ir import I_CODE, W_CODE
 
     p, m = job.plan, job.model
     dp = p.dp or 1
     world = p.tp * p.pp * dp
     nproc = world if nproc is None else nproc
-    _need(p.cp == 1, f"parallel.cp: {p.cp}: the executor does not run context parallelism; set cp: 1")
-    _need(p.ep == 1, f"parallel.ep: {p.ep}: the executor runs dense models only; set ep: 1")
+    # What the executor cannot run is stated once, with every engine's limits (engines/support.py).
+    require(p if schedule is None else p.model_copy(update={"schedule": schedule}), "torch", m, job.training,
+            label="train run")
     _need(nproc == job.cluster.num_gpus,
           f"--nproc {nproc} does not match cluster.gpus {job.cluster.num_gpus} of the job (tp*pp*dp = "
           f"{p.tp}*{p.pp}*{dp}); set cluster.gpus: {nproc} in the job file or pass --nproc {job.cluster.num_gpus}")
@@ -114,16 +115,6 @@ def config_from_job(
     _need(steps >= 1, f"--steps must be >= 1, got {steps}")
     _need(backend in ("gloo", "nccl"), f"--backend must be gloo or nccl, got {backend!r}")
     _need(fault is None or fault in FAULTS, f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
-    _need(m.n_kv_heads % p.tp == 0,
-          f"parallel.tp: {p.tp} does not divide the {m.n_kv_heads} KV heads; the executor splits KV heads "
-          "across TP ranks: use a tp that divides kv_heads")
-    for name, val in (("ffn", m.ffn), ("vocab", m.vocab)):
-        _need(val % p.tp == 0, f"parallel.tp: {p.tp} does not divide model.{name} = {val}; choose sizes tp divides")
-    _need(not (m.tied_embeddings and (p.tp > 1 or p.pp > 1)),
-          "tied_embeddings runs only without TP and PP in the executor; set tied_embeddings: false")
-    _need(not (p.zero == 1 and p.tp > 1 and dp > 1),
-          "parallel.zero: 1 with tp > 1 is not run by the executor (torch's ZeroRedundancyOptimizer takes "
-          "plain tensors, not TP-sharded DTensors); use zero: 0, 2 or 3")
     notes: list[str] = []
     if job.training.precision != "fp32":
         notes.append(f"precision {job.training.precision} -> ran in fp32 (the numerics check needs fp32)")
@@ -138,16 +129,7 @@ def config_from_job(
     if p.pp > 1:
         sched_name = resolve(schedule or p.schedule)
         vpp = p.vpp if p.vpp > 1 else None
-        sched = generate_schedule(sched_name, p.pp, mb, vpp)  # raises for (pp, m, vpp) it does not admit
-        split = any(code in (I_CODE, W_CODE) for arr in sched.codes for code in arr[:, 2].tolist())
-        _need(not (split and p.zero >= 2 and dp > 1),
-              f"parallel.zero: {p.zero} (FSDP2) with schedule {sched_name}, which splits backward into I and W, "
-              "loses weight gradients in torch's pipeline runtime (it computes W for the sharded parameters, "
-              "which FSDP2 keeps out of the autograd graph; --check shows it): use zero 0 or 1 with this "
-              "schedule, or a fused-backward schedule (gpipe, 1f1b, interleaved, bfs) with zero 2/3")
-        _need(m.layers >= sched.num_stages,
-              f"schedule {sched_name} has {sched.num_stages} stages but the model has {m.layers} layers; the "
-              "executor needs at least one layer per stage: add layers or lower pp/vpp")
+        generate_schedule(sched_name, p.pp, mb, vpp)  # raises for (pp, m, vpp) it does not admit
     elif schedule or p.schedule not in ("1f1b",):
         notes.append(f"schedule {schedule or p.schedule!r} ignored: pp=1 has no pipeline")
     return RunConfig(

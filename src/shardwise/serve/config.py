@@ -50,14 +50,33 @@ def parse_block(cls: type[M], data: Any, where: str) -> M:
         raise ShardwiseError(format_validation_error(exc, where)) from None
 
 
+#: vLLM releases from this one on have only the V1 engine: prefills always chunked into mixed batches, no
+#: multi-step scheduling (the V0 engine and --num-scheduler-steps are gone from vllm/engine/arg_utils.py;
+#: the 0.33.0 flag table in data/engines/vllm.json has neither).
+VLLM_V1_ONLY = (0, 11)
+
+
+def _release(version: str) -> tuple[str, tuple[int, ...]]:
+    """``"vllm-0.6.0"`` -> ("vllm", (0, 6, 0)); a bare number is a vLLM version."""
+    name, _, number = version.strip().lower().rpartition("-")
+    try:
+        return name or "vllm", tuple(int(x) for x in number.lstrip("v").split("."))
+    except ValueError:
+        raise ValueError(f"version {version!r} is not ENGINE-X.Y.Z (e.g. vllm-0.6.0, sglang-0.3.0)") from None
+
+
 class EngineSpec(BaseModel):
-    """Engine knobs, named as vLLM's engine arguments."""
+    """Engine knobs, named as vLLM's engine arguments. Current vLLM (V1) behaviour unless ``version``
+    names an older release to replay."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
+    version: str | None = Field(default=None, description="engine release to replay (vllm-0.6.0, sglang-0.3.0); "
+                                "default: current vLLM V1")
     max_num_seqs: int = Field(default=256, gt=0, le=MAX_NUM_SEQS)
     max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_SEQUENCE_TOKENS)
-    chunked_prefill: bool = Field(default=True, description="true: vLLM v1 mixed batches with chunked prompts; false: vLLM v0 prefill-first")
+    chunked_prefill: bool = Field(default=True, description="true: vLLM v1 mixed batches with chunked prompts; false: prefill-first "
+                                  "batches (vLLM V0, SGLang) -- needs version")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     block_size: int = Field(default=16, gt=0, le=MAX_BLOCK_SIZE)
     prefix_caching: bool = False
@@ -66,12 +85,26 @@ class EngineSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
+        if self.version is not None:
+            _release(self.version)
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs}), "
                 "as vLLM requires; raise the token budget or lower max_num_seqs"
             )
         return self
+
+    def check_current(self) -> None:
+        """V0-only knobs need a ``version`` that had them (current vLLM runs V1 only)."""
+        engine, number = _release(self.version) if self.version else ("vllm", (99,))
+        old_vllm = engine == "vllm" and number < VLLM_V1_ONLY
+        if not self.chunked_prefill and not (old_vllm or engine == "sglang"):
+            raise ValueError("chunked_prefill: false is the prefill-first scheduler of vLLM's V0 engine (removed in "
+                             "vLLM 0.11) or of SGLang; current vLLM always chunks prefills: drop it, or set "
+                             "version: vllm-0.6.0 (or sglang-0.3.0) to replay an old benchmark")
+        if self.num_scheduler_steps > 1 and not old_vllm:
+            raise ValueError("num_scheduler_steps is vLLM V0's multi-step scheduling (removed with the V0 engine in "
+                             "vLLM 0.11); drop it, or set version: vllm-0.6.0 to replay an old benchmark")
 
 
 class LengthClass(BaseModel):
@@ -191,7 +224,12 @@ def engine_spec(*layers: dict[str, Any] | None, where: str = "deployment.engine"
     for layer in layers:
         if layer:
             merged.update(layer)
-    return parse_block(EngineSpec, merged, where)
+    spec = parse_block(EngineSpec, merged, where)
+    try:
+        spec.check_current()
+    except ValueError as exc:
+        raise ShardwiseError(f"{where}: {exc}") from None
+    return spec
 
 
 def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job") -> ServeJob:

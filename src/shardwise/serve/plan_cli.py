@@ -14,7 +14,7 @@ from shardwise.serve.planner import PlanRequest, PlanResult
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.hardware import get_gpu
-from shardwise.specs.model import load_model
+from shardwise.specs.model import ModelSpec, load_model
 
 
 def parse_gpus(text: str) -> dict[str, int]:
@@ -52,21 +52,29 @@ def _workload_file(path: Path) -> WorkloadSpec:
 
 def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: float | None, tpot: float | None,
                  attainment: float | None, gpus: str, workload: Path | None, precision: str | None, num_requests: int | None) -> PlanRequest:
-    """Merge the job file (if any) with the command-line options (which win)."""
+    """Read the job file and the workload file (if any), then merge them with the options."""
+    doc = read_document(job) if job is not None else None
+    base = job.resolve().parent if job is not None else None
+    wl = _workload_file(workload) if workload else None
+    return merge_plan_request(doc, base, str(job), model, rate, ttft, tpot, attainment, gpus, wl, precision, num_requests)
+
+
+def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dict | ModelSpec | None, rate: float | None,
+                       ttft: float | None, tpot: float | None, attainment: float | None, gpus: str,
+                       workload: WorkloadSpec | None, precision: str | None, num_requests: int | None) -> PlanRequest:
+    """The parsed job document (model, precision, workload, slo; its deployment is ignored) merged with
+    the options, which win: what the CLI and the web API both plan."""
     data: dict[str, Any] = {}
-    base = None
-    if job is not None:
-        doc = read_document(job)
+    if doc is not None:
         if not isinstance(doc, dict):
-            raise ShardwiseError(f"{display_path(job)}: a serve job must be a mapping")
-        doc.setdefault("deployment", {"gpu": "h100"})
-        parsed = parse_serve_job(doc, base_dir=job.resolve().parent, where=str(job))
+            raise ShardwiseError(f"{display_path(where)}: a serve job must be a mapping")
+        doc = {"deployment": {"gpu": "h100"}, **doc}
+        parsed = parse_serve_job(doc, base_dir=base, where=where)
         data = {"model": parsed.model, "precision": parsed.precision, "workload": parsed.workload, "slo": parsed.slo}
-        base = job.resolve().parent
     m = load_model(model) if model else data.get("model")
     if m is None:
         raise ShardwiseError("serve plan needs --model (or a job file naming the model)")
-    wl = _workload_file(workload) if workload else data.get("workload") or parse_block(WorkloadSpec, {"rate": rate or 1.0, "num_requests": 600}, "workload")
+    wl = workload or data.get("workload") or parse_block(WorkloadSpec, {"rate": rate or 1.0, "num_requests": 600}, "workload")
     target = rate if rate is not None else (wl.rate if wl.rate is not None else None)
     if target is None:
         raise ShardwiseError("serve plan needs --rate (req/s) or a workload with a rate")

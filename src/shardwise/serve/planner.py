@@ -33,14 +33,15 @@ from shardwise.specs.model import ModelSpec
 
 TP_CHOICES = (1, 2, 4, 8)
 PP_CHOICES = (1, 2, 4)
-# engine variants searched for colocated replicas: vLLM v1 chunked with a small and a large token budget
-# (Sarathi-Serve: a small budget bounds decode stalls), and v0 prefill-first
+# engine variants searched for colocated replicas: vLLM V1 (the only engine current vLLM has) with a small
+# and a large token budget (Sarathi-Serve: a small budget bounds decode stalls)
 ENGINE_VARIANTS = (
     {"chunked_prefill": True, "max_num_batched_tokens": 2048},
     {"chunked_prefill": True, "max_num_batched_tokens": 8192},
-    {"chunked_prefill": False, "max_num_batched_tokens": 8192},
 )
 VERIFY_TOP = 8
+# A progress report: what the search is doing and the fraction done (0..1).
+Progress = Callable[[str, float], None]
 
 
 @dataclass(frozen=True)
@@ -178,11 +179,17 @@ def _unit_requests(req: PlanRequest) -> Requests:
 
 
 class Planner:
-    def __init__(self, req: PlanRequest, constants: ServingConstants | None = None):
+    def __init__(self, req: PlanRequest, constants: ServingConstants | None = None, progress: Progress | None = None):
         self.req, self.c = req, constants or serving_constants()
         self.unit = _unit_requests(req)
         self.sims = 0
         self.options: list[Option] = []
+        self.progress = progress
+        self.sized, self.to_size = 0, 1  # instance configs sized so far, of how many
+
+    def _report(self, message: str, fraction: float) -> None:
+        if self.progress is not None:
+            self.progress(message, fraction)
 
     def _pool(self, gpu: str, tp: int, pp: int, engine: dict[str, Any]) -> Pool | None:
         r = self.req
@@ -194,6 +201,8 @@ class Planner:
         return pool
 
     def _option(self, phase: str, pool: Pool, unit: Requests | None = None) -> Option:
+        self.sized += 1
+        self._report(f"capacity of {phase} {pool.describe()}", 0.8 * min(1.0, self.sized / self.to_size))
         cap = capacity(pool, unit if unit is not None else self.unit, self.req.slo, phase, self.c)
         self.sims += cap.simulations
         opt = Option(phase, pool, cap)
@@ -222,8 +231,11 @@ class Planner:
         best_by_type: dict[str, Option] = {}
         prefill_opts: list[Option] = []
         decode_opts: list[Option] = []
-        for gpu in self.req.gpus:
-            for tp, pp in self._layouts(gpu):
+        layouts = {gpu: self._layouts(gpu) for gpu in self.req.gpus}
+        self.to_size = max(1, sum(len(ENGINE_VARIANTS) + (2 if disaggregation and pp == 1 else 0)
+                                  for found in layouts.values() for _, pp in found))
+        for gpu, found in layouts.items():
+            for tp, pp in found:
                 for variant in ENGINE_VARIANTS:
                     pool = self._pool(gpu, tp, pp, variant)
                     if pool is None:
@@ -282,6 +294,7 @@ class Planner:
 
     def _check(self, cand: Candidate, bumps: int = 3) -> None:
         """Simulate the whole deployment at the target rate; add an instance while it misses the SLO."""
+        self._report(f"verifying {cand.describe()} at {self.req.rate:g} req/s", 0.9)
         for _ in range(bumps + 1):
             job, req = self._job(cand, 2 * self.req.num_requests)
             result = simulate(job, req, self.c)
@@ -363,17 +376,14 @@ class Planner:
 
 
 def plan(req: PlanRequest, disaggregation: bool = True, mix: bool = True, constants: ServingConstants | None = None,
-         on_start: Callable[[Planner], None] | None = None) -> PlanResult:
-    """Search (see the module docstring); `on_start` receives the planner before it searches (a progress
-    bar reads its simulation count)."""
+         progress: Progress | None = None) -> PlanResult:
+    """The cheapest deployment meeting the SLOs (see the module docstring); `progress` receives
+    (message, fraction done) as the search goes."""
     if not req.rate > 0 or math.isinf(req.rate):
         raise ShardwiseError(f"--rate must be a positive, finite request rate (req/s), got {req.rate}")
     if not req.gpus:
         raise ShardwiseError("--gpus must name at least one GPU type with a count, e.g. h100:8")
-    planner = Planner(req, constants)
-    if on_start is not None:
-        on_start(planner)
-    return planner.search(disaggregation, mix)
+    return Planner(req, constants, progress).search(disaggregation, mix)
 
 
 def cost_curves(result: PlanResult) -> dict[str, Any]:

@@ -44,17 +44,41 @@ def _cdf(ax, values_ms: np.ndarray, weights: np.ndarray | None, label: str, targ
         ax.set_xscale("log")
 
 
+# (key, axis label, SLO field) of the four latency CDFs
+CDFS = (("ttft", "TTFT", "ttft_ms"), ("tpot", "TPOT (excl. first token)", "tpot_ms"), ("itl", "ITL (pooled gaps)", None),
+        ("e2e", "E2E latency", "e2e_ms"))
+
+
+def latency_samples_ms(result: SimResult) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Per-request TTFT, TPOT (requests with more than one output token) and E2E, and the pooled ITL
+    gaps with their counts, in ms: what the CDFs are drawn from."""
+    lat = per_request(result)
+    itl_v, itl_w = result.itl.samples()
+    return {"ttft": (lat["ttft_s"] * 1e3, None), "tpot": (lat["tpot_s"][result.requests.output_len > 1] * 1e3, None),
+            "itl": (itl_v * 1e3, itl_w), "e2e": (lat["e2e_s"] * 1e3, None)}
+
+
+def cdf_points(values_ms: np.ndarray, weights: np.ndarray | None, points: int = 200) -> dict[str, list[float]]:
+    """The empirical CDF at `points` evenly spaced quantiles (enough to draw; the metrics stay exact)."""
+    order = np.argsort(values_ms, kind="stable")
+    v = np.asarray(values_ms, float)[order]
+    w = np.ones_like(v) if weights is None else np.asarray(weights, float)[order]
+    keep = np.isfinite(v)
+    v, w = v[keep], w[keep]
+    if not len(v):
+        return {"ms": [], "fraction": []}
+    cum = np.cumsum(w) / w.sum()
+    pick = np.unique(np.searchsorted(cum, np.linspace(0, 1, points), side="left").clip(0, len(v) - 1))
+    return {"ms": v[pick].tolist(), "fraction": cum[pick].tolist()}
+
+
 def plot_latency_cdfs(result: SimResult, path: str | Path, title: str, slo: SLOSpec | None = None) -> Path:
     """TTFT, TPOT, ITL and E2E CDFs in one 2x2 figure."""
     plt = _pyplot()
-    lat = per_request(result)
-    r = result.requests
-    itl_v, itl_w = result.itl.samples()
+    samples = latency_samples_ms(result)
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    _cdf(axes[0, 0], lat["ttft_s"] * 1e3, None, "TTFT", slo.ttft_ms if slo else None)
-    _cdf(axes[0, 1], lat["tpot_s"][r.output_len > 1] * 1e3, None, "TPOT (excl. first token)", slo.tpot_ms if slo else None)
-    _cdf(axes[1, 0], itl_v * 1e3, itl_w, "ITL (pooled gaps)", None)
-    _cdf(axes[1, 1], lat["e2e_s"] * 1e3, None, "E2E latency", slo.e2e_ms if slo else None)
+    for ax, (key, label, target) in zip(axes.flat, CDFS, strict=True):
+        _cdf(ax, *samples[key], label, getattr(slo, target) if slo and target else None)
     fig.suptitle(title, fontsize=11)
     return _save(fig, path)
 

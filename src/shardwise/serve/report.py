@@ -1,11 +1,25 @@
-"""Human-readable tables for serve results (rich)."""
+"""What `serve simulate` reports: its metrics JSON (shared by the CLI and the web API) and readable tables (rich)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shardwise.console import make_console
 from rich.table import Table
+
+from shardwise.console import make_console
+from shardwise.serve.config import ServeJob
+from shardwise.serve.metrics import compute_metrics
+from shardwise.serve.simulate import SimResult, simulate
+
+
+def simulation_report(job: ServeJob, tables: list | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Simulate the job; `serve simulate --format json` prints the metrics, which name each pool.
+    `tables` receives the simulation's request tables (a progress bar reads them)."""
+    result = simulate(job, tables=tables)
+    metrics = compute_metrics(result, job.slo)
+    role = result.kind == "disaggregated"
+    metrics["deployment"] = [(p.name.rsplit(".", 1)[-1] + ": " if role else "") + p.describe() for p in result.pools]
+    return result, metrics
 
 
 def _fmt(x: float, digits: int = 1) -> str:

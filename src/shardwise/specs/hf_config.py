@@ -36,6 +36,15 @@ def spec_from_hf_dict(cfg: dict[str, Any], path: Path) -> ModelSpec:
     """Translate a parsed config.json mapping (see module docstring for the field names)."""
     if not isinstance(cfg, dict):
         raise ShardwiseError(f"{path}: config.json must hold a JSON object, got {type(cfg).__name__}")
+    try:
+        return _translate(cfg, path)
+    except ShardwiseError:
+        raise
+    except (TypeError, ValueError) as exc:  # e.g. "hidden_size": "4k" or {}
+        raise ShardwiseError(f"{path}: a config.json field has the wrong type ({exc}); sizes and counts must be numbers") from None
+
+
+def _translate(cfg: dict[str, Any], path: Path) -> ModelSpec:
     model_type = str(cfg.get("model_type", "")).lower()
     is_gpt2 = model_type == "gpt2" or "n_embd" in cfg
     hidden = _require(cfg, path, "hidden_size", "n_embd", "d_model")

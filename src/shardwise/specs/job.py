@@ -139,10 +139,14 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=str(doc.get("name", model.name)))
 
 
-def load_jobs(path: str | Path) -> list[TrainJob]:
-    """Read a YAML/JSON file holding one job or a list of jobs."""
-    doc = read_document(path)
+def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob]:
+    """Build and check the jobs of a parsed document: one job mapping or a list of them."""
     docs = doc if isinstance(doc, list) else [doc]
     if not docs:
-        raise ShardwiseError(f"{path}: the file holds an empty list; give at least one job")
+        raise ShardwiseError(f"{source}: the document holds an empty list; give at least one job")
     return [job_from_mapping(d, where=f"job[{i}]" if len(docs) > 1 else "job") for i, d in enumerate(docs)]
+
+
+def load_jobs(path: str | Path) -> list[TrainJob]:
+    """Read a YAML/JSON file holding one job or a list of jobs."""
+    return jobs_from_document(read_document(path), str(path))

@@ -217,8 +217,9 @@ def from_mapping(mapping: dict[str, Any], where: str = "model") -> ModelSpec:
         raise ShardwiseError(f"{where}: {exc}") from None
 
 
-def load_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
-    """Resolve a preset name, a path to a HF ``config.json``, an inline mapping, or a spec."""
+def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) -> ModelSpec:
+    """Resolve a preset name, a path to a HF ``config.json`` (unless `allow_paths` is false: a server
+    reads no file a request names), an inline mapping, or a spec."""
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, dict):
@@ -233,7 +234,7 @@ def load_model(ref: str | dict[str, Any] | ModelSpec) -> ModelSpec:
         spec = from_mapping({"name": key, **presets[key]}, where=f"preset {key}")
         _CACHE[key] = spec
         return spec
-    if _is_path(ref):
+    if allow_paths and _is_path(ref):
         from shardwise.specs.hf_config import from_hf_config
 
         return from_hf_config(Path(ref).expanduser())

@@ -1,4 +1,4 @@
-"""Tables and the Pareto-front plot for `train plan`."""
+"""What `train plan` reports: its JSON (shared by the CLI and the web API), tables and the Pareto-front plot."""
 
 from __future__ import annotations
 
@@ -10,8 +10,80 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from shardwise.engines.support import ENGINES, Verdict, verdicts
+from shardwise.specs.hardware import Cluster
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.planner import PlanResult
 from shardwise.train.result import GIB, Estimate
+
+#: Short engine names for the table's "runs on" column.
+ENGINE_ABBREV = {"torch": "T", "torchtitan": "tt", "megatron": "M", "deepspeed": "DS"}
+
+
+def engine_verdicts(e: Estimate, model: ModelSpec, training: TrainingSpec) -> dict[str, Verdict]:
+    """Which engines run the estimated plan as is (:mod:`shardwise.engines.support`)."""
+    return verdicts(TrainPlan(**e.plan), model, training)
+
+
+def runs_on_label(v: dict[str, Verdict]) -> str:
+    names = [ENGINE_ABBREV[k] for k, x in v.items() if x.runnable]
+    return ",".join(names) if names else "none"
+
+
+def job_mapping(e: Estimate, model: ModelSpec, training: TrainingSpec, clusters: list[Cluster]) -> dict[str, Any]:
+    """A job file mapping (model, cluster, training, parallel) that reproduces this plan: what
+    `train estimate`, `train run` and `train export` read."""
+    from shardwise.specs.model import preset_names
+
+    cluster = next(c for c in clusters if c.gpu.name == e.gpu)
+    ref: Any = model.name if model.name in preset_names() else model.model_dump(exclude_defaults=True)
+    return {
+        "model": ref,
+        "cluster": {"gpu": e.gpu, "gpus": e.num_gpus, "gpus_per_node": cluster.gpus_per_node},
+        "training": training.model_dump(exclude_none=True),
+        "parallel": dict(e.plan),
+    }
+
+
+def top_rows(top: list[Estimate], model: ModelSpec, training: TrainingSpec, clusters: list[Cluster]) -> list[dict[str, Any]]:
+    """JSON rows of the top plans: the estimate, the engines that run it as is (with the reason for each
+    that does not) and the job that reproduces it (for `train export`)."""
+    rows = []
+    for e in top:
+        v = engine_verdicts(e, model, training)
+        rows.append(e.to_dict() | {
+            "runnable_on": [k for k, x in v.items() if x.runnable],
+            "not_runnable": {k: x.line() for k, x in v.items() if not x.runnable},
+            "job": job_mapping(e, model, training, clusters),
+        })
+    return rows
+
+
+def runnability_note(top: list[Estimate], model: ModelSpec, training: TrainingSpec) -> str | None:
+    """A plain sentence when the best plan runs on no engine as is: why, and which ranked plan does."""
+    if not top:
+        return None
+    first = engine_verdicts(top[0], model, training)
+    if any(v.runnable for v in first.values()):
+        return None
+    why = "; ".join(f"{k}: {v.reason}" for k, v in first.items())
+    later = next((i for i, e in enumerate(top[1:], 2) if any(v.runnable for v in engine_verdicts(e, model, training).values())), None)
+    where = (f"plan #{later} is the best shown that one of them runs" if later else
+             "none of the plans shown runs on one of them")
+    return (f"the top plan runs on none of {', '.join(ENGINES)} as is ({why}); {where}; "
+            "--runnable-on ENGINE searches only plans an engine runs")
+
+
+def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fronts: list[dict[str, Any]],
+              inputs: Any) -> dict[str, Any]:
+    """`train plan --format json`: the overall top plans (with the engines that run each and its job), the
+    Pareto front, each search's summary and a note when the best plan runs on no engine as is.
+    `inputs`: the search's :class:`shardwise.train.plan_inputs.PlanInputs`."""
+    note = runnability_note(top, inputs.model, inputs.training)
+    return {"objective": objective, "top": top_rows(top, inputs.model, inputs.training, inputs.clusters),
+            "pareto_front": fronts, "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results],
+            "notes": [note] if note else []}
 
 
 def plan_label(p: dict[str, Any]) -> str:
@@ -28,9 +100,12 @@ def plan_label(p: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def top_table(results: list[PlanResult], top: list[Estimate], objective: str) -> Table:
+def top_table(results: list[PlanResult], top: list[Estimate], objective: str, runs_on: list[str] | None = None) -> Table:
+    """The top plans; `runs_on` labels (one per plan) add the engines column."""
     multi = len(results) > 1
-    t = Table(title=f"Best plans ({objective})", title_justify="left")
+    t = Table(title=f"Best plans ({objective})", title_justify="left",
+              caption="runs on: T = shardwise train run (torch), tt = torchtitan, M = Megatron-LM, DS = DeepSpeed"
+              if runs_on is not None else None, caption_justify="left")
     for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", "MFU", "peak GiB", "bubble s"]:
         t.add_column(col, justify="left" if col in ("plan", "gpu") else "right")
     with_cost = any(e.cost_usd is not None for e in top)
@@ -38,6 +113,8 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str) ->
         t.add_column("days", justify="right")
         if with_cost:
             t.add_column("$", justify="right")
+    if runs_on is not None:
+        t.add_column("runs on", justify="left")
     for rank, e in enumerate(top, 1):
         row = [str(rank)] + ([e.gpu] if multi else []) + [
             plan_label(e.plan), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
@@ -47,6 +124,8 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str) ->
             row.append(f"{e.days_to_train:,.1f}")
             if with_cost:
                 row.append("-" if e.cost_usd is None else f"{e.cost_usd:,.0f}")
+        if runs_on is not None:
+            row.append(runs_on[rank - 1])
         t.add_row(*row)
     return t
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,8 @@ OBJECTIVES = ("throughput", "cost", "memory")
 # a few schedules at short pipelines (V-Min, m < p) are under-estimated by more, which only makes the
 # search evaluate them exactly sooner.
 APPROX_TRUST = 0.9
+# A progress report: what the search is doing and the fraction done (0..1).
+Progress = Callable[[str, float], None]
 
 
 @dataclass
@@ -98,9 +101,12 @@ def plan_search(
     top_k: int = 5,
     constants: Constants | None = None,
     max_exact: int = 128,
-    progress: bool = False,
+    progress: bool | Progress = False,
+    runnable_on: tuple[str, ...] = (),
 ) -> PlanResult:
-    """Search the plan space on one cluster (see the module docstring)."""
+    """Search the plan space on one cluster (see the module docstring); `runnable_on` keeps only the
+    plans one of these engines runs as is (:mod:`shardwise.engines.support`). `progress`: True draws a
+    progress bar on the terminal; a callable receives (message, fraction done) as the search goes."""
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if top_k < 1:
@@ -113,10 +119,13 @@ def plan_search(
     extra = {k: fixed.pop(k) for k in ("flash_attention", "overlap_grad_reduce") if k in fixed}
     fixed.pop("dp", None)
     t0 = time.perf_counter()
-    cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True))
+    cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
+                            runnable_on=runnable_on)
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))
+    if callable(progress):
+        progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     scr = screen(cands, model, cluster, training, constants, extra.get("flash_attention", True), extra.get("overlap_grad_reduce", True))
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
@@ -159,7 +168,9 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
     suffix_min = np.minimum.accumulate(optimistic[::-1])[::-1]
     heap: list[tuple[tuple[float, float], int, Estimate]] = []  # max-heap of the best K via negated scores
     evaluated, notes = 0, []
-    bar = _progress(progress, min(len(order), max_exact))
+    total = min(len(order), max_exact)
+    bar = _progress(progress is True, total)
+    report = progress if callable(progress) else None
     try:
         for pos, i in enumerate(order.tolist()):
             if len(heap) >= top_k and objective != "memory" and suffix_min[pos] >= -heap[0][0][0]:
@@ -172,6 +183,8 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
             evaluated += 1
             if bar:
                 bar[0].advance(bar[1])
+            if report:
+                report(f"{cluster.gpu.name}: exact estimate {evaluated} (at most {total})", 0.1 + 0.9 * evaluated / total)
             try:
                 e = estimate(_job(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
             except ShardwiseError:
@@ -259,7 +272,14 @@ def plan_across_gpus(
 ) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
     """Search each GPU type, then merge: the overall top K by the objective and, with several types,
     the throughput vs $/M-tokens Pareto front over every type's front points."""
-    results = [plan_search(model, c, training, objective, top_k=top_k, **kw) for c in clusters]
+    progress = kw.pop("progress", False)
+
+    def part(k: int) -> bool | Progress:  # one search's progress as its share of all of them
+        if not callable(progress):
+            return progress
+        return lambda message, fraction: progress(message, (k + fraction) / len(clusters))
+
+    results = [plan_search(model, c, training, objective, top_k=top_k, progress=part(k), **kw) for k, c in enumerate(clusters)]
     price = {c.gpu.name: c.price_usd_per_gpu_hour for c in clusters}
     for r in results:
         for p in r.front:

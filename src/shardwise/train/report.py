@@ -1,12 +1,20 @@
-"""Readable rich tables for training estimates."""
+"""What `train estimate` reports: its JSON (shared by the CLI and the web API) and readable rich tables."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from shardwise.train.result import Estimate
+
+
+def estimate_json(results: list[Estimate]) -> dict[str, Any] | list[dict[str, Any]]:
+    """`train estimate --format json`: one object for one job, a list for several."""
+    payload = [r.to_dict() for r in results]
+    return payload[0] if len(payload) == 1 else payload
 
 
 def _plan_text(e: Estimate) -> str:

@@ -76,6 +76,7 @@ class Estimate:
     days_to_train: float | None = None
     cost_usd: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    memory_per_rank: tuple[MemoryBreakdown, ...] = ()  # every pipeline rank's breakdown (bytes)
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
@@ -121,6 +122,7 @@ class Estimate:
             "peak_memory_rank": self.peak_memory_rank,
             "memory_gib": self.memory.gib(),
             "memory_per_rank_gib": list(self.memory_per_rank_gib),
+            "memory_per_rank_parts_gib": [m.gib() for m in self.memory_per_rank],
             "time_s": asdict(self.time_s),
             "bubble_definition": self.bubble_definition,
             "bubble_fraction": self.bubble_fraction,

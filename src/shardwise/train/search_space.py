@@ -76,10 +76,10 @@ class Candidates:
         return self.arrays[key]
 
     def keep(self, mask: np.ndarray, reason: str | None = None) -> None:
-        """Drop the plans where `mask` is false, counting them under `reason`."""
+        """Drop the plans where `mask` is false, counting them under `reason` (a key of REASONS or a line)."""
         dropped = int((~mask).sum())
         if dropped and reason:
-            self.rejected[REASONS[reason]] += dropped
+            self.rejected[REASONS.get(reason, reason)] += dropped
         self.arrays = {k: v[mask] for k, v in self.arrays.items()}
 
     def plan_dict(self, i: int) -> dict[str, Any]:
@@ -114,9 +114,11 @@ def enumerate_plans(
     max_cp: int = 16,
     max_micro_batch: int = 8,
     flash_attention: bool = True,
+    runnable_on: tuple[str, ...] = (),
 ) -> Candidates:
     """All distinct plans, minus those that cannot run (counted by reason); `fixed` pins fields
-    (job-file names: tp, pp, vpp, cp, ep, zero, sequence_parallel, recompute, micro_batch, schedule)."""
+    (job-file names: tp, pp, vpp, cp, ep, zero, sequence_parallel, recompute, micro_batch, schedule);
+    `runnable_on` keeps only the plans at least one of these engines runs as is."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
     names = tuple(resolve(s) for s in ([fixed["schedule"]] if "schedule" in fixed else schedules))
     if not names:
@@ -159,7 +161,39 @@ def enumerate_plans(
     arrays = {k: v[distinct] for k, v in arrays.items()}
     cands = Candidates(arrays, names, considered=int(distinct.sum()))
     _drop_impossible(cands, model, cluster, training)
+    if runnable_on:
+        keep_runnable(cands, runnable_on, model, training, flash_attention)
     return cands
+
+
+def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_attention: bool = True):
+    """The candidates as a :class:`~shardwise.engines.support.PlanView` (arrays, no copy)."""
+    from shardwise.engines.support import PlanView
+
+    return PlanView(c["tp"], c["pp"], c["vpp"], c["cp"], c["ep"], c["dp"], c["zero"], c["sp"], c["rc"], c["sched"],
+                    c.schedules, model, training.precision, flash_attention)
+
+
+def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, training: TrainingSpec,
+                  flash_attention: bool = True) -> None:
+    """Drop the plans none of `engines` runs as is. With one engine each is counted under the reason of
+    the engine's first rule it breaks; with several, under the engines' names."""
+    from shardwise.engines.support import RULES, first_refusal
+
+    view = engine_view(c, model, training, flash_attention)
+    results = {e: first_refusal(view, e) for e in engines}
+    ok = np.zeros(len(c), dtype=bool)
+    for _, good in results.values():
+        ok |= good
+    if len(engines) == 1:
+        (engine, (which, _)), = results.items()
+        for k, rule in enumerate(RULES[engine]):
+            n = int(((which == k) & ~ok).sum())
+            if n:
+                c.rejected[f"not runnable on {engine}: {rule.reason}"] += n
+        c.arrays = {k: v[ok] for k, v in c.arrays.items()}
+    else:
+        c.keep(ok, f"runnable on none of {', '.join(engines)}")
 
 
 def _drop_impossible(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> None:

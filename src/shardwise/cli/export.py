@@ -1,0 +1,100 @@
+"""`shardwise train export` and `shardwise serve export`: a plan as the engine's own launch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from shardwise.errors import ShardwiseError
+
+_VERSION = typer.Option(None, "--engine-version", help="Engine release to target (default: the pinned one).")
+_FORMAT = typer.Option("script", "--format", "-f", help="args (engine arguments, one line) | script | file (config file).")
+_OUT = typer.Option(None, "--output", "-o", help="Write here instead of stdout; extra files (schedule CSV) go beside it.")
+
+
+def load_train_job(path: Path, rank: int = 1):
+    """A job file, or the JSON of `train plan --format json` (its `rank`-th plan)."""
+    from shardwise.specs._loading import read_document
+    from shardwise.specs.job import job_from_mapping, load_jobs
+
+    doc = read_document(path)
+    if isinstance(doc, dict) and "top" in doc:
+        rows = doc["top"] or []
+        if not 1 <= rank <= len(rows):
+            raise ShardwiseError(f"--rank {rank}: {path} holds {len(rows)} plans; give 1..{len(rows)}")
+        if not isinstance(rows[rank - 1], dict) or "job" not in rows[rank - 1]:
+            raise ShardwiseError(f"{path}: plan {rank} has no 'job'; write it with this version's `train plan --format json`")
+        return job_from_mapping(rows[rank - 1]["job"], where=f"top[{rank - 1}].job")
+    jobs = load_jobs(path)
+    if len(jobs) > 1 and rank > len(jobs):
+        raise ShardwiseError(f"--rank {rank}: {path} holds {len(jobs)} jobs")
+    return jobs[rank - 1 if len(jobs) > 1 else 0]
+
+
+def emit(exports, fmt: str, output: Path | None) -> None:
+    """Print or write the rendered exports; extra files are written beside the output (or here)."""
+    texts = [e.render(fmt) for e in exports]
+    where = output.parent if output is not None else Path(".")
+    for e in exports:
+        for name, text in e.files.items():
+            if fmt != "script":  # a script carries its files as here-documents
+                (where / name).write_text(text)
+                typer.echo(f"wrote {where / name}", err=True)
+        if fmt == "args":
+            for n in e.notes:
+                typer.echo(f"note: {n}", err=True)
+    text = "\n".join(texts) if fmt != "args" else "".join(texts)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        typer.echo(f"wrote {output}", err=True)
+
+
+def train_export_cmd(
+    job: Path = typer.Argument(..., help="Job file, or the JSON written by `train plan --format json`."),
+    to: str = typer.Option(..., "--to", help="torchtitan | megatron | deepspeed"),
+    engine_version: str = _VERSION,
+    format: str = _FORMAT,
+    output: Path = _OUT,
+    rank: int = typer.Option(1, "--rank", help="Which plan of a `train plan` JSON (1 = best)."),
+) -> None:
+    """Write the launch of a plan in torchtitan, Megatron-LM or DeepSpeed. A plan the engine cannot run is
+    refused with the reason and what would run.
+
+    Examples:
+
+      shardwise train export examples/llama3.1-70b-64xh100.yaml --to megatron --format args
+
+      shardwise train plan job.yaml --runnable-on torchtitan -f json > plans.json && shardwise train export plans.json --to torchtitan -o launch.sh
+
+      shardwise train export job.yaml --to deepspeed --format file -o ds_config.json
+    """
+    from shardwise.handoff import export_train
+
+    emit([export_train(load_train_job(job, rank), to, engine_version)], format, output)
+
+
+def serve_export_cmd(
+    job: Path = typer.Argument(..., help="Serve job file (what `serve simulate` reads; `serve plan -f json` writes its deployment)."),
+    to: str = typer.Option(..., "--to", help="vllm | sglang"),
+    engine_version: str = _VERSION,
+    format: str = _FORMAT,
+    output: Path = _OUT,
+) -> None:
+    """Write the serve command of each pool of a deployment for vLLM or SGLang.
+
+    Examples:
+
+      shardwise serve export examples/serve-llama3.1-8b-a100.yaml --to vllm --format args
+
+      shardwise serve export examples/serve-llama3.1-70b-disagg.yaml --to sglang -o serve.sh
+    """
+    from shardwise.handoff import export_serve
+    from shardwise.serve.config import load_serve_job
+
+    if format == "file":
+        raise ShardwiseError("--format file: vLLM and SGLang take flags; use --format args or script")
+    emit(export_serve(load_serve_job(job), to, engine_version), format, output)

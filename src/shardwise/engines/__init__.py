@@ -1,0 +1,1 @@
+"""What the training engines people use can run (:mod:`shardwise.engines.support`)."""

@@ -1,0 +1,205 @@
+"""torchtitan launch of a training plan.
+
+0.3.x (default; pytorch/torchtitan 0.3.0 on PyPI): ``python -m torchtitan.train --module M --config C``
+plus tyro flags ``--parallelism.*`` / ``--training.*`` (``config/configs.py``) and the activation
+checkpointing subcommand ``activation-checkpoint:{none,selective,full}`` (``trainer.py``,
+``Trainer.Config.activation_checkpoint``). The model comes from torchtitan's ``config_registry``; float8 is
+a converter of that config, not a flag. 0.2.x (tag v0.2.2): one TOML job file (``config/job_config.py``:
+``[model] name/flavor/converters``, ``[activation_checkpoint] mode``) passed as ``--job.config_file``.
+
+What is made explicit so torchtitan runs the stages that were timed:
+- the layer split: ``module_fqns_per_model_part`` lists each stage's modules (``tok_embeddings``,
+  ``layers.i``, ``norm``, ``lm_head`` -- ``output`` in 0.2) as :func:`shardwise.train.stages.stage_contents`
+  places them;
+- the schedule: torch.distributed.pipelining's class by name where our IR equals it (``GPipe``, ``1F1B``,
+  ``Interleaved1F1B``, ``LoopedBFS``, ``InterleavedZeroBubble``, ``ZBVZeroBubble``, ``DualPipeV``;
+  tests/pipeline/test_sched_torch.py), otherwise our CSV in ``pipeline_parallel_schedule_csv`` (run by
+  ``_PipelineScheduleRuntime``) with a class name that gives the same stage placement
+  (``distributed/pipeline_parallel.py``: ``ZBVZeroBubble`` and ``DualPipeV`` place stages in a V);
+- ``--training.disable_cuda_graphs`` when pp > 1 or ep > 1 (``Trainer.Config._validate_cuda_graphs``).
+
+Batch identity (``TrainingConfig``): ``local_batch_size`` is per data-parallel rank per optimizer step
+when pp > 1 (split into micro-batches of ``pipeline_parallel_microbatch_size``) and per
+gradient-accumulation step otherwise; ``global_batch_size`` is the plan's global batch.
+"""
+
+from __future__ import annotations
+
+from shardwise.errors import ShardwiseError
+from shardwise.handoff.common import Export, torchrun
+from shardwise.pipeline import resolve, schedule_info
+from shardwise.specs.job import TrainJob
+from shardwise.specs.model import ModelSpec, load_model
+from shardwise.train.stages import stage_contents
+
+#: Our presets -> torchtitan (module, 0.3 config function, 0.2 flavor). Numbers checked in the tests
+#: against the config torchtitan builds (models/llama3/__init__.py, models/deepseek_v3/__init__.py).
+MODELS = {
+    "llama-3.1-8b": ("llama3", "llama3_8b", "8B"),
+    "llama-3-8b": ("llama3", "llama3_8b", "8B"),
+    "llama-3.1-70b": ("llama3", "llama3_70b", "70B"),
+    "llama-3-70b": ("llama3", "llama3_70b", "70B"),
+    "llama-3.1-405b": ("llama3", "llama3_405b", "405B"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
+}
+#: Our schedule -> the torch.distributed.pipelining class whose IR equals ours.
+NATIVE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "bfs": "LoopedBFS",
+          "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
+RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
+
+
+def _shape(m: ModelSpec) -> tuple:
+    return (m.layers, m.hidden, m.heads, m.n_kv_heads, m.ffn, m.vocab, m.experts)
+
+
+def torchtitan_model(model: ModelSpec) -> tuple[str, str, str]:
+    """torchtitan's (module, config, flavor) for ``model``: by preset name or by identical shape."""
+    if model.name in MODELS:
+        return MODELS[model.name]
+    for name, target in MODELS.items():
+        if _shape(load_model(name)) == _shape(model):
+            return target
+    known = ", ".join(sorted({c for _, c, _ in MODELS.values()}))
+    raise ShardwiseError(f"model {model.name}: torchtitan has no config with this architecture (it has {known}); "
+                         "add one to torchtitan's config_registry or export to megatron/deepspeed")
+
+
+def schedule_choice(name: str, pp: int, vpp: int) -> tuple[str, bool]:
+    """(class name, needs our CSV). The class name sets the stage placement either way."""
+    if name in NATIVE and not (name == "1f1b" and vpp > 1):
+        return NATIVE[name], False
+    if name == "zb-h1" and vpp > 1:
+        return "InterleavedZeroBubble", False
+    if schedule_info(name).placement == "v" or (name == "auto" and vpp == 2):
+        return "ZBVZeroBubble", True
+    return ("Interleaved1F1B" if vpp > 1 else "1F1B"), True
+
+
+def stage_modules(model: ModelSpec, stages: int, output: str = "lm_head") -> list[list[str]]:
+    """Module FQNs of each (virtual) stage, in model order."""
+    out, first = [], 0
+    for st in stage_contents(model, stages):
+        mods = ["tok_embeddings"] if st.embedding else []
+        mods += [f"layers.{i}" for i in range(first, first + st.layers)]
+        first += st.layers
+        if st.lm_head:
+            mods += ["norm", output]
+        out.append(mods)
+    return out
+
+
+def export_torchtitan(job: TrainJob, version: str = "0.3.0") -> Export:
+    from shardwise.engines.support import require
+    from shardwise.pipeline import generate_schedule, write_csv_text
+
+    p, model, tr = job.plan, job.model, job.training
+    require(p, "torchtitan", model, tr)
+    major = _version(version)
+    module, config, flavor = torchtitan_model(model)
+    sched_name = resolve(p.schedule)
+    vpp = 2 if p.pp > 1 and p.vpp == 1 and schedule_info(sched_name).placement == "v" else p.vpp
+    dp = p.dp or 1
+    m = job.microbatches
+    notes: list[str] = []
+    if tr.precision == "fp8" and major >= (0, 3):
+        raise ShardwiseError("torchtitan 0.3 cannot run this plan: float8 is a converter of the model's "
+                             "config_registry function, not a command-line flag; would run: --engine-version 0.2 "
+                             "(model.converters in the TOML) or a config function with Float8LinearConverter")
+    if p.zero == 0:
+        dp_rep, dp_shard, reshard = dp, 1, None
+    else:
+        dp_rep, dp_shard, reshard = 1, dp, "always" if p.zero == 3 else "never"
+    par: dict[str, object] = {
+        "data_parallel_replicate_degree": dp_rep, "data_parallel_shard_degree": dp_shard,
+        "tensor_parallel_degree": p.tp, "context_parallel_degree": p.cp,
+        "expert_parallel_degree": p.ep, "pipeline_parallel_degree": p.pp,
+    }
+    if reshard and dp_shard > 1:
+        par["fsdp_reshard_after_forward"] = reshard
+    files: dict[str, str] = {}
+    if p.pp > 1:
+        cls, csv = schedule_choice(sched_name, p.pp, vpp)
+        par["pipeline_parallel_schedule"] = cls
+        par["pipeline_parallel_microbatch_size"] = p.micro_batch
+        par["module_fqns_per_model_part"] = stage_modules(model, p.pp * vpp, "lm_head" if major >= (0, 3) else "output")
+        if csv:
+            fname = f"schedule-{sched_name}-pp{p.pp}-m{m}.csv"
+            files[fname] = write_csv_text(generate_schedule(sched_name, p.pp, m, vpp if vpp > 1 else None))
+            par["pipeline_parallel_schedule_csv"] = fname
+    local = p.micro_batch * m if p.pp > 1 else p.micro_batch
+    training = {"local_batch_size": local, "global_batch_size": tr.global_batch, "seq_len": tr.seq_len,
+                "mixed_precision_param": "float32" if tr.precision == "fp32" else "bfloat16"}
+    if p.tp > 1 and not p.sequence_parallel:
+        if major >= (0, 3):
+            par["enable_sequence_parallel"] = False
+        else:
+            notes.append("torchtitan 0.2 always uses sequence parallelism with TP")
+    if p.recompute == "selective" and p.flash_attention:
+        notes.append("selective recompute: torchtitan's per-op SAC also recomputes matmuls (memory lower than planned)")
+    if major >= (0, 3):
+        return _export_03(job, module, config, par, training, files, notes, version)
+    return _export_02(job, module, flavor, par, training, files, notes, version)
+
+
+def _version(text: str) -> tuple[int, int]:
+    try:
+        parts = [int(x) for x in text.strip().lstrip("v").split(".")[:2]]
+    except ValueError:
+        raise ShardwiseError(f"--engine-version: {text!r} is not a torchtitan version like 0.3.0 or 0.2.2") from None
+    v = (parts + [0])[:2]
+    if tuple(v) < (0, 2) or tuple(v) > (0, 3):
+        raise ShardwiseError(f"--engine-version: torchtitan {text} is not supported; use 0.3.x (flags) or 0.2.x (TOML)")
+    return v[0], v[1]
+
+
+def _flag(section: str, key: str, value: object) -> list[str]:
+    if isinstance(value, bool):
+        return [f"--{section}.{key}" if value else f"--{section}.no_{key}"]
+    if isinstance(value, list):
+        return [f"--{section}.{key}", *(",".join(v) for v in value)]
+    return [f"--{section}.{key}", str(value)]
+
+
+def _export_03(job, module, config, par, training, files, notes, version) -> Export:
+    p = job.plan
+    args = ["--module", module, "--config", config]
+    for k, v in par.items():
+        args += _flag("parallelism", k, v)
+    for k, v in training.items():
+        args += _flag("training", k, v)
+    if p.pp > 1 or p.ep > 1:
+        args.append("--training.disable_cuda_graphs")
+    args.append(f"activation-checkpoint:{RECOMPUTE[p.recompute]}")
+    return Export("torchtitan", version, args, _launcher(job, "torchtitan.train"),
+                  {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, files, None, notes, title=job.name)
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _export_02(job, module, flavor, par, training, files, notes, version) -> Export:
+    p = job.plan
+    model = {"name": module, "flavor": flavor}
+    if job.training.precision == "fp8":
+        model["converters"] = ["quantize.linear.float8"]
+    par = {k: v for k, v in par.items() if k != "enable_sequence_parallel"}
+    sections = {"model": model, "training": training, "parallelism": par,
+                "activation_checkpoint": {"mode": RECOMPUTE[p.recompute]}}
+    text = "# torchtitan <= 0.2 job config written by shardwise\n"
+    for name, body in sections.items():
+        text += f"\n[{name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in body.items())
+    fname = f"{job.name}-torchtitan.toml"
+    return Export("torchtitan", version, ["--job.config_file", fname], _launcher(job, "torchtitan.train"),
+                  {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, files, (fname, text), notes, title=job.name)
+
+
+def _launcher(job: TrainJob, module: str) -> list[str]:
+    per_node = min(job.cluster.gpus_per_node, job.cluster.num_gpus)
+    return torchrun(per_node, job.cluster.nodes, module=module)

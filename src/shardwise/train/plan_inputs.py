@@ -1,0 +1,84 @@
+"""What `train plan` searches, from a job document and/or options: the one reading of its inputs that
+the CLI and the web API share (the CLI reads the document from a file, the API from the request)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from shardwise.errors import ShardwiseError, clip, shorten
+from shardwise.limits import MAX_CLUSTER_GPUS
+from shardwise.specs.hardware import Cluster, make_cluster
+from shardwise.specs.job import job_from_mapping
+from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.training import TrainingSpec
+from shardwise.train.planner import PlanResult, Progress, plan_across_gpus
+from shardwise.train.result import Estimate
+from shardwise.train.search_space import DEFAULT_SCHEDULES
+
+
+def split_list(values: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """``["h100,a100", "l40s"]`` or ``"h100,a100"`` -> ``["h100", "a100", "l40s"]``."""
+    items = [values] if isinstance(values, str) else list(values or [])
+    return [v.strip() for item in items for v in str(item).split(",") if v.strip()]
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    model: ModelSpec
+    training: TrainingSpec
+    clusters: list[Cluster]
+    fixed: dict[str, Any]  # the job's `parallel` fields the search must keep
+
+
+def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gpu: str | list[str] | None = None,
+                gpus: int | None = None, seq_len: int | None = None, global_batch: int | None = None,
+                tokens: float | None = None, precision: str | None = None, memory_headroom: float | None = None) -> PlanInputs:
+    """A job document whose `parallel` may be partly or wholly left out, or the options
+    (--model, --gpu, --gpus, --seq-len, --global-batch; --precision, --tokens, --memory-headroom)."""
+    if memory_headroom is not None and not 0 <= memory_headroom < 1:
+        raise ShardwiseError(f"--memory-headroom must be in [0, 1), got {memory_headroom}")
+    if doc is not None:
+        base = job_from_mapping(doc, require_plan=False)
+        fixed = dict(doc.get("parallel") or {})
+        training, clusters, spec = base.training, [base.cluster], base.model
+        if memory_headroom is not None:
+            clusters = [c.model_copy(update={"memory_headroom": memory_headroom}) for c in clusters]
+    else:
+        names = split_list(gpu)
+        given = (("--model", model), ("--gpu", names), ("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch", global_batch))
+        missing = [flag for flag, value in given if not value]
+        if missing:
+            raise ShardwiseError(f"give a job file or {', '.join(missing)}")
+        spec = load_model(model)
+        try:
+            training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
+        except ValidationError as exc:
+            raise ShardwiseError(_flag_errors(exc)) from None
+        if not 0 < gpus <= MAX_CLUSTER_GPUS:
+            raise ShardwiseError(f"--gpus must be in 1..{MAX_CLUSTER_GPUS:,} (see Limits in the README), got {shorten(gpus)}")
+        clusters = [make_cluster(g, gpus, memory_headroom=memory_headroom) for g in names]
+        fixed = {}
+    if tokens is not None and doc is not None:
+        try:
+            training = TrainingSpec(**{**training.model_dump(), "tokens": tokens})
+        except ValidationError as exc:
+            raise ShardwiseError(_flag_errors(exc)) from None
+    return PlanInputs(spec, training, clusters, fixed)
+
+
+def _flag_errors(exc: ValidationError) -> str:
+    """Pydantic errors on TrainingSpec fields, named as the flags that set them (--seq-len, ...)."""
+    return "; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {clip(e['msg'], 160)}" for e in exc.errors())
+
+
+def run_plan(inputs: PlanInputs, objective: str = "throughput", top: int = 5, schedules: str | list[str] | None = None,
+             max_memory_gib: float | None = None, exact_budget: int = 128, progress: bool | Progress = False,
+             runnable_on: tuple[str, ...] = ()) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
+    """Search every GPU type of `inputs` (see :func:`shardwise.train.planner.plan_across_gpus`)."""
+    names = tuple(split_list(schedules)) or DEFAULT_SCHEDULES
+    return plan_across_gpus(inputs.model, inputs.clusters, inputs.training, objective, top_k=top, schedules=names,
+                            fixed=inputs.fixed, max_memory_gib=max_memory_gib, progress=progress, max_exact=exact_budget,
+                            runnable_on=runnable_on)
