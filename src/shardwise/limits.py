@@ -38,6 +38,12 @@ MAX_PIPELINE_STAGES = 1024
 #: any model advertises today).
 MAX_SEQUENCE_TOKENS = 10_000_000
 
+# --- train run (real processes on this machine) -----------------------------------------------------------
+#: Processes `train run` may launch, steps it may run, and parameters of the model it builds for real.
+MAX_RUN_PROCESSES = 64
+MAX_RUN_STEPS = 10_000
+MAX_RUN_PARAMS = 500_000_000
+
 # --- serving -------------------------------------------------------------------------------------------
 #: Requests one serving simulation may hold (about 25,000-30,000 are simulated per second).
 MAX_SERVE_REQUESTS = 1_000_000
