@@ -32,8 +32,9 @@ SIMULATED_MICROBATCHES = 256
 # --- training jobs and clusters ------------------------------------------------------------------------
 #: GPUs of one training cluster (the largest published runs use 16,384-100,000).
 MAX_CLUSTER_GPUS = 1_000_000
-#: Virtual pipeline stages (pp x vpp) of one training plan.
-MAX_PIPELINE_STAGES = 1024
+#: Virtual pipeline stages (pp x vpp) of one training plan (Llama 3 405B: 16 x 8 = 128). The estimate's
+#: representative simulations (8 micro-batches per stage) then stay within MAX_SCHEDULE_ACTIONS.
+MAX_PIPELINE_STAGES = 128
 #: Tokens of one sequence: a training sample, or a request's prompt or output (10M: the longest context
 #: any model advertises today).
 MAX_SEQUENCE_TOKENS = 10_000_000

@@ -10,7 +10,7 @@ further cycle adds ``D`` to the makespan and to every rank's span, a fixed amoun
 rank, and nothing to the peak activation memory. So, for ``m`` micro-batches:
 
 1. simulate ``b`` micro-batches (``b`` representative: ``SIMULATED_MICROBATCHES``, at least 8 per
-   virtual stage) and find the shortest cycle ``c`` over which the interior of the timeline repeats
+   virtual stage: fewer can look periodic before the phases of breadth-first orders settle) and find the shortest cycle ``c`` over which the interior of the timeline repeats
    (:func:`find_cycle`); double ``b`` while there is none (a long transient);
 2. simulate ``m1``, ``m1 + c`` and ``m1 + 2c`` with ``m1 = b + (m - b) mod c`` and check that both
    cycles add the same amounts;

@@ -74,7 +74,7 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
     if p.pp * p.vpp > MAX_PIPELINE_STAGES:
         raise ShardwiseError(
             f"parallel.vpp: pp x vpp = {p.pp * p.vpp:,} virtual stages exceed the limit of {MAX_PIPELINE_STAGES:,} "
-            "(see Limits in the README); use fewer virtual stages per rank"
+            "(see Limits in the README); use fewer pipeline ranks or virtual stages per rank"
         )
     if model.layers + 2 < p.pp * p.vpp:
         raise ShardwiseError(
