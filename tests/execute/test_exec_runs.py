@@ -126,16 +126,16 @@ def test_torch_fallback_classes_exist():
     assert all(hasattr(schedules, cls) for cls in TORCH_CLASSES.values())
 
 
-def test_cli_zbv_with_calibration_timeline_and_plot(tmp_path, capsys):
+def test_cli_zbv_with_calibration_timeline_plot_and_trace(tmp_path, capsys, load_trace):
     from shardwise.cli.main import main
 
     path = tmp_path / "job.json"
     path.write_text(json.dumps({"model": MODEL, "cluster": {"gpu": "H100-SXM", "gpus": 2},
                                 "training": {"seq_len": 16, "global_batch": 8, "precision": "fp32"},
                                 "parallel": {"pp": 2, "schedule": "zbv", "recompute": "none"}}))
-    tl, png = tmp_path / "tl.json", tmp_path / "tl.png"
+    tl, png, trace = tmp_path / "tl.json", tmp_path / "tl.png", tmp_path / "trace.json"
     code = main(["train", "run", str(path), "--nproc", "2", "--steps", "2", "--check", "--calibrate",
-                 "--timeline", str(tl), "--plot", str(png), "--format", "json"])
+                 "--timeline", str(tl), "--plot", str(png), "--trace", str(trace), "--format", "json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0, out
     assert out["check"]["passed"] and "zbv" in out["schedule_source"]
@@ -148,6 +148,15 @@ def test_cli_zbv_with_calibration_timeline_and_plot(tmp_path, capsys):
     assert sum(len(r) for r in data["measured"]["ranks"]) == 3 * 4 * 8
     assert {e["stage"] for e in data["measured"]["ranks"][0]} == {0, 3}
     assert png.stat().st_size > 0
+    measured, predicted = load_trace(trace).values()  # process 1 measured, 2 predicted; a track per rank
+    for proc, timeline in ((measured, data["measured"]), (predicted, data["predicted"])):
+        assert sorted(proc["threads"].values()) == ["rank 0", "rank 1"] and len(proc["counters"]) == 2
+        for r in (0, 1):
+            compute = [e for e in proc["slices"][r] if e["cat"] == "compute"]
+            assert [e["args"]["action"] for e in compute] == [a["action"] for a in timeline["ranks"][r]]
+            assert sum(e["dur"] for e in compute) / 1e6 == pytest.approx(timeline["rank_busy"][r], rel=1e-5)
+    assert {e["name"] for s in measured["slices"].values() for e in s if e["cat"] == "communication"} \
+        <= {"P2P_POST", "P2P_WAIT", "REDUCE_GRAD"}
 
 
 def test_cli_without_calibration_says_the_prediction_is_not_calibrated(tmp_path, capsys):

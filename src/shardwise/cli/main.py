@@ -11,9 +11,8 @@ from shardwise.errors import CheckFailed, ShardwiseError, clip
 
 MAX_MESSAGE_CHARS = 500  # an error is one line; anything longer is cut
 
-app = typer.Typer(
+app = typer.Typer(  # its help is the callback's docstring (a help= here would hide the examples)
     name="shardwise",
-    help="Plan, simulate and verify how to parallelise LLM training and serving.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -44,12 +43,13 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    from shardwise.cli import schedule, serve, train, validate, web
+    from shardwise.cli import schedule, schema, serve, train, validate, web
 
     app.add_typer(train.app, name="train")
     app.add_typer(schedule.app, name="schedule")
     app.add_typer(serve.app, name="serve")
     app.command("validate")(validate.validate)
+    app.command("schema")(schema.schema_cmd)
     app.command("web")(web.web_cmd)
 
 

@@ -11,8 +11,14 @@ from rich.table import Table
 
 from shardwise.console import echo_json, make_console
 
-app = typer.Typer(help="Pipeline schedules: simulate, compare, export/import (PyTorch CSV).",
-                  no_args_is_help=True)
+app = typer.Typer(help="""Pipeline schedules: simulate, compare, export/import (PyTorch CSV).
+
+Examples:
+
+  shardwise schedule list
+
+  shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png
+""", no_args_is_help=True)
 
 
 class OutFormat(str, Enum):
@@ -35,6 +41,7 @@ _W = typer.Option("1", "--w", help="Weight-gradient (W) time per stage.")
 _COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + bytes/bandwidth).")
 _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
+_TRACE = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON; times taken as seconds).")
 
 
 def _console() -> Console:
@@ -69,16 +76,21 @@ def _print_result(res, console: Console) -> None:
 
 def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
                          comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: OutFormat,
-                         plot: Path | None) -> None:
-    from shardwise.pipeline import load_csv
-    from shardwise.pipeline.options import simulate_options
+                         plot: Path | None, trace: Path | None) -> None:
+    from shardwise.pipeline import load_csv, simulate
+    from shardwise.pipeline.options import build_schedule
 
     imported = load_csv(from_csv) if from_csv is not None else None
-    res = simulate_options(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported)
+    sched, times = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported)
+    res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)  # options.simulate_options, keeping sched
     if plot is not None:
         from shardwise.pipeline.plot import plot_timeline
 
         plot_timeline(res, plot)
+    if trace is not None:
+        from shardwise.pipeline.trace import simulation_trace, write_trace
+
+        write_trace(simulation_trace(sched, res, w_retained_fraction=rho), trace)
     if fmt is OutFormat.json:
         echo_json(res.to_dict(), indent=1)
         return
@@ -86,11 +98,18 @@ def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | N
     _print_result(res, console)
     if plot is not None:
         console.print(f"timeline written to {plot}")
+    if trace is not None:
+        console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
 
 
 @app.command("list")
 def list_cmd() -> None:
-    """List the schedules and what each one is."""
+    """List the schedules and what each one is.
+
+    Examples:
+
+      shardwise schedule list
+    """
     from shardwise.pipeline import list_schedules, schedule_info
 
     table = Table(title="pipeline schedules")
@@ -111,9 +130,20 @@ def simulate_cmd(
     from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    trace: Path | None = _TRACE,
 ) -> None:
-    """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank."""
-    _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot)
+    """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank.
+
+    Examples:
+
+      shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png --trace zbv.json
+
+      shardwise schedule simulate --schedule interleaved --pp 8 --microbatches 32 --vpp 2 --f 1 --i 1.3 --w 0.6 --comm 0.04 --format json
+
+      shardwise schedule simulate --schedule auto --pp 8 --microbatches 32 --mem-cap 8
+    """
+    _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot,
+                         trace)
 
 
 @app.command("import")
@@ -122,9 +152,17 @@ def import_cmd(
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, w_retained: float = _RHO,
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
+    trace: Path | None = _TRACE,
 ) -> None:
-    """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch)."""
-    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot)
+    """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch).
+
+    Examples:
+
+      shardwise schedule import schedule_from_pytorch.csv --plot timeline.png
+
+      shardwise schedule import zb1p.csv --f 1 --i 1.2 --w 0.8 --comm 0.05 --format json
+    """
+    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot, trace)
 
 
 @app.command("export")
@@ -135,7 +173,14 @@ def export_cmd(
     format: ExportFormat = typer.Option(ExportFormat.csv, "--format", help="csv (PyTorch layout) or text."),
     output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
 ) -> None:
-    """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank)."""
+    """Write a schedule's IR as PyTorch-compatible CSV or as text (one line per rank).
+
+    Examples:
+
+      shardwise schedule export --schedule zb1p --pp 4 --microbatches 8 --format csv -o zb1p.csv
+
+      shardwise schedule export --schedule interleaved --pp 4 --microbatches 8 --vpp 2 --format text
+    """
     from shardwise.pipeline import write_csv_text
 
     from shardwise.pipeline.options import build_schedule
@@ -160,7 +205,14 @@ def compare_cmd(
     schedules: str | None = typer.Option(None, "--schedules", help="Comma-separated subset."),
     format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
 ) -> None:
-    """Every schedule side by side on the same model (times per rank slice, split over its stages)."""
+    """Every schedule side by side on the same model (times per rank slice, split over its stages).
+
+    Examples:
+
+      shardwise schedule compare --pp 8 --microbatches 32 --i 1.3 --w 0.6 --comm 0.04
+
+      shardwise schedule compare --pp 4 --microbatches 16 --schedules 1f1b,zb-h1,zbv --format json
+    """
     from shardwise.pipeline import compare_schedules
     from shardwise.pipeline.options import parse_times
 

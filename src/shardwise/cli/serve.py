@@ -10,7 +10,14 @@ import typer
 
 from shardwise.console import echo_json, watch
 
-app = typer.Typer(help="Serving: simulate a deployment, plan the cheapest one under SLOs, validate against published runs.", no_args_is_help=True)
+app = typer.Typer(help="""Serving: simulate a deployment, plan the cheapest one under SLOs, validate, export to vLLM/SGLang.
+
+Examples:
+
+  shardwise serve simulate examples/serve-llama3.1-8b-a100.yaml
+
+  shardwise serve plan --model llama-3.1-8b --rate 20 --slo-ttft-ms 300 --slo-tpot-ms 50 --gpus h100:8
+""", no_args_is_help=True)
 
 
 class Format(str, Enum):
@@ -24,7 +31,14 @@ def simulate(
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
     plot_cdf: Path = typer.Option(None, "--plot-cdf", help="Write TTFT/TPOT/ITL/E2E CDFs to this PNG."),
 ) -> None:
-    """Simulate a serving deployment iteration by iteration and report vLLM-style metrics."""
+    """Simulate a serving deployment iteration by iteration and report vLLM-style metrics.
+
+    Examples:
+
+      shardwise serve simulate examples/serve-llama3.1-8b-a100.yaml
+
+      shardwise serve simulate examples/serve-llama3.1-70b-disagg.yaml --format json --plot-cdf latency.png
+    """
     from shardwise.serve.config import load_serve_job
     from shardwise.serve.report import simulation_report
 
@@ -68,7 +82,14 @@ def plan(
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
     plot: Path = typer.Option(None, "--plot", help="Write the cost-vs-rate curve of the candidates to this PNG."),
 ) -> None:
-    """Find the cheapest deployment that meets the SLOs at the target rate."""
+    """Find the cheapest deployment that meets the SLOs at the target rate.
+
+    Examples:
+
+      shardwise serve plan --model llama-3.1-8b --rate 20 --slo-ttft-ms 300 --slo-tpot-ms 50 --gpus h100:8,a100-80gb:16
+
+      shardwise serve plan examples/serve-llama3.1-8b-a100.yaml --gpus h100:32 --format json
+    """
     from shardwise.serve.plan_cli import plan_request, print_plan
     from shardwise.serve.planner import plan as run_plan
 
@@ -98,7 +119,14 @@ def validate(
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
     split: str = typer.Option("all", "--split", help="fit | validate | all."),
 ) -> None:
-    """Compare the simulator with published vLLM/SGLang runs (data/serving_measurements.yaml)."""
+    """Compare the simulator with published vLLM/SGLang runs (data/serving_measurements.yaml).
+
+    Examples:
+
+      shardwise serve validate
+
+      shardwise serve validate --split validate --format json
+    """
     from shardwise.serve.validate import print_validation, run_validation
 
     rows = run_validation(split=split)

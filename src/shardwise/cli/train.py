@@ -8,7 +8,14 @@ from pathlib import Path
 import typer
 from shardwise.console import echo_json, make_console
 
-app = typer.Typer(help="Training: estimate a plan, search plans, run a plan.", no_args_is_help=True)
+app = typer.Typer(help="""Training: estimate a plan, search plans, export a plan to an engine, run a plan.
+
+Examples:
+
+  shardwise train estimate examples/llama3.1-70b-64xh100.yaml
+
+  shardwise train plan --model llama-3.1-8b --gpu h100 --gpus 64 --seq-len 4096 --global-batch 256
+""", no_args_is_help=True)
 
 
 class Format(str, Enum):
@@ -20,14 +27,28 @@ class Format(str, Enum):
 def estimate_cmd(
     job: Path = typer.Argument(..., help="YAML or JSON job file (one job or a list of jobs)."),
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    trace: Path = typer.Option(None, "--trace", help="Write the estimated step as a Chrome/Perfetto trace (JSON)."),
 ) -> None:
-    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job."""
+    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job.
+
+    Examples:
+
+      shardwise train estimate examples/llama3.1-70b-64xh100.yaml
+
+      shardwise train estimate examples/llama3.1-70b-64xh100.yaml --format json --trace step.json
+    """
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
 
     from shardwise.train.report import estimate_json, estimate_table
 
     results = [estimate(j) for j in load_jobs(job)]
+    if trace is not None:
+        from shardwise.pipeline.trace import write_trace
+        from shardwise.train.trace import estimate_trace
+
+        write_trace(estimate_trace(results), trace)
+        typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
         echo_json(estimate_json(results))
         return

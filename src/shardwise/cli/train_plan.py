@@ -113,7 +113,14 @@ def sweep_cmd(
     workers: int = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
     no_progress: bool = typer.Option(False, "--no-progress"),
 ) -> None:
-    """Run a grid of planning jobs in parallel and write one table of the best plans."""
+    """Run a grid of planning jobs in parallel and write one table of the best plans.
+
+    Examples:
+
+      shardwise train sweep sweep.yaml -o best.csv
+
+      shardwise train sweep sweep.yaml --backend ray --address auto -o best.parquet
+    """
     from shardwise.train.sweep import load_sweep, run_sweep, write_table
 
     jobs = load_sweep(sweep)

@@ -21,6 +21,7 @@ def run_cmd(
                                    help="Measure per-stage F/I/W/B times first, simulate, report the makespan error."),
     timeline: Path = typer.Option(None, "--timeline", help="Write measured and predicted timelines (JSON)."),
     plot: Path = typer.Option(None, "--plot", help="Plot measured vs predicted timeline (.png/.svg/.pdf)."),
+    trace: Path = typer.Option(None, "--trace", help="Write measured and predicted timelines as a Chrome/Perfetto trace (JSON)."),
     format: str = typer.Option("table", "--format", "-f", help="table or json."),
     schedule: str = typer.Option(None, "--schedule", help="Override the plan's pipeline schedule."),
     seed: int = typer.Option(0, "--seed", help="Seed of weights and data."),
@@ -30,7 +31,14 @@ def run_cmd(
                                      help="Break the layout on purpose (skip-dp-grad-reduce) to see --check fail."),
 ) -> None:
     """Run a plan for real at small scale: loss, step time, memory per rank, and with --check the largest
-    relative difference of loss and gradients against a single-process reference."""
+    relative difference of loss and gradients against a single-process reference.
+
+    Examples:
+
+      shardwise train run job.yaml --nproc 4 --check
+
+      shardwise train run job.yaml --calibrate --plot measured.png --trace run.json
+    """
     from shardwise.execute import config_from_job, require_torch
 
     require_torch()
@@ -53,6 +61,10 @@ def run_cmd(
     if timeline is not None:
         timeline.parent.mkdir(parents=True, exist_ok=True)
         timeline.write_text(json_text(timeline_json(report), indent=1))
+    if trace is not None:
+        from shardwise.pipeline.trace import write_trace
+
+        write_trace(report["trace"], trace)
     if plot is not None:
         from shardwise.execute.plot import plot_measured_vs_predicted
 

@@ -16,7 +16,14 @@ def web_cmd(
     max_waiting: int = typer.Option(64, "--max-waiting", help="Searches that may wait; more are refused with 503."),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="Log each request."),
 ) -> None:
-    """Serve the planner's page and HTTP API (OpenAPI docs at /docs)."""
+    """Serve the planner's page and HTTP API (OpenAPI docs at /docs).
+
+    Examples:
+
+      shardwise web
+
+      shardwise web --host 0.0.0.0 --port 8080 --search-workers 2 --time-limit 300
+    """
     try:
         import uvicorn
 

@@ -1,65 +1,179 @@
-"""Collective communication time.
+"""Collective communication time on a two-level network: NVLink domains joined by the nodes' NICs.
 
-t = latency_steps * alpha + factor(n) * S / (B * eta)   (alpha-beta model; Calculon's network law)
-with the bus-bandwidth factors of NCCL's tests (NVIDIA/nccl-tests doc/PERFORMANCE.md): all-reduce
-2(n-1)/n, reduce-scatter and all-gather (n-1)/n of the full array S, all-to-all (n-1)/n, send/recv 1.
-B and eta are those of the outermost tier the group crosses (:meth:`Cluster.tier_for`). Latency steps:
-a ring's n-1 (x2 for all-reduce) inside a node; across nodes NCCL's tree/hierarchical algorithms,
-2*ceil(log2 n) (derived).
+A group of n = k x N ranks (k per NVLink domain, N domains; :meth:`Cluster.tier_for`) and a message of
+S bytes (the full array, as nccl-tests' "size"; for all-to-all the bytes each rank sends). Rates per GPU
+and direction, B_link = the datasheet NVLink (xGMI, PCIe) figure / 2:
+
+- ring:  b_ring = eta_ring[link] * B_link, times (k-1)/(G-1) on a point-to-point mesh (AMD Infinity
+  Fabric: a k-rank group uses only the links to its k-1 peers; stas00/ml-engineering measures 48 GB/s
+  all-reduce busbw on 2 of 8 MI300X and 313 on 8);
+- NVLS:  b_nvls = eta_nvls * f_arch * B_link * (k-1)/k, in-switch all-reduce (f_arch: NCCL's
+  nvlsEfficiency; (k-1)/k: tuning.cc's (ppn-1)/ppn for NVLS. It reproduces where NCCL switches from ring
+  to NVLS: from 5 GPUs on H100/H200, 6 on B200 (NCCL issue #1455; stas00/ml-engineering));
+- tree:  b_tree = eta_tree * B_link, NCCL's tree kernels inside a node (per-channel caps, tuning.cc);
+- NIC:   b_nic = eta_nic * R * B_nic / G, each GPU's share of the node's R NICs (rails): NCCL drives
+  every NIC of a node at once, so a group with k GPUs per domain has k * b_nic leaving each domain.
+
+Algorithms, the fastest one taken as NCCL's tuner does (NVIDIA/nccl src/graph/tuning.cc):
+
+- ring (every collective): bus bandwidth b_ring inside a domain, min(b_ring, k b_nic) across domains
+  (every ring leaves a domain once per channel, through one NIC); t_bw = f(n) S / busbw with the nccl-tests
+  bus factors f (NVIDIA/nccl-tests doc/PERFORMANCE.md): all-reduce 2(n-1)/n, reduce-scatter and
+  all-gather (n-1)/n. Steps 2(n-1) (all-reduce) or n-1, of which 2(N-1) or N-1 cross domains (tuning.cc
+  nsteps / nInterSteps), each costing lat_link or lat_nic.
+- NVLS all-reduce (one domain, NVLS on): t_bw = S / b_nvls, latency lat_nvls.
+- tree all-reduce (N >= 2): reduce then broadcast, pipelined (NVLSTree with NVLS on): intra-domain bound
+  b_nvls or b_tree, scale-out bound k b_nic for N = 2 (double binary tree: each domain sends and
+  receives S once; tuning.cc doubles NVLSTree's network bandwidth on two nodes) and k b_nic / 2 beyond
+  (an interior node forwards twice, as a ring does); with SHARP the switches reduce: k b_nic at any N.
+  Latency 2 ((k-1) lat_link + ceil(log2 N) lat_nic) (tuning.cc's tree latency; NVLSTree: lat_nvls for
+  the in-node part).
+- all-to-all: each rank sends S (k-1)/n over the scale-up fabric and S (n-k)/n through its NIC share,
+  concurrently (DeepEP's normal kernels are bound by the slower of the two): max of the two times;
+  latency one step of each level it uses.
+- send/recv: S over one link, NVLink inside a domain, the GPU's NIC share across; one step's latency.
+
+Latency a and transfer b combine as t = a + b + 2 sqrt(h b): NCCL moves a message through its pipeline in
+chunks and pays a handshake h per chunk; with the chunk size chosen well a pipelined transfer costs
+b + 2 sqrt(h b) beyond its fixed latency (Sanders & Sibeyn 2003, "A bandwidth latency tradeoff for
+broadcast and reduction": T = (sqrt(a) + sqrt(b))^2 for a pipeline whose per-packet latency is a; here
+the per-chunk term h is one constant and the steps' latency a is paid once). The term makes the bus
+bandwidth climb with the message size over decades, as nccl-tests curves do, instead of the sharp knee
+of the alpha-beta model (Hockney 1994, h = 0). All constants (eta_*, lat_*, h) are
+:class:`~shardwise.cost.constants.NetworkConstants`, fitted by ``scripts/fit_network.py``
+(:mod:`shardwise.cost.comm_fit`).
 """
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import numpy as np
 
-from shardwise.specs.hardware import Cluster, NetworkTier
+from shardwise.cost.constants import NVLS_ARCH_FACTOR, NetworkConstants, fitted_network_constants
+from shardwise.specs.hardware import Cluster, CommGroup, Network, group_shape
 
-FACTORS = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "send_recv": lambda n: 1.0 + 0.0 * n,
-}
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+INF = float("inf")
+
+
+def bus_factor(kind: str, n):
+    """nccl-tests bus bandwidth = algorithm bandwidth x this factor (PERFORMANCE.md)."""
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if kind in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    return 1.0 + 0.0 * n
 
 
 def where(cond, a, b):
     """np.where that stays in plain Python for scalar conditions (the estimate's hot path)."""
-    return np.where(cond, a, b) if np.ndim(cond) else (a if cond else b)
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) and cond.ndim else (a if cond else b)
 
 
-def collective_time_s(kind, size_bytes, n, gbyte_s, latency_s, efficiency, ring):
-    """Array-friendly core: every argument may be a number or a numpy array (`ring`: the group sits in
-    one domain, so NCCL uses a ring; otherwise a tree)."""
-    n_safe = np.maximum(n, 1)
-    factor = FACTORS[kind](n_safe)
+class _Scalar:
+    """Operations on plain floats (fast path)."""
+
+    where = staticmethod(lambda c, a, b: a if c else b)
+    either = staticmethod(lambda a, b: a or b)
+    minimum = staticmethod(min)
+    maximum = staticmethod(max)
+
+    @staticmethod
+    def ceil_log2(n):
+        return math.ceil(math.log2(n)) if n > 1 else 0
+
+    @staticmethod
+    def combine(a, b, h):
+        return a + b + 2.0 * math.sqrt(h * b)
+
+
+class _Array:
+    """The same operations on numpy arrays (one group per element)."""
+
+    where = staticmethod(np.where)
+    either = staticmethod(np.logical_or)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+
+    @staticmethod
+    def ceil_log2(n):
+        return np.ceil(np.log2(np.maximum(n, 1)))
+
+    @staticmethod
+    def combine(a, b, h):
+        return a + b + 2.0 * np.sqrt(h * b)
+
+
+@lru_cache(maxsize=256)
+def _rates(net: Network, c: NetworkConstants) -> tuple[float, ...]:
+    """Per-network numbers of the formulas (module docstring): B_link, mesh divisor, eta_ring, b_nic,
+    lat_link, lat_nic, lat_nvls, h, NVLS rate (0: off), eta_tree."""
+    link = net.nvlink_gbyte_s * 0.5e9
+    mesh = max(net.nvlink_domain - 1, 1) if net.topology == "mesh" else 0
+    b_nic = c.nic_efficiency * net.nics_per_node * net.nic_gbps * 0.125e9 / net.gpus_per_node
+    nvls = c.nvls_efficiency * NVLS_ARCH_FACTOR.get(net.link, 0.0) * link if net.nvls else 0.0
+    return (link, mesh, c.ring_efficiency(net.link_family), b_nic, c.link_latency_s, c.nic_latency_s(net.fabric),
+            c.nvls_latency_s, c.chunk_latency_s, nvls, c.tree_efficiency)
+
+
+def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, latency: bool = True):
+    """Seconds of one collective; `size`, `k` (ranks per domain) and `n_dom` (domains) may be arrays."""
+    link, mesh, eta_ring, b_nic, lat_link, lat_nic, lat_nvls, h, nvls_rate, eta_tree = _rates(net, c)
+    if not latency:
+        lat_link = lat_nic = lat_nvls = h = 0.0
+    n = k * n_dom
+    across = n_dom > 1
+    link_k = link * ops.maximum(k - 1, 1) / mesh if mesh else link
+    b_ring = eta_ring * link_k
     if kind == "send_recv":
-        steps = 1.0
-    else:
-        ring_steps = (n_safe - 1) * (2 if kind == "all_reduce" else 1)
-        steps = where(ring, ring_steps, 2 * np.ceil(np.log2(n_safe)))
-    t = steps * latency_s + factor * size_bytes / (gbyte_s * 1e9 * efficiency)
-    return where((n > 1) & (size_bytes > 0), t, 0.0)
+        return ops.combine(ops.where(across, lat_nic, lat_link), size / ops.where(across, b_nic, b_ring), h)
+    if kind == "all_to_all":
+        t_bw = ops.maximum(size * (k - 1) / n / b_ring, size * (n - k) / n / b_nic)
+        return ops.combine(ops.where(k > 1, lat_link, 0.0) + ops.where(across, lat_nic, 0.0), t_bw, h)
+    if kind not in KINDS:
+        raise ValueError(f"unknown collective {kind!r}")
+    ar = kind == "all_reduce"
+    mult = 2.0 if ar else 1.0
+    busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * b_nic), b_ring)
+    steps, inter = mult * (n - 1), mult * (n_dom - 1)
+    t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, h)
+    if not ar:
+        return t
+    b_nvls = nvls_rate * ops.maximum(k - 1, 1) / ops.maximum(k, 1)  # used only where k >= 2
+    if nvls_rate:
+        nvls = ops.combine(lat_nvls, size / b_nvls, h)
+        t = ops.where(ops.either(across, k < 2), t, ops.minimum(t, nvls))
+    intra = ops.where(k > 1, b_nvls if nvls_rate else eta_tree * link_k, INF)
+    scale_out = k * b_nic * (1.0 if net.sharp else ops.where(n_dom > 2, 0.5, 1.0))
+    rounds = 1 if net.sharp else ops.ceil_log2(n_dom)
+    head = lat_nvls if nvls_rate else 2 * (k - 1) * lat_link
+    tree = ops.combine(head + 2 * rounds * lat_nic, size / ops.minimum(intra, scale_out), h)
+    return ops.where(across, ops.minimum(t, tree), t)
 
 
-def collective_s(kind: str, size_bytes: float, n: int, tier: NetworkTier) -> float:
-    """Time of one collective of `kind` over `n` ranks on `tier`; S = `size_bytes` (full array)."""
+def collective_s(kind: str, size_bytes: float, n: int, tier: CommGroup, constants: NetworkConstants | None = None,
+                 latency: bool = True) -> float:
+    """Time of one collective of `kind` over the `n` ranks of `tier` (:meth:`Cluster.tier_for`); S =
+    `size_bytes` (full array). `latency=False` gives the transfer time alone."""
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    ring = tier.size >= n and tier.size < 2**40
-    return float(collective_time_s(kind, size_bytes, n, tier.gbyte_s, tier.latency_s, tier.efficiency, ring))
+    k = min(tier.per_domain, n)
+    return float(_time_s(kind, size_bytes, k, -(-n // k), tier.network, constants or fitted_network_constants(), _Scalar, latency))
 
 
-def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride):
+def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride, constants: NetworkConstants | None = None):
     """Collective over groups of `n` ranks spaced `stride` apart in the global rank order; arguments
-    may be numpy arrays (one group per element), each group on the outermost tier it spans."""
-    if np.ndim(n) == 0 and np.ndim(stride) == 0 and np.ndim(size_bytes) == 0:  # one group: plain Python
-        return collective_s(kind, float(size_bytes), int(n), cluster.tier_for(int(n), int(stride))) if n > 1 else 0.0
-    n_arr, stride_arr = np.asarray(n), np.asarray(stride)
-    span = (n_arr - 1) * stride_arr + 1
-    tiers = cluster.tiers
-    inside = [span <= t.size for t in tiers[:-1]]
-    pick = lambda attr: np.select(inside, [getattr(t, attr) for t in tiers[:-1]], getattr(tiers[-1], attr))
-    ring = np.select(inside, [t.size < 2**40 for t in tiers[:-1]], False)
-    t = collective_time_s(kind, size_bytes, n_arr, pick("gbyte_s"), pick("latency_s"), pick("efficiency"), ring)
+    may be numpy arrays (one group per element)."""
+    if not (isinstance(n, np.ndarray) or isinstance(stride, np.ndarray) or isinstance(size_bytes, np.ndarray)):  # plain Python
+        if n <= 1 or size_bytes <= 0:
+            return 0.0
+        return collective_s(kind, float(size_bytes), int(n), cluster.tier_for(int(n), int(stride)), constants)
+    n_arr = np.maximum(np.asarray(n), 1)
+    k, n_dom = group_shape(n_arr, np.asarray(stride), cluster.network.nvlink_domain)
+    size = np.asarray(size_bytes, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = _time_s(kind, size, k, n_dom, cluster.network, constants or fitted_network_constants(), _Array)
+    t = np.where((n_arr > 1) & (size > 0), t, 0.0)
     return float(t) if np.ndim(t) == 0 else t

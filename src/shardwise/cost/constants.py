@@ -30,14 +30,48 @@ class ComputeConstants:
     memory_efficiency: float = 0.85  # achieved/peak HBM bandwidth of streaming kernels (STREAM-like copy)
 
 
+# NCCL's relative NVLS efficiency per GPU architecture (NVIDIA/nccl src/graph/tuning.cc, nvlsEfficiency:
+# Hopper 0.85, Blackwell 0.74), keyed by the catalog's scale-up link. The fitted `nvls_efficiency` scales it.
+NVLS_ARCH_FACTOR = {"nvlink4": 0.85, "nvlink4-export": 0.85, "nvlink5": 0.74}
+NETWORK_CONSTANTS_FILE = "network_constants.json"
+
+
 @dataclass(frozen=True)
 class NetworkConstants:
-    """Collective efficiencies (bus bandwidth / link bandwidth, NCCL tests' busbw) and latencies."""
+    """The network model's constants (formulas in :mod:`shardwise.cost.comm`). The defaults are starting
+    values; ``scripts/fit_network.py`` fits the ones marked *fitted* on the nccl-tests / DeepEP records
+    (``data/calibration/comm-measurements.json``) and writes ``data/network_constants.json``, whose values
+    replace the defaults. Latencies of fabrics without measurements fall back as noted."""
 
-    intra_node_efficiency: float = 0.78  # NVLink ring busbw ~ 230/300 GB/s on A100 (nccl-tests PERFORMANCE.md law)
-    inter_node_efficiency: float = 0.85  # InfiniBand/RoCE ring busbw ~ 0.85 of line rate
-    intra_node_latency_s: float = 5e-6  # per ring step
-    inter_node_latency_s: float = 10e-6  # per ring step
+    ring_efficiency_nvlink: float = 0.80  # fitted: ring bus bandwidth / NVLink one-direction rate (NCCL maintainer: ~80%, nccl-tests #212)
+    ring_efficiency_xgmi: float = 0.70  # fitted: same on AMD Infinity Fabric (per-peer links)
+    ring_efficiency_pcie: float = 0.80  # no measurements: taken equal to NVLink's starting value (assumption)
+    nvls_efficiency: float = 0.70  # fitted: NVLS all-reduce algorithm bandwidth / (NVLink rate x NVLS_ARCH_FACTOR)
+    tree_efficiency: float = 0.30  # fitted: NCCL tree (no NVLS) intra-node chain rate / NVLink rate (per-channel caps)
+    nic_efficiency: float = 0.93  # fitted: achieved / line rate of the scale-out NICs
+    link_latency_s: float = 2e-6  # fitted: per ring step on the scale-up fabric
+    nic_latency_infiniband_s: float = 10e-6  # fitted: per step across domains, InfiniBand (RoCE uses it: no data)
+    nic_latency_efa_s: float = 50e-6  # fitted: same on AWS EFA (SRD)
+    nic_latency_tcpxo_s: float = 100e-6  # fitted: same on GCP GPUDirect-TCPXO
+    nvls_latency_s: float = 30e-6  # fitted: NVLS / NVLSTree fixed cost (NCCL's tuner charges 25 us, tuning.cc)
+    chunk_latency_s: float = 8e-6  # fitted: per-chunk handshake h of the pipelined transfer, t = a + b + 2 sqrt(h b)
+
+    def ring_efficiency(self, link_family: str) -> float:
+        return getattr(self, f"ring_efficiency_{link_family}")
+
+    def nic_latency_s(self, fabric: str) -> float:
+        return getattr(self, f"nic_latency_{'infiniband' if fabric == 'roce' else fabric}_s")
+
+
+@lru_cache(maxsize=1)
+def fitted_network_constants() -> NetworkConstants:
+    """Defaults overlaid with ``data/network_constants.json`` (written by scripts/fit_network.py)."""
+    path = data_path(NETWORK_CONSTANTS_FILE)
+    if not path.exists():
+        return NetworkConstants()
+    values = json.loads(path.read_text())["constants"]
+    known = {f.name for f in fields(NetworkConstants)}
+    return NetworkConstants(**{k: float(v) for k, v in values.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -70,7 +104,7 @@ class StepConstants:
 @dataclass(frozen=True)
 class Constants:
     compute: ComputeConstants = field(default_factory=ComputeConstants)
-    network: NetworkConstants = field(default_factory=NetworkConstants)
+    network: NetworkConstants = field(default_factory=fitted_network_constants)
     overlap: OverlapConstants = field(default_factory=OverlapConstants)
     memory: MemoryConstants = field(default_factory=MemoryConstants)
     step: StepConstants = field(default_factory=StepConstants)
@@ -116,6 +150,11 @@ DEFAULT_FAMILIES = {
     "H20": "H100-SXM",
     "B200": "H100-SXM",
     "MI300X": "H100-SXM",
+    "MI325X": "H100-SXM",
+    "A800-80GB": "A100-80GB",
+    "H100-SXM-96GB": "H100-SXM",
+    "H100-NVL": "H100-SXM",
+    "GB200": "H100-SXM",
 }
 
 
@@ -127,9 +166,11 @@ def default_constants() -> Constants:
     if not path.exists():
         return base
     data = json.loads(path.read_text())
-    fitted = Constants.from_dict({k: v for k, v in data.items() if k in {f.name for f in fields(Constants)}})
+    # The network's constants have their own fit and file (fitted_network_constants); a "network" section
+    # here is ignored.
+    fitted = Constants.from_dict({k: v for k, v in data.items() if k in {f.name for f in fields(Constants)} - {"network"}})
     return replace(fitted, families={**DEFAULT_FAMILIES, **fitted.families})
 
 
 def network_constants(constants: Constants | None = None) -> NetworkConstants:
-    return (constants or default_constants()).network
+    return constants.network if constants is not None else fitted_network_constants()

@@ -21,7 +21,7 @@ from functools import lru_cache
 from shardwise.cost.comm import collective_s
 from shardwise.cost.compute import Device, gemm_bytes
 from shardwise.cost.flops import matmul_weights
-from shardwise.specs.hardware import NetworkTier
+from shardwise.specs.hardware import CommGroup
 from shardwise.specs.model import ModelSpec
 
 
@@ -54,14 +54,14 @@ class PassCost:
 
 @dataclass(frozen=True)
 class Groups:
-    """Sizes and network tiers of the groups a layer talks over."""
+    """Sizes and network placements (:meth:`Cluster.tier_for`) of the groups a layer talks over."""
 
     tp: int
     cp: int
     ep: int
-    tp_tier: NetworkTier
-    cp_tier: NetworkTier
-    ep_tier: NetworkTier
+    tp_tier: CommGroup
+    cp_tier: CommGroup
+    ep_tier: CommGroup
 
 
 def _gemm(dev: Device, tokens: float, n_out: float, k_in: float, count: int = 1) -> float:

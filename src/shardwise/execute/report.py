@@ -14,8 +14,8 @@ def _fmt_e(x: float | None) -> str:
 
 
 def report_json(report: dict) -> dict:
-    """The report without per-action timelines (those go to ``--timeline``)."""
-    out = {k: v for k, v in report.items() if k != "timeline"}
+    """The report without per-action timelines (those go to ``--timeline`` and ``--trace``)."""
+    out = {k: v for k, v in report.items() if k not in ("timeline", "trace")}
     tl = report["timeline"]["measured"]
     out["measured_bubble_fraction"] = tl["bubble_fraction"]
     out["predicted_bubble_fraction"] = report["timeline"]["predicted"]["bubble_fraction"]

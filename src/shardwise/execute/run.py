@@ -14,7 +14,14 @@ import statistics
 from pathlib import Path
 
 from shardwise.execute.config import FAULTS, RunConfig
-from shardwise.execute.timeline import action_overhead_s, measured_timeline, predict, prediction_error, stage_costs
+from shardwise.execute.timeline import (
+    action_overhead_s,
+    measured_timeline,
+    predict,
+    prediction_error,
+    run_trace,
+    stage_costs,
+)
 from shardwise.pipeline import generate_schedule, write_csv_text
 
 MEMORY_SOURCE_CPU = ("peak_rss_bytes: the worker process's peak resident set (getrusage ru_maxrss; includes "
@@ -112,6 +119,7 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
             "calibrated": cfg.calibrate,
         },
         "timeline": {"measured": timelines[-1], "predicted": pred.to_dict(), "measured_steps": timelines},
+        "trace": run_trace(sched, timelines[-1], pred, cfg.describe()),
         "check": None,
         "notes": notes,
     }

@@ -17,7 +17,8 @@ import bisect
 import statistics
 from collections import defaultdict
 
-from shardwise.pipeline import Schedule, simulate
+from shardwise.pipeline import Schedule, SimResult, simulate
+from shardwise.pipeline.trace import activation_series, simulation_events, timeline_events, trace_document
 
 
 def measured_timeline(rows: list[dict], name: str, pp: int, vpp: int, num_stages: int,
@@ -123,3 +124,20 @@ def predict(sched: Schedule, costs: dict[str, list[float | None]], p2p_s: float,
 def prediction_error(predicted_s: float, measured_s: float) -> float:
     """Relative makespan prediction error ``(predicted - measured) / measured``."""
     return (predicted_s - measured_s) / measured_s if measured_s > 0 else float("nan")
+
+
+def run_trace(sched: Schedule, measured: dict, predicted: SimResult, title: str) -> dict:
+    """A measured step and its prediction as one Chrome/Perfetto trace (:mod:`shardwise.pipeline.trace`):
+    process 1 the measured actions with the communication the rank waited on (names as recorded:
+    ``P2P_POST``, ``P2P_WAIT``, ``REDUCE_GRAD``) and the activations in flight by the action order;
+    process 2 the simulation. Times start at the step's first event."""
+    shift = -min([0.0] + [c["start"] for row in measured["comms"] for c in row])
+
+    def moved(rows):
+        return [[{**e, "start": e["start"] + shift, "end": e["end"] + shift} for e in row] for row in rows]
+
+    ranks = moved(measured["ranks"])
+    events = timeline_events(1, f"{title}: measured (last step)", ranks, waits=moved(measured["comms"]),
+                             memory=activation_series(ranks))
+    simulated, _ = simulation_events(sched, predicted, pid=2, title=f"{title}: predicted from the stage costs")
+    return trace_document(events + simulated, source="shardwise train run", layout=title)

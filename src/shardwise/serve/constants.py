@@ -37,7 +37,7 @@ class ServingConstants:
     frontend_s: float = 15e-3  # fitted: API server + tokenization before a request reaches the scheduler
     allreduce_latency_s: float = 8e-6  # one small TP all-reduce (vLLM custom all-reduce, one-shot, NVLink)
     p2p_latency_s: float = 20e-6  # one pipeline-stage activation send
-    link_efficiency: float = 0.8  # achieved/peak of NVLink or NIC bandwidth for TP all-reduce, PP and KV transfer
+    link_efficiency: float = 0.8  # achieved/peak NIC bandwidth of the prefill-to-decode KV transfer (TP and PP: cost.comm)
     non_torch_gib: float = 1.25  # CUDA context, cuBLAS workspaces, CUDA graphs, NCCL buffers per GPU (vLLM profiling)
     default: DeviceEfficiency = field(default_factory=DeviceEfficiency)
     per_family: dict[str, DeviceEfficiency] = field(default_factory=dict)

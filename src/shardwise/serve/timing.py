@@ -4,7 +4,8 @@ t = max(F_body / (peak*eta_c), W_body / (BW*eta_m))            weights GEMMs ove
   + max(F_head / (peak*eta_c), W_head / (BW*eta_m))            LM head, only for rows that sample a token
   + S_dec * max(KV_tok / (BW*eta_m), F_attn_tok / (peak*eta_a)) decode attention over S_dec context tokens
   + P_pf * F_pair / (peak*eta_a)                               prefill attention over P_pf (query, key) pairs
-  + 2L * all_reduce(T*h*2 B, tp) + (pp-1) * send(T*h*2 B)      Megatron TP (Vidur execution_time.py) and PP
+  + 2L * all_reduce(T*h*2 B, tp) + (pp-1) * send(T*h*2 B)      Megatron TP (Vidur execution_time.py) and PP,
+                                                               transfer times of cost.comm's network model
   + step_overhead + per_seq_overhead * n_seqs                  CPU-side scheduling and sampling
 (roofline per op: LLM-Viewer roofline_model.py; serving-formulas.md formulas 3-8). A PP replica runs pp
 micro-batches in flight (vLLM virtual engines); each takes the whole model's time, so weights count
@@ -24,7 +25,7 @@ from shardwise.cost.comm import collective_s
 from shardwise.cost.flops import layer_matmul_weights_active
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.memory import kv_bytes_per_token_per_gpu
-from shardwise.specs.hardware import GPU, NetworkTier
+from shardwise.specs.hardware import GPU, Cluster, make_cluster
 from shardwise.specs.model import ModelSpec
 
 ACT_BYTES = 2.0  # activations travel in 16-bit even with fp8 weights
@@ -113,11 +114,10 @@ class StepTimer:
         return self.pair_flops / self.attn_rate
 
     @cached_property
-    def _tier(self) -> NetworkTier:
-        c = self.constants
-        inside = self.tp * self.pp <= self.gpu.gpus_per_node
-        gbyte_s = self.gpu.intra_node_gbyte_s / 2 if inside else self.gpu.scale_out_gbps / 8
-        return NetworkTier(name="serve", size=2**62, gbyte_s=gbyte_s, latency_s=0.0, efficiency=c.link_efficiency)
+    def _cluster(self) -> Cluster:
+        """The replica's GPUs (whole nodes once it spans more than one), for the network model."""
+        per_node, gpus = self.gpu.gpus_per_node, self.tp * self.pp
+        return make_cluster(self.gpu, gpus if gpus <= per_node else -(-gpus // per_node) * per_node)
 
     @cached_property
     def comm_coeffs(self) -> tuple[float, float]:
@@ -127,10 +127,10 @@ class StepTimer:
         fixed = per = 0.0
         if self.tp > 1:
             fixed += 2 * m.layers * c.allreduce_latency_s
-            per += 2 * m.layers * collective_s("all_reduce", per_token, self.tp, self._tier)
+            per += 2 * m.layers * collective_s("all_reduce", per_token, self.tp, self._cluster.tier_for(self.tp, 1), latency=False)
         if self.pp > 1:
             fixed += (self.pp - 1) * c.p2p_latency_s
-            per += (self.pp - 1) * collective_s("send_recv", per_token, 2, self._tier)
+            per += (self.pp - 1) * collective_s("send_recv", per_token, 2, self._cluster.tier_for(2, self.tp), latency=False)
         return fixed, per
 
     # --- iteration time --------------------------------------------------------------------------

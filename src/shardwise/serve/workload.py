@@ -27,11 +27,10 @@ from shardwise.serve.trace import read_trace
 class WorkloadSpec(BaseModel):
     """The `workload:` block of a serve job."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")  # rate may be inf (offline); cv's bounds refuse inf and NaN
 
     arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
-    rate: float | None = Field(default=None, allow_inf_nan=True,
-                                     description="requests/s; 'inf' = all at t=0; with a trace: rescale to this mean rate")
+    rate: float | str | None = Field(default=None, description="requests/s; 'inf' = all at t=0; with a trace: rescale to this mean rate")
     num_requests: int | None = Field(default=None, gt=0, le=MAX_SERVE_REQUESTS)
     input_len: LengthSpec | None = Field(default=None, description="default: the trace's lengths with a trace, else ShareGPT-like")
     output_len: LengthSpec | None = Field(default=None, description="default: the trace's lengths with a trace, else ShareGPT-like")

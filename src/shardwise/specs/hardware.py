@@ -1,14 +1,26 @@
 """Hardware: GPUs from the catalog (``data/gpus.yaml``, every number with its source) and clusters.
 
-A :class:`Cluster` is nodes x GPUs with a tiered network, innermost tier first (NVLink domain, then
-scale-out). A parallel group uses the outermost tier its members span.
+A :class:`Cluster` is nodes x GPUs with a two-level network (:class:`Network`): an NVLink (or Infinity
+Fabric, or PCIe) domain of ``nvlink_domain`` GPUs, and a scale-out fabric of ``nics_per_node`` NICs per
+node that every GPU of the node shares (rails). A parallel group of ranks is placed on it by
+:meth:`Cluster.tier_for`: k ranks per NVLink domain times N domains. What a collective costs on that
+placement is :mod:`shardwise.cost.comm`'s business.
+
+Power limit (``cluster.power_limit_w``): below the board power the peak tensor throughput scales as
+(limit / rated)^(1/3). Assumption, from the CMOS dynamic-power relation P ~ C V^2 f with the supply
+voltage following the clock in the DVFS range (P ~ f^3); memory bandwidth is unchanged. Measured losses
+can be larger near the minimum voltage (a practitioner report: an H100 capped at 600 W runs
+transformer pre-training 10-15% slower, factryze.ai/scale-atlas/power/power-capping; the rule says 5%),
+so treat the rule as optimistic.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from shardwise.errors import ShardwiseError, shorten
@@ -16,6 +28,8 @@ from shardwise.limits import MAX_CLUSTER_GPUS
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "tf32"}
+POWER_CLOCK_EXPONENT = 1.0 / 3.0  # assumption (module docstring): clock ~ power^(1/3) below the rated power
+Fabric = Literal["infiniband", "roce", "efa", "tcpxo"]
 
 #: Share of each GPU's memory a plan must leave free to "fit": what the caching allocator cannot hand out
 #: (fragmentation of reserved blocks) and short spikes the model does not track. PyTorch's CUDA semantics
@@ -25,21 +39,36 @@ DEFAULT_MEMORY_HEADROOM = 0.05
 
 
 class GPU(BaseModel):
-    """One accelerator type: peak dense throughput per dtype, memory, links and price."""
+    """One accelerator type: peak dense throughput per dtype, memory, power, links and price."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     aliases: tuple[str, ...] = ()
     tflops: dict[str, float]
+    tflops_at_w: float | None = Field(default=None, gt=0, description="board power the tflops are quoted at (default power_w)")
     memory_gib: float = Field(gt=0)
     hbm_tbyte_s: float = Field(gt=0)
+    power_w: float = Field(gt=0, description="rated board power (TDP/TBP)")
+    power_limit_w: float | None = Field(default=None, gt=0, description="enforced power limit, if below power_w")
     intra_node_link: str = "nvlink"
-    intra_node_gbyte_s: float = Field(gt=0, description="datasheet figure, both directions")
-    scale_out_gbps: float = Field(gt=0)
+    intra_node_gbyte_s: float = Field(gt=0, description="datasheet figure per GPU, both directions")
+    intra_node_topology: Literal["switch", "mesh"] = "switch"
+    nvls: bool = False
     gpus_per_node: int = Field(default=8, gt=0)
+    nvlink_domain: int | None = Field(default=None, gt=0)
+    nics_per_node: int = Field(gt=0)
+    nic_gbps: float = Field(gt=0)
+    fabric: Fabric = "infiniband"
     price_usd_per_hour: float | None = None
     sources: dict[str, str] = {}
+
+    @property
+    def power_factor(self) -> float:
+        """Peak throughput at the enforced power relative to the catalog tflops (module docstring)."""
+        rated = self.tflops_at_w or self.power_w
+        watts = min(self.power_limit_w or self.power_w, self.power_w)
+        return min(1.0, watts / rated) ** POWER_CLOCK_EXPONENT
 
     def peak_flops(self, precision: str) -> float:
         """Peak dense FLOP/s for a training/serving precision (fp32 uses TF32 tensor cores)."""
@@ -47,7 +76,7 @@ class GPU(BaseModel):
         if dtype not in self.tflops:
             have = ", ".join(k for k in DTYPE_FOR_PRECISION if DTYPE_FOR_PRECISION[k] in self.tflops)
             raise ShardwiseError(f"{self.name} has no {precision} tensor throughput in the catalog; use one of: {have}")
-        return self.tflops[dtype] * 1e12
+        return self.tflops[dtype] * 1e12 * self.power_factor
 
     @property
     def memory_bytes(self) -> float:
@@ -56,6 +85,22 @@ class GPU(BaseModel):
     @property
     def hbm_bytes_s(self) -> float:
         return self.hbm_tbyte_s * 1e12
+
+    @property
+    def scale_out_gbps(self) -> float:
+        """Scale-out bandwidth per GPU (its share of the node's NICs), Gbit/s."""
+        return self.nics_per_node * self.nic_gbps / self.gpus_per_node
+
+    def at_power(self, limit_w: float | None) -> GPU:
+        """This GPU under an enforced power limit (None: the rated power)."""
+        if limit_w is None:
+            return self
+        if limit_w > self.power_w:
+            raise ShardwiseError(
+                f"cluster.power_limit_w: {limit_w:g} W exceeds the {self.power_w:g} W board power of {self.name}; "
+                f"give at most {self.power_w:g} or leave it out"
+            )
+        return self.model_copy(update={"power_limit_w": float(limit_w)})
 
 
 def _norm(name: str) -> str:
@@ -67,9 +112,12 @@ def _catalog() -> dict[str, GPU]:
     raw: dict[str, dict[str, Any]] = load_yaml(data_path("gpus.yaml"))
     out = {}
     for name, entry in raw.items():
-        fields = {k: v for k, v in entry.items() if k != "intra_node"}
-        link = entry["intra_node"]
-        out[name] = GPU(name=name, intra_node_link=link["link"], intra_node_gbyte_s=link["gbyte_s"], **fields)
+        fields = {k: v for k, v in entry.items() if k not in ("intra_node", "network")}
+        link, net = entry["intra_node"], entry["network"]
+        out[name] = GPU(
+            name=name, intra_node_link=link["link"], intra_node_gbyte_s=link["gbyte_s"],
+            intra_node_topology=link["topology"], nvls=link["nvls"], **net, **fields,
+        )
     return out
 
 
@@ -98,27 +146,82 @@ def get_gpu(name: str | GPU) -> GPU:
     return _catalog()[key]
 
 
-class NetworkTier(BaseModel):
-    """One level of the network: GPUs within `size` consecutive ranks reach each other at this tier."""
+class NetworkSpec(BaseModel):
+    """The job file's `cluster.network` mapping: what differs from the catalog defaults of the GPU."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    size: int = Field(gt=0, description="GPUs per domain of this tier")
-    gbyte_s: float = Field(gt=0, description="per-GPU bandwidth in one direction")
-    latency_s: float = Field(ge=0)
-    efficiency: float = Field(gt=0, le=1.2, description="achieved bus bandwidth / link bandwidth (>1 with in-network reduction)")
+    nics_per_node: int | None = Field(default=None, gt=0, le=1024)
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5)
+    fabric: Fabric | None = None
+    nvlink_gbyte_s: float | None = Field(default=None, gt=0, le=1e5)
+    nvlink_domain: int | None = Field(default=None, gt=0, le=1_000_000)
+    nvls: bool | None = None
+    sharp: bool = False
+
+
+@dataclass(frozen=True)
+class Network:
+    """A cluster's network, resolved (by :func:`make_network`, from validated inputs): the NVLink domain
+    and the scale-out NICs of each node. A plain frozen dataclass: it keys the comm model's caches."""
+
+    gpus_per_node: int
+    nvlink_domain: int  # GPUs on one NVLink/NVSwitch (or xGMI, PCIe) fabric
+    link: str  # scale-up link: nvlink3/4/5, nvlink4-export, xgmi, pcie4/5
+    topology: str  # switch | mesh
+    nvlink_gbyte_s: float  # per GPU, both directions (datasheet convention)
+    nvls: bool
+    sharp: bool
+    nics_per_node: int
+    nic_gbps: float  # line rate of one NIC
+    fabric: str  # infiniband | roce | efa | tcpxo
+
+    @property
+    def link_family(self) -> str:
+        """nvlink | xgmi | pcie: the key of the fitted ring efficiencies."""
+        return next((f for f in ("nvlink", "xgmi", "pcie") if self.link.startswith(f)), "nvlink")
+
+
+@dataclass(frozen=True)
+class CommGroup:
+    """A parallel group as the network sees it: `per_domain` ranks in each of `domains` NVLink domains."""
+
+    per_domain: int
+    domains: int
+    network: Network
+
+    @property
+    def size(self) -> int:
+        return self.per_domain * self.domains
+
+    @property
+    def name(self) -> str:
+        return self.network.link if self.domains == 1 else "scale-out"
+
+
+def group_shape(size, stride, domain: int):
+    """(ranks per NVLink domain, domains) of groups of `size` ranks spaced `stride` apart in the global
+    rank order, domains being aligned blocks of `domain` ranks (numbers or numpy arrays)."""
+    if not (isinstance(size, np.ndarray) or isinstance(stride, np.ndarray)):
+        if (size - 1) * stride + 1 <= domain:
+            return size, 1
+        k = min(max(domain // stride, 1), size)
+        return k, -(-size // k)
+    size, stride = np.asarray(size), np.asarray(stride)
+    inside = (size - 1) * stride + 1 <= domain
+    k = np.where(inside, size, np.clip(domain // np.maximum(stride, 1), 1, np.maximum(size, 1)))
+    return k, np.where(inside, 1, -(-size // k))
 
 
 class Cluster(BaseModel):
-    """`num_gpus` GPUs of one type in nodes of `gpus_per_node`, with a tiered network."""
+    """`num_gpus` GPUs of one type in nodes of `gpus_per_node`, with a two-level network."""
 
     model_config = ConfigDict(frozen=True)
 
     gpu: GPU
     num_gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS)
     gpus_per_node: int = Field(gt=0)
-    tiers: tuple[NetworkTier, ...]
+    network: Network
     price_usd_per_gpu_hour: float | None = None
     memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0, lt=1)
 
@@ -137,14 +240,39 @@ class Cluster(BaseModel):
     def nodes(self) -> int:
         return max(1, self.num_gpus // self.gpus_per_node)
 
-    def tier_for(self, size: int, stride: int) -> NetworkTier:
-        """Outermost tier crossed by a group of `size` ranks spaced `stride` apart: the group spans
-        (size - 1) * stride + 1 consecutive ranks (domains are aligned blocks of `tier.size` ranks)."""
-        span = (size - 1) * stride + 1
-        for tier in self.tiers:
-            if span <= tier.size:
-                return tier
-        return self.tiers[-1]
+    def tier_for(self, size: int, stride: int) -> CommGroup:
+        """Placement of a group of `size` ranks spaced `stride` apart: it spans (size - 1) * stride + 1
+        consecutive ranks; NVLink domains are aligned blocks of `nvlink_domain` ranks."""
+        k, n_domains = group_shape(int(size), int(stride), self.network.nvlink_domain)
+        return CommGroup(k, n_domains, self.network)
+
+
+def make_network(gpu: GPU, gpus_per_node: int, spec: NetworkSpec | None = None, inter_node_gbps: float | None = None) -> Network:
+    """The catalog's network for `gpu` with the job's overrides. NICs scale with a non-default node size;
+    `inter_node_gbps` (per-GPU scale-out bandwidth, the older field) sets the NIC rate."""
+    spec = spec or NetworkSpec()
+    if inter_node_gbps is not None and spec.nic_gbps is not None:
+        raise ShardwiseError("cluster.inter_node_gbps: give either inter_node_gbps (per GPU) or network.nic_gbps (per NIC), not both")
+    nics = spec.nics_per_node or max(1, round(gpu.nics_per_node * gpus_per_node / gpu.gpus_per_node))
+    nic_gbps = spec.nic_gbps or (inter_node_gbps * gpus_per_node / nics if inter_node_gbps else gpu.nic_gbps)
+    domain = spec.nvlink_domain or (gpu.nvlink_domain if gpu.nvlink_domain and gpus_per_node == gpu.gpus_per_node else gpus_per_node)
+    if domain < gpus_per_node or domain % gpus_per_node:
+        raise ShardwiseError(
+            f"cluster.network.nvlink_domain: {domain} must be a multiple of gpus_per_node ({gpus_per_node}); "
+            "GPUs of one node share its NVLink fabric"
+        )
+    if spec.nvls and not gpu.nvls:
+        raise ShardwiseError(
+            f"cluster.network.nvls: {gpu.name} has no NVLink SHARP (NVLS needs NVSwitch with Hopper or newer); remove nvls"
+        )
+    fabric = spec.fabric or gpu.fabric
+    if spec.sharp and fabric != "infiniband":
+        raise ShardwiseError(f"cluster.network.sharp: SHARP in-network reduction needs InfiniBand switches, not {fabric}; set sharp: false")
+    return Network(
+        gpus_per_node=gpus_per_node, nvlink_domain=domain, link=gpu.intra_node_link, topology=gpu.intra_node_topology,
+        nvlink_gbyte_s=spec.nvlink_gbyte_s or gpu.intra_node_gbyte_s, nvls=gpu.nvls if spec.nvls is None else spec.nvls,
+        sharp=spec.sharp, nics_per_node=nics, nic_gbps=nic_gbps, fabric=fabric,
+    )
 
 
 def make_cluster(
@@ -153,40 +281,31 @@ def make_cluster(
     gpus_per_node: int | None = None,
     inter_node_gbps: float | None = None,
     price_usd_per_gpu_hour: float | None = None,
-    constants: Any = None,
+    network: NetworkSpec | dict[str, Any] | None = None,
+    power_limit_w: float | None = None,
     gpu_field: str = "--gpu",
     memory_headroom: float | None = None,
 ) -> Cluster:
-    """Cluster with the default two tiers (intra-node link, scale-out) from the catalog.
-
-    Link efficiencies and latencies are the named constants of :mod:`shardwise.cost.constants`.
-    """
-    from shardwise.cost.constants import network_constants
-
+    """Cluster of `gpus` GPUs with the catalog's network, overridden by `network` (see NetworkSpec).
+    `gpu_field` names the field an unknown GPU is reported on; `memory_headroom` defaults to
+    DEFAULT_MEMORY_HEADROOM."""
     try:
         g = get_gpu(gpu)
     except ShardwiseError as exc:
         raise ShardwiseError(f"{gpu_field}: {exc}") from None
+    g = g.at_power(power_limit_w)
     per_node = gpus_per_node or g.gpus_per_node
-    net = network_constants(constants)
-    intra = NetworkTier(
-        name=g.intra_node_link,
-        size=per_node,
-        gbyte_s=g.intra_node_gbyte_s / 2,
-        latency_s=net.intra_node_latency_s,
-        efficiency=net.intra_node_efficiency,
-    )
-    outer = NetworkTier(
-        name="scale-out",
-        size=2**62,
-        gbyte_s=(inter_node_gbps or g.scale_out_gbps) / 8,
-        latency_s=net.inter_node_latency_s,
-        efficiency=net.inter_node_efficiency,
-    )
+    if isinstance(network, dict):
+        try:
+            network = NetworkSpec(**network)
+        except ValidationError as exc:
+            raise ShardwiseError(format_validation_error(exc, "cluster.network")) from None
+    net = make_network(g, per_node, network, inter_node_gbps)
     price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else g.price_usd_per_hour
     try:
         headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
-        return Cluster(gpu=g, num_gpus=gpus, gpus_per_node=per_node, tiers=(intra, outer), price_usd_per_gpu_hour=price,
+        return Cluster(gpu=g, num_gpus=gpus, gpus_per_node=per_node, network=net, price_usd_per_gpu_hour=price,
                        memory_headroom=headroom)
     except ValidationError as exc:
         raise ShardwiseError(format_validation_error(exc, "cluster")) from None
+

@@ -3,7 +3,8 @@
 The file contract (keep these names)::
 
     model: llama-3.1-70b          # preset | path to config.json | mapping
-    cluster: {gpu: H100-SXM, gpus: 512, gpus_per_node: 8, inter_node_gbps: 400}
+    cluster: {gpu: H100-SXM, gpus: 512, gpus_per_node: 8, power_limit_w: 700,
+              network: {nics_per_node: 8, nic_gbps: 400, fabric: infiniband, nvls: true, sharp: false}}
     training: {seq_len: 8192, global_batch: 512, precision: bf16, tokens: 15e12}
     parallel: {tp: 8, pp: 4, vpp: 1, cp: 1, ep: 1, dp: auto, zero: 1, sequence_parallel: true,
                recompute: selective, micro_batch: 1, schedule: 1f1b}
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
-from shardwise.specs.hardware import Cluster, make_cluster
+from shardwise.specs.hardware import Cluster, NetworkSpec, make_cluster
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
@@ -31,9 +32,18 @@ class ClusterSpec(BaseModel):
     gpu: str
     gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS)
     gpus_per_node: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS)
-    inter_node_gbps: float | None = Field(default=None, gt=0)
+    inter_node_gbps: float | None = Field(default=None, gt=0, le=1e5, description="per-GPU scale-out bandwidth (older field)")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    power_limit_w: float | None = Field(default=None, gt=0, le=1e5)
+    network: NetworkSpec | None = None
     memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory kept free (default 0.05)")
+
+
+def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster:
+    """Build a cluster from a job file's `cluster` mapping (ClusterSpec's fields)."""
+    c: ClusterSpec = _build(ClusterSpec, data, where)
+    return make_cluster(c.gpu, c.gpus, c.gpus_per_node, c.inter_node_gbps, c.price_usd_per_gpu_hour, c.network, c.power_limit_w,
+                        gpu_field=f"{where}.gpu", memory_headroom=c.memory_headroom)
 
 
 @dataclass(frozen=True)
@@ -126,9 +136,7 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     if "model" not in doc:
         raise ShardwiseError(f"{where}: missing 'model' (a preset name, a config.json path or a mapping)")
     model = load_model(doc["model"])
-    cspec: ClusterSpec = _build(ClusterSpec, _section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
-    cluster = make_cluster(cspec.gpu, cspec.gpus, cspec.gpus_per_node, cspec.inter_node_gbps, cspec.price_usd_per_gpu_hour,
-                           gpu_field="cluster.gpu", memory_headroom=cspec.memory_headroom)
+    cluster = cluster_from_mapping(_section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
     training = _build(TrainingSpec, _section(doc, "training", where), "training")
     raw_plan = dict(_section(doc, "parallel", where)) if require_plan or doc.get("parallel") is not None else {}
     if raw_plan.get("dp") == "auto":

@@ -218,8 +218,9 @@ def from_mapping(mapping: dict[str, Any], where: str = "model") -> ModelSpec:
 
 
 def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) -> ModelSpec:
-    """Resolve a preset name, a path to a HF ``config.json`` (unless `allow_paths` is false: a server
-    reads no file a request names), an inline mapping, or a spec."""
+    """Resolve a preset name, a path to a HF ``config.json`` or a Hugging Face model id (config in the
+    local cache) (neither unless `allow_paths`: a server reads no file a request names), an inline
+    mapping, or a spec."""
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, dict):
@@ -238,11 +239,16 @@ def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) 
         from shardwise.specs.hf_config import from_hf_config
 
         return from_hf_config(Path(ref).expanduser())
+    from shardwise.specs.hf_config import HF_MODEL_ID, from_hf_hub
+
+    if allow_paths and len(ref) <= 200 and HF_MODEL_ID.match(ref.strip()):
+        return from_hf_hub(ref.strip())
     close = [n for n in presets if len(key) <= 64 and (key.replace("_", "-") in n or n in key)]
     hint = f" Did you mean {', '.join(close[:3])}?" if close else ""
     raise ShardwiseError(
         f"model: unknown model {shorten(ref)}.{hint} Use a preset (one of {len(presets)}, e.g. llama-3.1-8b, "
         "llama-3.1-70b, mixtral-8x7b; all in the README), a path to a Hugging Face config.json, "
+        "a Hugging Face model id in the local cache, "
         "or a mapping {layers, hidden, heads, ffn, vocab, ...}."
     )
 

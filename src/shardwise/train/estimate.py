@@ -183,4 +183,5 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         cost_usd=cost,
         notes=tuple(notes),
         memory_per_rank=tuple(x[0] for x in ranks),
+        pipeline_inputs=timing.inputs,
     )

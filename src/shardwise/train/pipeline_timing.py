@@ -12,11 +12,12 @@ Which time is the step time depends on the schedule family:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import auto_schedule, generate_schedule, resolve, schedule_info, simulate
+from shardwise.pipeline import SimResult, auto_schedule, generate_schedule, resolve, schedule_info, simulate
 from shardwise.pipeline.ir import Schedule, loop_placement, v_placement
 from shardwise.pipeline.registry import stages_per_rank
 from shardwise.pipeline.steady import simulate_steady
@@ -42,6 +43,8 @@ class PipelineTiming:
     stage_bubble_ratio: float  # idle share of the longest per-rank span
     simulated_microbatches: int | None = None  # set when the steady state was extrapolated (pipeline.steady)
     exact: bool = True
+    #: the arguments of :func:`simulate_pipeline` that reproduce this timing (for traces)
+    inputs: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def bubble_s(self) -> float:
@@ -64,8 +67,8 @@ def plan_stages_per_rank(plan: TrainPlan) -> int:
             return plan.vpp
         return stages_per_rank(plan.schedule, plan.pp, plan.vpp)
     except ShardwiseError as exc:
-        field = "parallel.schedule" if str(exc).startswith("unknown schedule") else "parallel.vpp"
-        raise ShardwiseError(f"{field}: {exc}") from None
+        where = "parallel.schedule" if str(exc).startswith("unknown schedule") else "parallel.vpp"
+        raise ShardwiseError(f"{where}: {exc}") from None
 
 
 def stage_layout(schedule: str, pp: int, vpp: int) -> tuple[int, ...]:
@@ -98,22 +101,40 @@ def pipeline_timing(
                   tuple(activation), float(w_retained_fraction), cap, split_p2p)
 
 
-@lru_cache(maxsize=2048)
-def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float,
-           activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
-    if pp == 1:
-        busy = sum(f_s) + sum(i_s) + sum(w_s)
-        total = microbatches * busy
-        peak = (sum(activation) if name != "gpipe" else microbatches * sum(activation),)
-        return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)), GLOBAL, 0.0, 0.0)
+def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float, activation, w_retained_fraction: float,
+             activation_cap: float | None) -> Callable[[int], Schedule]:
+    """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs)."""
     if name == "auto":
         def build(m: int) -> Schedule:
             return auto_schedule(pp, m, vpp, f_s, i_s, w_s, p2p_s, mem_cap=activation_cap, activation=activation,
                                  w_retained_fraction=w_retained_fraction, placement="v" if vpp == 2 else "loop",
                                  objective="stage")
-    else:
-        def build(m: int) -> Schedule:
-            return cached_schedule(name, pp, m, vpp)
+        return build
+    return lambda m: cached_schedule(name, pp, m, vpp)
+
+
+def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s, w_s, p2p_s: float, activation,
+                      w_retained_fraction: float = 1.0, activation_cap: float | None = None) -> tuple[Schedule, SimResult]:
+    """The schedule IR (``auto``: searched under ``activation_cap``) and its full simulation (a trace
+    draws every action). With one stage every schedule but GPipe is F then B per micro-batch (what
+    :func:`pipeline_timing` assumes)."""
+    if pp == 1 and name != "gpipe":
+        name, vpp = "1f1b", 1
+    sched = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)(microbatches)
+    return sched, simulate(sched, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction)
+
+
+@lru_cache(maxsize=2048)
+def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float,
+           activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
+    inputs = (name, pp, vpp, microbatches, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
+    if pp == 1:
+        busy = sum(f_s) + sum(i_s) + sum(w_s)
+        total = microbatches * busy
+        peak = (sum(activation) if name != "gpipe" else microbatches * sum(activation),)
+        return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)), GLOBAL, 0.0, 0.0,
+                              inputs=inputs)
+    build = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
     stages = len(f_s)
     # Interleaved orders group micro-batches by pp once there are many: counts that are not multiples of pp
     # (admitted only below pp^2) are simulated in full.
@@ -121,7 +142,7 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
     steady = not grouped or microbatches % pp == 0
     kw = {"f_s": f_s, "i_s": i_s, "w_s": w_s, "activation": activation, "w_retained_fraction": w_retained_fraction}
 
-    def timed(p2p: float):
+    def timed(p2p: float) -> SimResult:
         if not steady:
             return simulate(build(microbatches), p2p_s=p2p, **kw)
         return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, pp if grouped else 1)
@@ -153,4 +174,5 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         stage_bubble_ratio=res.stage_bubble_ratio,
         simulated_microbatches=res.extrapolated_from,
         exact=res.exact,
+        inputs=inputs,
     )

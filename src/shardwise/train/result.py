@@ -77,6 +77,8 @@ class Estimate:
     cost_usd: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     memory_per_rank: tuple[MemoryBreakdown, ...] = ()  # every pipeline rank's breakdown (bytes)
+    #: the pipeline simulation's inputs (``PipelineTiming.inputs``), to redraw its timeline as a trace
+    pipeline_inputs: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative

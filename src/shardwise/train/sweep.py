@@ -60,7 +60,7 @@ def load_sweep(path: str | Path) -> list[dict[str, Any]]:
 
 def plan_one(job: dict[str, Any]) -> dict[str, Any]:
     """Run one planning job; errors become a row with `error` set (the sweep goes on)."""
-    from shardwise.specs.hardware import make_cluster
+    from shardwise.specs.job import cluster_from_mapping
     from shardwise.specs.model import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.planner import plan_search
@@ -71,8 +71,7 @@ def plan_one(job: dict[str, Any]) -> dict[str, Any]:
                            "gpu": c.get("gpu"), "gpus": c.get("gpus"), "seq_len": job["seq_len"], "global_batch": job["global_batch"]}
     try:
         model = load_model(job["model"])
-        cluster = make_cluster(c["gpu"], c["gpus"], c.get("gpus_per_node"), c.get("inter_node_gbps"), c.get("price_usd_per_gpu_hour"),
-                               gpu_field="clusters.gpu", memory_headroom=c.get("memory_headroom"))
+        cluster = cluster_from_mapping(c)
         training = TrainingSpec(seq_len=job["seq_len"], global_batch=job["global_batch"], precision=job["precision"])
         res = plan_search(model, cluster, training, job["objective"], tuple(job["schedules"] or DEFAULT_SCHEDULES),
                           max_memory_gib=job["max_memory_gib"], top_k=1)
