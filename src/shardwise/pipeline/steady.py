@@ -114,11 +114,13 @@ def simulate_steady(
     stages: int,
     granularity: int = 1,
     representative: int = SIMULATED_MICROBATCHES,
+    grow: bool = True,
 ) -> SimResult:
     """`simulate(build(microbatches), **simulate_kw)`, computed from a few simulations of about
     `representative` micro-batches when `microbatches` is larger (see the module docstring). `stages`:
     virtual stages of the schedule; `granularity`: the micro-batch counts the schedule admits are
-    multiples of it (interleaved with many micro-batches: pp)."""
+    multiples of it (interleaved with many micro-batches: pp). `grow` False: no larger samples when the
+    first does not settle (for schedules searched per count, such as `auto`, whose search is costly)."""
     g = max(1, granularity)
     b = -(-max(representative, 8 * stages) // g) * g
 
@@ -142,7 +144,7 @@ def simulate_steady(
                 return _extend(r2, r3, (microbatches - m1 - c) // c, microbatches, exact=True)
         if 4 * b >= microbatches and affordable(microbatches):
             return run(microbatches)
-        if not affordable(4 * b):  # no settled cycle within the budget: extend the last cycle found
+        if not grow or not affordable(4 * b):  # no settled cycle within the budget: extend the last cycle found
             c = c or g
             m1 = b + (microbatches - b) % c
             r1, r2 = run(m1), run(m1 + c)

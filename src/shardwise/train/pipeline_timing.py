@@ -145,7 +145,8 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
     def timed(p2p: float) -> SimResult:
         if not steady:
             return simulate(build(microbatches), p2p_s=p2p, **kw)
-        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, pp if grouped else 1)
+        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, pp if grouped else 1,
+                               grow=name != "auto")  # auto searches per count: one sample size only
 
     res = timed(p2p_s)
     span_rule = name in POST_VALIDATION
