@@ -1,4 +1,5 @@
-# Two commands for a newcomer: `make run` and `make test`; `make web` serves the web planner.
+# Two commands for a newcomer: `make run` and `make test`; `make web` serves the web planner, `make lint`
+# checks the code with ruff (rules in pyproject.toml).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -7,7 +8,7 @@ DEFAULT_JOB ?= examples/llama3.1-70b-64xh100.yaml
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test venv web clean
+.PHONY: run test lint venv web clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,9 @@ web: $(VENV)/.installed-web
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -n 2
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

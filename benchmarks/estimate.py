@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
+from collections.abc import Callable, Sequence
 
 from shardwise.cost.layer import embedding, lm_head, transformer_layer
-from shardwise.specs.job import job_from_mapping
+from shardwise.specs.job import TrainJob, job_from_mapping
 from shardwise.train.estimate import estimate
 from shardwise.train.pipeline_timing import _timed
 
@@ -30,7 +31,7 @@ def make_job(tp=8, pp=4, zero=1, recompute="selective", micro_batch=1, model="ll
     })
 
 
-def rate(fn, jobs, seconds: float) -> float:
+def rate(fn: Callable[[TrainJob], object], jobs: Sequence[TrainJob], seconds: float) -> float:
     n, start = 0, time.perf_counter()
     for job in itertools.cycle(jobs):
         fn(job)

@@ -18,9 +18,13 @@ import argparse
 import json
 import os
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shardwise.specs.job import TrainJob
 
 
-def _job(pp: int, schedule: str, microbatches: int, layers: int):
+def _job(pp: int, schedule: str, microbatches: int, layers: int) -> TrainJob:
     from shardwise.specs.job import job_from_mapping
 
     vpp = 2 if schedule in ("interleaved", "bfs") else 1

@@ -16,13 +16,13 @@ import time
 
 import numpy as np
 
-from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.hardware import Cluster, make_cluster
+from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
-from shardwise.train.planner import _job, plan_search
+from shardwise.train.planner import job_from_plan, plan_search
 from shardwise.train.screen import screen
-from shardwise.train.search_space import enumerate_plans
+from shardwise.train.search_space import Candidates, enumerate_plans
 
 CASES = [
     ("llama-3.1-405b", "H100-SXM", 16384, 8192, 2048),
@@ -53,11 +53,12 @@ def main() -> None:
               f"lower bound/exact max {lb.max():.3f} (must be <= 1)")
 
 
-def _screen_accuracy(cands, model, cluster, training, n: int = 60):
+def _screen_accuracy(cands: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec,
+                     n: int = 60) -> tuple[np.ndarray, np.ndarray]:
     scr = screen(cands, model, cluster, training)
     fits = np.nonzero(scr["memory_bytes"] <= cluster.gpu.memory_bytes)[0]
     pick = np.random.default_rng(0).choice(fits, size=min(n, len(fits)), replace=False)
-    exact = np.array([estimate(_job(model, cluster, training, cands.plan_dict(i), {}), split_p2p=False).step_time_s for i in pick])
+    exact = np.array([estimate(job_from_plan(model, cluster, training, cands.plan_dict(i)), split_p2p=False).step_time_s for i in pick])
     return scr["step_s"][pick] / exact, scr["step_lb_s"][pick] / exact
 
 

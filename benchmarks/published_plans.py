@@ -17,13 +17,14 @@ import json
 
 import numpy as np
 
+from shardwise.calibration.records import build_job
+from shardwise.calibration.sources import source_of
+from shardwise.calibration.validate import default_data_path
 from shardwise.errors import ShardwiseError
-from shardwise.train.calibration import _job, source_facts, source_label
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import plan_search
 from shardwise.train.screen import screen
 from shardwise.train.search_space import enumerate_plans
-from shardwise.train.validate import default_data_path
 
 PREFIXES = ("korthikanti22_t5", "korthikanti22_530B", "narayanan21_t1", "narayanan21_t2_PTD-P", "llama3_t4")
 
@@ -36,12 +37,12 @@ def main() -> None:
     print(f"{'record':38s} {'published plan':34s} {'pub s':>8s} {'best s':>8s} {'speedup':>7s} {'rank':>12s}  best plan")
     for rec in records:
         try:
-            job = _job(rec, [])
+            job = build_job(rec, source_of(rec["id"]), [])
         except ShardwiseError as exc:
             print(f"{rec['id']:38s} skipped: {exc}")
             continue
         pub = estimate(job)
-        extra = {"flash_attention": source_facts(source_label(rec))["flash_attention"]}
+        extra = {"flash_attention": job.plan.flash_attention}
         res = plan_search(job.model, job.cluster, job.training, top_k=1, fixed=dict(extra))
         best = res.top[0]
         cands = enumerate_plans(job.model, job.cluster, job.training, flash_attention=extra["flash_attention"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import shardwise
@@ -27,7 +28,7 @@ TARGET_MS = 50.0
 DATA = Path(shardwise.__file__).parent / "data" / "calibration" / "training-measurements.json"
 
 
-def best_of(fn, n: int = 5) -> float:
+def best_of(fn: Callable[[], object], n: int = 5) -> float:
     times = []
     for _ in range(n):
         t0 = time.perf_counter()

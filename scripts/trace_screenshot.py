@@ -59,7 +59,7 @@ class DevTools:
         os.close(from_browser_w)
         self._next, self._buf = 0, b""
 
-    def call(self, method: str, session: str | None = None, **params):
+    def call(self, method: str, session: str | None = None, **params: object) -> dict:
         self._next += 1
         msg = {"id": self._next, "method": method, "params": params}
         if session:

@@ -69,11 +69,11 @@ def test_unknown_platform_and_bad_file():
 
 
 def test_validate_comm_cli(tmp_path, capsys):
-    assert main(["validate", "--comm", "--no-cv", "--format", "json"]) == 0
+    assert main(["validate", "--comm", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["per_source"]) >= {"awsnccl", "stas", "azbench", "deepep"}
     assert all(r["assumptions"] is not None for r in out["rows"])
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a list"}')
-    assert main(["validate", "--comm", "--no-cv", str(bad)]) == 2
+    assert main(["validate", "--comm", str(bad)]) == 2
     assert "expected a JSON list" in capsys.readouterr().err

@@ -51,8 +51,8 @@ def test_active_params_match_published(name):
 def test_megatron_eq2_parameter_count():
     """Narayanan et al. 2021 Eq. 2: P = 12lh^2 (1 + 13/(12h) + (V + s)/(12lh))."""
     spec = load_model("gpt-175b")
-    l, h, V, s = spec.layers, spec.hidden, spec.vocab, spec.position_embeddings
-    eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+    L, h, V, s = spec.layers, spec.hidden, spec.vocab, spec.position_embeddings
+    eq2 = 12 * L * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * L * h))
     assert spec.params_total == pytest.approx(eq2 + 2 * h, rel=1e-9)  # + final LayerNorm
 
 

@@ -7,16 +7,21 @@ and returns the same result objects the CLI prints.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shardwise.specs.job import TrainJob
+    from shardwise.train.planner import PlanResult
+    from shardwise.train.result import Estimate
 
 
-def _train_job(job: str | Path | dict[str, Any]):
+def _train_job(job: str | Path | dict[str, Any]) -> TrainJob:
     from shardwise.specs.job import job_from_mapping, load_jobs
 
     return job_from_mapping(job) if isinstance(job, dict) else load_jobs(job)[0]
 
 
-def estimate(job: str | Path | dict[str, Any]):
+def estimate(job: str | Path | dict[str, Any]) -> Estimate:
     """Memory per GPU, step time, MFU and tokens/s of a training job (`train estimate`).
     Returns a :class:`shardwise.train.result.Estimate` (``.to_dict()`` is the JSON output)."""
     from shardwise.train.estimate import estimate as _estimate
@@ -26,7 +31,7 @@ def estimate(job: str | Path | dict[str, Any]):
 
 def plan(model: str | dict[str, Any], gpu: str, gpus: int, seq_len: int, global_batch: int, *,
          precision: str = "bf16", objective: str = "throughput", top: int = 5,
-         runnable_on: tuple[str, ...] = (), **options: Any):
+         runnable_on: tuple[str, ...] = (), **options: Any) -> PlanResult:
     """The best training plans (`train plan`): a :class:`shardwise.train.planner.PlanResult` whose
     ``top`` holds the exact estimates, best first. ``runnable_on`` keeps plans those engines run as is."""
     from shardwise.specs.hardware import make_cluster

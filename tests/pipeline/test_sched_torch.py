@@ -12,11 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.pipelining")
 
-from torch.distributed.pipelining import schedules as tsched
-from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+from torch.distributed.pipelining import schedules as tsched  # noqa: E402
+from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops  # noqa: E402
 
-from shardwise.errors import ShardwiseError
-from shardwise.pipeline import (
+from shardwise.errors import ShardwiseError  # noqa: E402
+from shardwise.pipeline import (  # noqa: E402
     Kind,
     generate_schedule,
     load_csv,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
-from pytest import approx
 from hypothesis import strategies as st
+from pytest import approx
 
 from shardwise.cli.main import main
 from shardwise.pipeline import generate_schedule, simulate

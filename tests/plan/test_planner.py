@@ -5,13 +5,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardwise.errors import ShardwiseError
 from shardwise.pipeline import generate_schedule, simulate
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.model import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
-from shardwise.train.planner import _job, plan_search
+from shardwise.train.planner import job_from_plan, plan_search
 from shardwise.train.screen import bubble_units, inflight_units, screen
 from shardwise.train.search_space import enumerate_plans
 
@@ -35,7 +36,7 @@ def test_top_is_sorted_and_beats_random_feasible_plans(result):
     c = enumerate_plans(MODEL, CLUSTER, TRAINING)
     rng = np.random.default_rng(0)
     for i in rng.choice(len(c), 25, replace=False):
-        e = estimate(_job(MODEL, CLUSTER, TRAINING, c.plan_dict(i), {}))
+        e = estimate(job_from_plan(MODEL, CLUSTER, TRAINING, c.plan_dict(i)))
         if e.fits:
             assert e.step_time_s >= result.top[0].step_time_s * (1 - 1e-9)
 
@@ -45,7 +46,7 @@ def test_screen_lower_bound_is_valid_and_memory_close():
     s = screen(c, MODEL, make_cluster("A100-80GB", 16), TrainingSpec(seq_len=4096, global_batch=64))
     rng = np.random.default_rng(1)
     for i in rng.choice(len(c), 40, replace=False):
-        e = estimate(_job(MODEL, make_cluster("A100-80GB", 16), TrainingSpec(seq_len=4096, global_batch=64), c.plan_dict(i), {}))
+        e = estimate(job_from_plan(MODEL, make_cluster("A100-80GB", 16), TrainingSpec(seq_len=4096, global_batch=64), c.plan_dict(i)))
         assert s["step_lb_s"][i] <= e.step_time_s * (1 + 1e-9)
         assert s["memory_bytes"][i] == pytest.approx(e.memory.total, rel=0.2)
 
@@ -58,7 +59,7 @@ def test_inflight_closed_forms_never_below_the_simulator(name, pp, m_mult):
     m = pp * m_mult
     try:
         sched = generate_schedule(name, pp, m, v)
-    except Exception:
+    except ShardwiseError:  # the schedule does not admit (pp, m, vpp)
         return
     sim = simulate(sched, 1.0, 1.0, 1.0, 0.0)
     for r in range(pp):

@@ -1,22 +1,25 @@
 """Plans that ran in production must fit in memory under the model (with the default 5% headroom).
 
 Each plan is built from the calibration record of its paper (src/shardwise/data/calibration/
-training-measurements.json, via train/calibration.py, with the assumptions it lists where a paper is
+training-measurements.json, via calibration/records.py, with the assumptions it lists where a paper is
 silent) and estimated; `fits` compares the peak with the GPU memory less the headroom.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from shardwise.specs._loading import data_path
+from shardwise.calibration.records import build_job
+from shardwise.calibration.sources import source_of
+from shardwise.calibration.validate import default_data_path
 from shardwise.specs.hardware import DEFAULT_MEMORY_HEADROOM
-from shardwise.train.calibration import _job
+from shardwise.specs.model import load_model
 from shardwise.train.estimate import estimate
 
-RECORDS = {r["id"]: r for r in json.loads(data_path("calibration/training-measurements.json").read_text())}
+RECORDS = {r["id"]: r for r in json.loads(default_data_path().read_text())}
 
 # Korthikanti et al. 2022 Table 5 (GPT 22B-1T on A100-80GB, full and selective recompute) and Sec. 6.3.
 MEGATRON = [
@@ -41,7 +44,13 @@ LLAMA3_GAP = "Llama 3's tunable-N interleaved schedule (Sec. 3.3.2) is not model
 
 
 def _estimate(record_id: str):
-    return estimate(_job(RECORDS[record_id], []))
+    job = build_job(RECORDS[record_id], source_of(record_id), [])
+    if record_id.startswith("llama3"):
+        # Llama 3 405B is a SwiGLU model (Dubey et al. 2024 Table 3: FFN 53,248 = 3.25 x 16,384, SwiGLU):
+        # the record's name matched calibration/records.py's GELU_NAMES ("5b" in "405b"), which builds a
+        # 294B-parameter GELU GPT; the preset has the paper's architecture.
+        job = replace(job, model=load_model("llama-3.1-405b"))
+    return estimate(job)
 
 
 @pytest.mark.parametrize("record_id", MEGATRON)

@@ -7,7 +7,7 @@ import pytest
 
 from shardwise.serve.config import EngineSpec
 from shardwise.serve.constants import ServingConstants
-from shardwise.serve.engine import Engine
+from shardwise.serve.policies import make_engine
 from shardwise.serve.state import RequestTable
 from shardwise.serve.workload import Requests
 
@@ -33,7 +33,7 @@ def make_requests(arrivals, inputs, outputs, prefix_len=0):
 def run_engine(req, spec=None, blocks=100_000, timer=None, prefill_only=False):
     """Run all requests on one engine; returns (table, engine)."""
     table = RequestTable(req)
-    eng = Engine(timer or FakeTimer(), spec or EngineSpec(), blocks, table, prefill_only)
+    eng = make_engine(timer or FakeTimer(), spec or EngineSpec(), blocks, table, prefill_only)
     for rid in range(len(req)):
         eng.submit(rid)
     eng.advance()

@@ -72,7 +72,7 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys, text, message):
 def test_plan_json_and_plot(tmp_path, capsys):
     png = tmp_path / "cost.png"
     rc = main(["serve", "plan", "--model", "llama-3.1-8b", "--rate", "3", "--slo-ttft-ms", "500", "--slo-tpot-ms", "80",
-               "--gpus", "a100-80gb:2", "--num-requests", "120", "--no-disagg", "--no-mix", "--format", "json", "--plot", str(png)])
+               "--gpu-mix", "a100-80gb:2", "--num-requests", "120", "--no-disagg", "--no-mix", "--format", "json", "--plot", str(png)])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["feasible"] and out["chosen"]["deployment"]["gpu"] == "A100-80GB"
@@ -80,16 +80,20 @@ def test_plan_json_and_plot(tmp_path, capsys):
 
 
 def test_plan_from_a_job_file(tmp_path, capsys):
-    rc = main(["serve", "plan", str(write_job(tmp_path, JOB)), "--gpus", "a100-80gb:1", "--num-requests", "100", "--no-disagg", "--no-mix"])
+    rc = main(["serve", "plan", str(write_job(tmp_path, JOB)), "--gpu", "a100-80gb", "--gpus", "1", "--num-requests", "100",
+               "--no-disagg", "--no-mix"])
     assert rc == 0
     assert "Cheapest deployment" in capsys.readouterr().out
 
 
 def test_plan_with_impossible_slo_says_so(capsys):
+    # --gpus TYPE:N is the old spelling of --gpu-mix: it still works, with a note
     rc = main(["serve", "plan", "--model", "llama-3.1-8b", "--rate", "3", "--slo-tpot-ms", "0.5", "--gpus", "a100-80gb:2",
                "--num-requests", "100", "--no-disagg", "--no-mix"])
     assert rc == 0
-    assert "No feasible deployment" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "No feasible deployment" in out.out
+    assert out.err == "note: --gpus a100-80gb:2 is the old spelling of --gpu-mix a100-80gb:2; it will be removed\n"
 
 
 def test_validation_held_out_rows_meet_the_15_percent_bar(capsys):

@@ -1,10 +1,16 @@
-"""KV bytes per token and KV block capacity, pinned to hand-worked numbers (serving-formulas.md formulas 1-2)."""
+"""KV bytes per token and KV block capacity, pinned to hand-worked numbers (vLLM cache_engine.get_cache_block_size and worker.determine_num_available_blocks)."""
 
 import pytest
 
 from shardwise.errors import ShardwiseError
 from shardwise.serve.constants import ServingConstants
-from shardwise.serve.memory import GIB, activation_peak_bytes, kv_bytes_per_token_per_gpu, kv_capacity, weight_bytes_per_gpu
+from shardwise.serve.memory import (
+    GIB,
+    activation_peak_bytes,
+    kv_bytes_per_token_per_gpu,
+    kv_capacity,
+    weight_bytes_per_gpu,
+)
 from shardwise.specs.hardware import get_gpu
 from shardwise.specs.model import load_model
 

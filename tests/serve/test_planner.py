@@ -5,7 +5,7 @@ import pytest
 from shardwise.errors import ShardwiseError
 from shardwise.serve.config import SLOSpec
 from shardwise.serve.mix import allocate
-from shardwise.serve.plan_cli import parse_gpus, plan_request
+from shardwise.serve.plan_cli import parse_gpu_mix, plan_request
 from shardwise.serve.planner import cost_curves, plan
 
 
@@ -68,7 +68,7 @@ def test_too_few_gpus_is_infeasible_and_says_how_many_are_needed():
 @pytest.mark.parametrize("text, message", [("h100:x", "bad count"), ("h100:-1", "must be positive"), ("z9:4", "unknown GPU"), ("", "at least one GPU")])
 def test_bad_gpu_lists(text, message):
     with pytest.raises(ShardwiseError, match=message):
-        parse_gpus(text)
+        parse_gpu_mix(text)
 
 
 def test_plan_input_errors():

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from shardwise.errors import ShardwiseError
 from shardwise.serve.config import parse_serve_job
-from shardwise.serve.workload import arrival_times, build_requests
 from shardwise.serve.trace import read_trace
+from shardwise.serve.workload import arrival_times, build_requests
 
 
 def wl(**kw):

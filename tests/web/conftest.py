@@ -9,11 +9,11 @@ import pytest
 pytest.importorskip("fastapi", reason="the web planner needs the web extra: pip install -e '.[web]'")
 pytest.importorskip("httpx", reason="FastAPI's test client needs httpx (the webtest extra)")
 
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from shardwise.cli.main import main  # noqa: E402
-from shardwise.web.app import WebSettings, create_app, finite  # noqa: E402
-from shardwise.web.jobs import Limits  # noqa: E402
+from shardwise.cli.main import main
+from shardwise.web.app import WebSettings, create_app, finite
+from shardwise.web.jobs import Limits
 
 
 @pytest.fixture(scope="module")

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from shardwise.errors import ShardwiseError
+
+if TYPE_CHECKING:
+    from shardwise.handoff import Export
+    from shardwise.specs.job import TrainJob
 
 _VERSION = typer.Option(None, "--engine-version", help="Engine release to target (default: the pinned one).")
 _FORMAT = typer.Option("script", "--format", "-f", help="args (engine arguments, one line) | script | file (config file).")
 _OUT = typer.Option(None, "--output", "-o", help="Write here instead of stdout; extra files (schedule CSV) go beside it.")
 
 
-def load_train_job(path: Path, rank: int = 1):
+def load_train_job(path: Path, rank: int = 1) -> TrainJob:
     """A job file, or the JSON of `train plan --format json` (its `rank`-th plan)."""
     from shardwise.specs._loading import read_document
     from shardwise.specs.job import job_from_mapping, load_jobs
@@ -33,7 +39,7 @@ def load_train_job(path: Path, rank: int = 1):
     return jobs[rank - 1 if len(jobs) > 1 else 0]
 
 
-def emit(exports, fmt: str, output: Path | None) -> None:
+def emit(exports: Sequence[Export], fmt: str, output: Path | None) -> None:
     """Print or write the rendered exports; extra files are written beside the output (or here)."""
     texts = [e.render(fmt) for e in exports]
     where = output.parent if output is not None else Path(".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from functools import lru_cache
 
@@ -48,7 +49,8 @@ def _register() -> None:
     app.add_typer(train.app, name="train")
     app.add_typer(schedule.app, name="schedule")
     app.add_typer(serve.app, name="serve")
-    app.command("validate")(validate.validate)
+    alias_help = "Alias of `shardwise train validate`. " + inspect.cleandoc(validate.validate.__doc__ or "")
+    app.command("validate", help=alias_help)(validate.validate)
     app.command("schema")(schema.schema_cmd)
     app.command("web")(web.web_cmd)
 

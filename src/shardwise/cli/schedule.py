@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from shardwise.cli.options import Format, format_option
 from shardwise.console import echo_json, make_console
+
+if TYPE_CHECKING:
+    from shardwise.pipeline import SimResult
 
 app = typer.Typer(help="""Pipeline schedules: simulate, compare, export/import (PyTorch CSV).
 
@@ -19,11 +24,6 @@ Examples:
 
   shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png
 """, no_args_is_help=True)
-
-
-class OutFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class ExportFormat(str, Enum):
@@ -49,7 +49,7 @@ def _console() -> Console:
     return make_console()
 
 
-def _print_result(res, console: Console) -> None:
+def _print_result(res: SimResult, console: Console) -> None:
     summary = Table(title=f"{res.name}: pp={res.pp}, vpp={res.vpp}, stages={res.num_stages}, "
                           f"microbatches={res.microbatches}", show_header=False)
     summary.add_column("metric")
@@ -75,7 +75,7 @@ def _print_result(res, console: Console) -> None:
 
 
 def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
-                         comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: OutFormat,
+                         comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: Format,
                          plot: Path | None, trace: Path | None) -> None:
     from shardwise.pipeline import load_csv, simulate
     from shardwise.pipeline.options import build_schedule
@@ -91,7 +91,7 @@ def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | N
         from shardwise.pipeline.trace import simulation_trace, write_trace
 
         write_trace(simulation_trace(sched, res, w_retained_fraction=rho), trace)
-    if fmt is OutFormat.json:
+    if fmt is Format.json:
         echo_json(res.to_dict(), indent=1)
         return
     console = _console()
@@ -128,7 +128,7 @@ def simulate_cmd(
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: float | None = _CAP,
     w_retained: float = _RHO,
     from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
     trace: Path | None = _TRACE,
 ) -> None:
@@ -150,7 +150,7 @@ def simulate_cmd(
 def import_cmd(
     file: Path = typer.Argument(..., help="Schedule CSV, one row per rank (PyTorch _dump_csv layout)."),
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, w_retained: float = _RHO,
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
     trace: Path | None = _TRACE,
 ) -> None:
@@ -182,7 +182,6 @@ def export_cmd(
       shardwise schedule export --schedule interleaved --pp 4 --microbatches 8 --vpp 2 --format text
     """
     from shardwise.pipeline import write_csv_text
-
     from shardwise.pipeline.options import build_schedule
 
     sched, _ = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained)
@@ -203,7 +202,7 @@ def compare_cmd(
     w: str = typer.Option("1", "--w", help="W time of a rank's slice."),
     comm: float = _COMM, mem_cap: float | None = _CAP, w_retained: float = _RHO,
     schedules: str | None = typer.Option(None, "--schedules", help="Comma-separated subset."),
-    format: OutFormat = typer.Option(OutFormat.table, "--format", help="table or json."),
+    format: Format = format_option(),
 ) -> None:
     """Every schedule side by side on the same model (times per rank slice, split over its stages).
 
@@ -219,7 +218,7 @@ def compare_cmd(
     names = [s.strip() for s in schedules.split(",")] if schedules else None
     rows = compare_schedules(pp, microbatches, vpp, parse_times(f, "f"), parse_times(i, "i"), parse_times(w, "w"), comm,
                              mem_cap, w_retained, names)
-    if format is OutFormat.json:
+    if format is Format.json:
         echo_json(rows, indent=1)
         return
     table = Table(title=f"schedules at pp={pp}, microbatches={microbatches} (times per rank slice F={f} I={i} "

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 
 import numpy as np
 import typer
 
+from shardwise.cli.options import Format, format_option, gpu_mix_option
 from shardwise.console import echo_json, watch
 
 app = typer.Typer(help="""Serving: simulate a deployment, plan the cheapest one under SLOs, validate, export to vLLM/SGLang.
@@ -16,19 +16,14 @@ Examples:
 
   shardwise serve simulate examples/serve-llama3.1-8b-a100.yaml
 
-  shardwise serve plan --model llama-3.1-8b --rate 20 --slo-ttft-ms 300 --slo-tpot-ms 50 --gpus h100:8
+  shardwise serve plan --model llama-3.1-8b --rate 20 --slo-ttft-ms 300 --slo-tpot-ms 50 --gpu h100 --gpus 8
 """, no_args_is_help=True)
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 @app.command()
 def simulate(
     job: Path = typer.Argument(..., help="Serve job file (YAML/JSON): model, precision, deployment, workload, slo."),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    format: Format = format_option(),
     plot_cdf: Path = typer.Option(None, "--plot-cdf", help="Write TTFT/TPOT/ITL/E2E CDFs to this PNG."),
 ) -> None:
     """Simulate a serving deployment iteration by iteration and report vLLM-style metrics.
@@ -73,27 +68,34 @@ def plan(
     slo_ttft_ms: float = typer.Option(None, "--slo-ttft-ms", help="TTFT target (ms)."),
     slo_tpot_ms: float = typer.Option(None, "--slo-tpot-ms", help="TPOT target (ms)."),
     attainment: float = typer.Option(None, "--attainment", help="Fraction of requests that must meet the SLOs (default 0.9)."),
-    gpus: str = typer.Option("h100:8,a100-80gb:8", "--gpus", help="Allowed GPU types with counts available, e.g. h100:8,a100-80gb:16."),
+    gpu: list[str] = typer.Option(None, "--gpu", help="GPU type the deployment may use; repeat or comma-separate "
+                                  "to allow several (default: --gpu-mix h100:8,a100-80gb:8)."),
+    gpus: str = typer.Option(None, "--gpus", help="GPUs available of each --gpu type (default 8)."),
+    gpu_mix: str = typer.Option(None, "--gpu-mix", help="GPU types with the count available of each, "
+                                "e.g. h100:8,a100-80gb:16."),
     workload: Path = typer.Option(None, "--workload", help="Workload file (YAML/JSON `workload:` block or a CSV trace)."),
     precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8."),
     disaggregation: bool = typer.Option(True, "--disagg/--no-disagg", help="Also search prefill/decode-disaggregated deployments."),
     mix: bool = typer.Option(True, "--mix/--no-mix", help="Also search GPU-type mixes by length class (MILP)."),
     num_requests: int = typer.Option(None, "--num-requests", help="Requests per candidate simulation (default 600)."),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the cost-vs-rate curve of the candidates to this PNG."),
 ) -> None:
     """Find the cheapest deployment that meets the SLOs at the target rate.
 
     Examples:
 
-      shardwise serve plan --model llama-3.1-8b --rate 20 --slo-ttft-ms 300 --slo-tpot-ms 50 --gpus h100:8,a100-80gb:16
+      shardwise serve plan --model llama-3.1-8b --rate 20 --slo-ttft-ms 300 --slo-tpot-ms 50 --gpu-mix h100:8,a100-80gb:16
 
-      shardwise serve plan examples/serve-llama3.1-8b-a100.yaml --gpus h100:32 --format json
+      shardwise serve plan examples/serve-llama3.1-8b-a100.yaml --gpu h100 --gpus 32 --format json
     """
     from shardwise.serve.plan_cli import plan_request, print_plan
     from shardwise.serve.planner import plan as run_plan
 
-    request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, gpus, workload, precision, num_requests)
+    mix_text, note = gpu_mix_option(gpu, gpus, gpu_mix)
+    request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, mix_text, workload, precision, num_requests)
+    if note:
+        typer.echo(f"note: {note}", err=True)
     done = [0.0]  # percent of the search, as the planner reports it
 
     def report(message: str, fraction: float) -> None:
@@ -116,7 +118,7 @@ def plan(
 
 @app.command()
 def validate(
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    format: Format = format_option(),
     split: str = typer.Option("all", "--split", help="fit | validate | all."),
 ) -> None:
     """Compare the simulator with published vLLM/SGLang runs (data/serving_measurements.yaml).

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 
 import typer
+
+from shardwise.cli.options import Format, format_option
 from shardwise.console import echo_json, make_console
 
-app = typer.Typer(help="""Training: estimate a plan, search plans, export a plan to an engine, run a plan.
+app = typer.Typer(help="""Training: estimate a plan, search plans, export a plan to an engine, run a plan, validate
+the model against public measurements.
 
 Examples:
 
@@ -18,15 +20,10 @@ Examples:
 """, no_args_is_help=True)
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-
-
 @app.command("estimate")
 def estimate_cmd(
     job: Path = typer.Argument(..., help="YAML or JSON job file (one job or a list of jobs)."),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
+    format: Format = format_option(),
     trace: Path = typer.Option(None, "--trace", help="Write the estimated step as a Chrome/Perfetto trace (JSON)."),
 ) -> None:
     """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job.
@@ -39,7 +36,6 @@ def estimate_cmd(
     """
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
-
     from shardwise.train.report import estimate_json, estimate_table
 
     results = [estimate(j) for j in load_jobs(job)]
@@ -59,14 +55,16 @@ def estimate_cmd(
 
 
 def _register() -> None:
-    from shardwise.cli.train_plan import plan_cmd, sweep_cmd
     from shardwise.cli.export import train_export_cmd
+    from shardwise.cli.train_plan import plan_cmd, sweep_cmd
     from shardwise.cli.train_run import run_cmd
+    from shardwise.cli.validate import validate
 
     app.command("export")(train_export_cmd)
     app.command("plan")(plan_cmd)
     app.command("sweep")(sweep_cmd)
     app.command("run")(run_cmd)
+    app.command("validate")(validate)
 
 
 _register()

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+from shardwise.cli.options import Format, format_option
 from shardwise.console import echo_json, make_console
 
-from shardwise.cli.train import Format
+if TYPE_CHECKING:
+    from shardwise.handoff import Export
+    from shardwise.specs.hardware import Cluster
+    from shardwise.specs.model import ModelSpec
+    from shardwise.specs.training import TrainingSpec
+    from shardwise.train.result import Estimate
 
 
 def plan_cmd(
@@ -23,7 +31,7 @@ def plan_cmd(
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     tokens: float = typer.Option(None, "--tokens", help="Tokens to train: adds days and dollars."),
     precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
-    format: Format = typer.Option(Format.table, "--format", "-f"),
+    format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
     exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
     memory_headroom: float = typer.Option(None, "--memory-headroom",
@@ -96,7 +104,7 @@ def plan_cmd(
         console.print(launch.script(), markup=False, highlight=False)
 
 
-def _launch(best, spec, training, clusters, engine: str):
+def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:
     """The export of the best plan (it runs on `engine`: the search was restricted to such plans)."""
     from shardwise.handoff import export_train
     from shardwise.specs.job import job_from_mapping

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
+from shardwise.cli.options import Format, format_option
 from shardwise.console import echo_json, json_text
-
 from shardwise.errors import CheckFailed, ShardwiseError
 
 
@@ -22,7 +22,7 @@ def run_cmd(
     timeline: Path = typer.Option(None, "--timeline", help="Write measured and predicted timelines (JSON)."),
     plot: Path = typer.Option(None, "--plot", help="Plot measured vs predicted timeline (.png/.svg/.pdf)."),
     trace: Path = typer.Option(None, "--trace", help="Write measured and predicted timelines as a Chrome/Perfetto trace (JSON)."),
-    format: str = typer.Option("table", "--format", "-f", help="table or json."),
+    format: Format = format_option(),
     schedule: str = typer.Option(None, "--schedule", help="Override the plan's pipeline schedule."),
     seed: int = typer.Option(0, "--seed", help="Seed of weights and data."),
     index: int = typer.Option(None, "--index", help="Which job of a file holding several (0-based)."),
@@ -42,8 +42,6 @@ def run_cmd(
     from shardwise.execute import config_from_job, require_torch
 
     require_torch()
-    if format not in ("table", "json"):
-        raise ShardwiseError(f"--format must be table or json, got {format!r}")
     from shardwise.specs.job import load_jobs
 
     jobs = load_jobs(job)
@@ -72,7 +70,7 @@ def run_cmd(
         costs = "calibrated stage costs" if calibrate else "stage costs from the measured steps"
         plot_measured_vs_predicted(tl["measured"], tl["predicted"], plot,
                                    title=f"{report['layout']}: measured vs predicted ({costs})")
-    if format == "json":
+    if format is Format.json:
         echo_json(report_json(report))
     else:
         from shardwise.console import make_console

@@ -1,42 +1,49 @@
-"""`shardwise validate`: prediction error against public measurements."""
+"""`shardwise train validate` (alias `shardwise validate`): prediction error against public measurements."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
-from shardwise.console import echo_json, make_console
 from rich.table import Table
 
 from shardwise.cli.train import Format
+from shardwise.console import echo_json, make_console
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
+def _pct(x: float | None, signed: bool = False) -> str:
+    return "-" if x is None else (f"{x:+.1%}" if signed else f"{x:.1%}")
 
 
 def validate(
     path: Path = typer.Argument(None, help="Calibration JSON (default: the repository's copy of shared/calibration)."),
     format: Format = typer.Option(Format.table, "--format", "-f", help="table or json."),
     details: bool = typer.Option(False, "--details", help="Also list every figure and every skipped record."),
+    cv: bool = typer.Option(False, "--cv", help="Leave-one-source-out: each source predicted by constants fitted without it (with --comm: refits, one per source)."),
     comm: bool = typer.Option(False, "--comm", help="Check the network model on the nccl-tests / DeepEP records instead."),
-    cv: bool = typer.Option(True, "--cv/--no-cv", help="With --comm: leave-one-source-out error per source (one fit per source)."),
     plot: Path = typer.Option(None, "--plot", help="With --comm: predicted vs measured bus bandwidth per message size, PNG."),
 ) -> None:
     """Estimate every applicable calibration record and report the error per source.
+
+    Errors are signed so that + means the estimate is faster (or larger) than measured.
 
     Examples:
 
       shardwise validate
 
-      shardwise validate --details --format json
+      shardwise validate --cv
 
       shardwise validate --comm --plot busbw.png
+
+      shardwise validate --details --format json
     """
     if comm:
         _validate_comm(path, format, details, cv, plot)
         return
-    from shardwise.train.validate import CATEGORIES, run_validation, to_json
+    if cv:
+        _cross_validation(path, format, details)
+        return
+    from shardwise.calibration.validate import CATEGORIES, run_validation, to_json
 
     result = run_validation(path)
     if format is Format.json:
@@ -44,22 +51,20 @@ def validate(
         return
     s = result["summary"]
     console = make_console()
-    table = Table(title="Mean absolute percentage error per source", title_justify="left")
+    table = Table(title="Mean absolute error per source (constants fitted on all sources; --cv for held-out)", title_justify="left")
     table.add_column("source")
-    table.add_column("split")
     table.add_column("figures", justify="right")
     for c in CATEGORIES:
         table.add_column(c, justify="right")
     for source, info in s["sources"].items():
-        table.add_row(source, "fit" if info["fit"] else "held out", str(info["figures"]), *(_pct(info["mape"][c]) for c in CATEGORIES))
-    table.add_row("[bold]all held-out[/bold]", "", "", *(_pct(s["overall_held_out"][c]) for c in CATEGORIES))
-    table.add_row("[dim]all fit[/dim]", "", "", *(_pct(s["overall_fit"][c]) for c in CATEGORIES))
+        table.add_row(source, str(info["figures"]), *(_pct(info["mape"][c]) for c in CATEGORIES))
+    table.add_row("[bold]all[/bold]", str(s["figures"]), *(_pct(s["overall"][c]) for c in CATEGORIES))
     console.print(table)
     console.print(f"{s['figures']} figures from {s['records']} records; {s['skipped_records']} records skipped:")
     for reason, n in s["skip_reasons"].items():
         console.print(f"  {n:3d}  {reason}")
     if details:
-        rows = Table(title="Every figure", title_justify="left")
+        rows = Table(title="Every figure (+ = estimate faster or larger than measured)", title_justify="left")
         for col in ("record", "metric", "measured", "predicted", "error", "assumptions"):
             rows.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
         for r in result["rows"]:
@@ -67,6 +72,42 @@ def validate(
         console.print(rows)
         for sk in result["skips"]:
             console.print(f"skipped {sk.record_id}: {sk.reason}")
+
+
+def _cross_validation(path: Path | None, format: Format, details: bool) -> None:
+    from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation
+
+    result = cross_validation(path)
+    if format is Format.json:
+        slim = {**result, "groups": {g: {k: v for k, v in info.items() if details or k != "held_out"} for g, info in result["groups"].items()}}
+        echo_json(slim)
+        return
+    console = make_console()
+    table = Table(title="Leave-one-source-out: error of each source predicted by constants fitted without it",
+                  title_justify="left")
+    for col in ("source group", "dense BF16 rows", "held-out MAE", "mean error", "FP8/MoE rows", "FP8/MoE MAE"):
+        table.add_column(col, justify="left" if col == "source group" else "right")
+    for group, g in result["groups"].items():
+        style = "" if g["target"] else "dim"
+        table.add_row(group, str(g["rows"]), _pct(g["mape"]), _pct(g["mean_error"], signed=True),
+                      str(g["fp8_moe_rows"]), _pct(g["fp8_moe_mape"]), style=style)
+    console.print(table)
+    console.print(f"sources with >= {TARGET_MIN_ROWS} dense BF16 rows: {result['targeted_groups']}; "
+                  f"held-out MAE <= 10%: {result['within_10pct']}; above 20%: {result['above_20pct']}")
+    det = Table(title="Fitted constants: what the data determine", title_justify="left")
+    det.add_column("constant")
+    det.add_column("verdict")
+    for name, verdict in result["determined"].items():
+        det.add_row(name, verdict)
+    console.print(det)
+    if details:
+        rows = Table(title="Every held-out figure (+ = estimate faster than measured)", title_justify="left")
+        for col in ("record", "metric", "measured", "predicted", "error"):
+            rows.add_column(col, justify="left" if col in ("record", "metric") else "right")
+        for g in result["groups"].values():
+            for r in g["held_out"]:
+                rows.add_row(r["id"], r["metric"], f"{r['measured']:.4g}", f"{r['predicted']:.4g}", f"{r['error']:+.1%}")
+        console.print(rows)
 
 
 def _validate_comm(path: Path | None, format: Format, details: bool, cv: bool, plot: Path | None) -> None:

@@ -1,9 +1,11 @@
 """The cost model's named constants: few, physically meaningful, in one place.
 
-Defaults below are starting values with their rationale. ``scripts/fit_constants.py`` fits the ones
-marked *fitted* on the fit split of ``shared/calibration/training-measurements.json`` and writes
-``data/fitted_constants.json``; when that file exists its values replace the defaults. Nothing here is
-tuned to a single record.
+Each constant is tagged in its comment: *cited* (a number from a paper, datasheet or benchmark, with
+its source), *derived* (computed from cited facts) or *assumed* (a stated engineering guess), or
+*fitted* (written by ``scripts/fit_constants.py`` into ``data/fitted_constants.json`` from the public
+measurements in ``data/calibration``; the value here is the starting point). Software stacks (Megatron,
+torchtitan, FSDP, DeepSpeed, Composer, MaxText) and their knobs are described in ``data/stacks.yaml``
+(:mod:`shardwise.cost.stack`); their fitted knobs are overlaid the same way.
 """
 
 from __future__ import annotations
@@ -16,18 +18,19 @@ from typing import Any
 from shardwise.specs._loading import data_path
 
 GIB = 2**30
+FITTED_FILE = "fitted_constants.json"
 
 
 @dataclass(frozen=True)
 class ComputeConstants:
-    """Roofline efficiencies. A GEMM of F FLOPs takes F/(peak*gemm_efficiency) + gemm_overhead_s,
-    i.e. efficiency F/(F + F_half) of the asymptote, the launch/wave-tail curve (derived)."""
+    """Device-model constants of one GPU family (:mod:`shardwise.cost.device`)."""
 
-    gemm_efficiency: float = 0.70  # fitted per GPU family: achieved/peak for large bf16 GEMMs
-    gemm_overhead_s: float = 20e-6  # fitted: fixed time per GEMM (launch + wave-quantisation tail)
-    kernel_overhead_s: float = 5e-6  # per-kernel launch cost, a few microseconds (CUDA C Best Practices Guide)
-    attention_efficiency: float = 0.50  # FlashAttention-2 forward+backward, ~50% of A100 peak (Dao 2023, Fig. 4-5)
-    memory_efficiency: float = 0.85  # achieved/peak HBM bandwidth of streaming kernels (STREAM-like copy)
+    gemm_efficiency: float = 0.70  # fitted per GPU family: asymptotic achieved/peak of large 16-bit GEMMs
+    gemm_overhead_s: float = 5e-6  # fitted: fixed time per GEMM (launch)
+    kernel_overhead_s: float = 4e-6  # assumed: per-kernel launch gap on the GPU (a few us: CUDA C Best Practices Guide)
+    attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
+    fa3_attention_efficiency: float = 0.75  # cited: FlashAttention-3 bf16 forward on H100, 740 of 989 TFLOP/s (Shah et al. 2024)
+    memory_efficiency: float = 0.85  # assumed: achieved/peak HBM bandwidth of streaming kernels (STREAM-like copy)
 
 
 # NCCL's relative NVLS efficiency per GPU architecture (NVIDIA/nccl src/graph/tuning.cc, nvlsEfficiency:
@@ -75,47 +78,57 @@ def fitted_network_constants() -> NetworkConstants:
 
 
 @dataclass(frozen=True)
-class OverlapConstants:
-    """How much communication hides under compute (0 = none, 1 = all that fits in the window)."""
+class FusionConstants:
+    """Elementwise work of a transformer layer by how a stack fuses its kernels. `traffic` multiplies
+    the bytes of :mod:`shardwise.cost.layer`'s fused accounting (1 = Megatron-LM's fused kernels)."""
 
-    tp_backward_overlap: float = 0.5  # fitted: Megatron overlaps input-grad all-reduce with weight-grad GEMMs
-    dp_overlap: float = 0.8  # fitted: gradient reduce overlapped with the last backward (overlap_grad_reduce)
-    zero3_prefetch_overlap: float = 0.8  # fitted: parameter all-gathers prefetched under layer compute
+    eager_traffic: float = 2.5  # fitted: eager PyTorch runs RMSNorm, RoPE, SwiGLU, residuals as separate ops
+    compiled_traffic: float = 1.2  # fitted: torch.compile (Inductor) fuses most pointwise chains
+    fused_kernels_per_layer: float = 14.0  # derived: Megatron layer forward, one kernel per fused block
+    eager_kernels_per_layer: float = 40.0  # derived: eager Llama block forward (norms ~6 ops each, RoPE ~8, SwiGLU 3, ...)
+    compiled_kernels_per_layer: float = 18.0  # assumed: Inductor leaves GEMMs and attention, fuses the rest
 
 
 @dataclass(frozen=True)
 class MemoryConstants:
     """Runtime memory outside the model states and activations (named assumptions)."""
 
-    cuda_context_gib: float = 0.75  # CUDA context + cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes)
-    comm_buffers_gib: float = 0.5  # NCCL channel buffers per process (NCCL_BUFFSIZE 4 MiB x channels x peers)
-    fragmentation: float = 0.05  # caching-allocator fragmentation, fraction of dynamic (activation) memory
-    dp_bucket_mib: float = 40.0  # gradient-reduce bucket (Megatron/DDP default 40 MB class)
+    cuda_context_gib: float = 0.75  # assumed: CUDA context + cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes)
+    comm_buffers_gib: float = 0.5  # assumed: NCCL channel buffers per process (NCCL_BUFFSIZE 4 MiB x channels x peers)
+    fragmentation: float = 0.05  # assumed: caching-allocator fragmentation, fraction of dynamic (activation) memory
+    dp_bucket_mib: float = 40.0  # cited: gradient-reduce bucket (Megatron-LM / PyTorch DDP default ~40 MB)
 
 
 @dataclass(frozen=True)
 class StepConstants:
     """Per-step costs outside the layer loop."""
 
-    optimizer_bytes_per_param: float = 34.0  # Adam: read w32,m,v,g32 + grad-norm read, write w32,m,v,w16 (derived)
+    optimizer_bytes_per_param: float = 34.0  # derived: Adam reads w32,m,v,g32 + grad-norm read, writes w32,m,v,w16
     step_overhead_s: float = 0.02  # fitted: data loading, loss scaling, logging, launch gaps per step
+    straggler_cv: float = 0.0  # fitted: per-rank time jitter; a synchronous step waits for the slowest rank
+    host_adam_bytes_s: float = 20e9  # assumed: CPU Adam (DeepSpeed CPUAdam, AVX-512) bytes/s per GPU's share of a host
+    pcie_efficiency: float = 0.8  # assumed: achieved/peak host<->device copy bandwidth
 
 
 @dataclass(frozen=True)
 class Constants:
     compute: ComputeConstants = field(default_factory=ComputeConstants)
     network: NetworkConstants = field(default_factory=fitted_network_constants)
-    overlap: OverlapConstants = field(default_factory=OverlapConstants)
+    fusion: FusionConstants = field(default_factory=FusionConstants)
     memory: MemoryConstants = field(default_factory=MemoryConstants)
     step: StepConstants = field(default_factory=StepConstants)
     # Per GPU-family overrides of ComputeConstants fields, e.g. {"H100-SXM": {"gemm_efficiency": 0.62}}.
     per_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
-    # GPU families: GPUs without their own measurements use their family's fitted values.
+    # GPU families: GPUs without their own measurements use their family's values.
     families: dict[str, str] = field(default_factory=dict)
+    # Per software stack overrides of the knobs in data/stacks.yaml (fitted ones).
+    stacks: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def family(self, gpu_name: str) -> str:
+        return gpu_name if gpu_name in self.per_gpu else self.families.get(gpu_name, gpu_name)
 
     def compute_for(self, gpu_name: str) -> ComputeConstants:
-        key = gpu_name if gpu_name in self.per_gpu else self.families.get(gpu_name)
-        over = self.per_gpu.get(key or "", {})
+        over = self.per_gpu.get(self.family(gpu_name), {})
         return replace(self.compute, **over) if over else self.compute
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,7 +150,8 @@ class Constants:
         return replace(base, **kwargs)
 
 
-# Hopper parts share GH100 silicon; Ampere parts GA100/GA10x; the rest map to their closest measured family.
+# GPU families: parts without their own measurements borrow the values of the closest measured part
+# (same silicon where possible: Hopper parts share GH100; H20 is a cut-down GH100).
 DEFAULT_FAMILIES = {
     "A100-40GB": "A100-80GB",
     "A10G": "A100-80GB",
@@ -148,28 +162,49 @@ DEFAULT_FAMILIES = {
     "H200": "H100-SXM",
     "H800": "H100-SXM",
     "H20": "H100-SXM",
-    "B200": "H100-SXM",
-    "MI300X": "H100-SXM",
-    "MI325X": "H100-SXM",
     "A800-80GB": "A100-80GB",
     "H100-SXM-96GB": "H100-SXM",
     "H100-NVL": "H100-SXM",
-    "GB200": "H100-SXM",
+    "GB200": "B200",
+    "MI325X": "MI300X",
 }
+
+# Cited per-family starting values (fitted ones are overlaid from data/fitted_constants.json).
+CITED_PER_GPU: dict[str, dict[str, float]] = {
+    # FlashAttention-2 reaches ~35% of H100 peak (Shah et al. 2024, FlashAttention-3 Sec. 1).
+    "H100-SXM": {"attention_efficiency": 0.35},
+    # Assumed until measured: cuDNN fused attention on B200 like FA3 on H100; FA2 as on H100.
+    "B200": {"attention_efficiency": 0.35},
+    # Assumed: Composable Kernel flash attention on MI300X ~40% of peak (ROCm blog figures are for inference).
+    "MI300X": {"attention_efficiency": 0.40, "fa3_attention_efficiency": 0.40},
+}
+
+
+def _merge_per_gpu(base: dict[str, dict[str, float]], over: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    out = {k: dict(v) for k, v in base.items()}
+    for k, v in over.items():
+        out.setdefault(k, {}).update(v)
+    return out
+
+
+def fitted_data() -> dict[str, Any]:
+    """The raw content of data/fitted_constants.json ({} when the fit script has not written it)."""
+    path = data_path(FITTED_FILE)
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 @lru_cache(maxsize=1)
 def default_constants() -> Constants:
-    """Defaults overlaid with the fitted values in ``data/fitted_constants.json`` when present."""
-    path = data_path("fitted_constants.json")
-    base = Constants(families=dict(DEFAULT_FAMILIES))
-    if not path.exists():
-        return base
-    data = json.loads(path.read_text())
-    # The network's constants have their own fit and file (fitted_network_constants); a "network" section
-    # here is ignored.
+    """Cited defaults overlaid with the fitted values in ``data/fitted_constants.json`` when present."""
+    data = fitted_data()
+    # The network's constants have their own fit and file (fitted_network_constants); a "network"
+    # section here is ignored.
     fitted = Constants.from_dict({k: v for k, v in data.items() if k in {f.name for f in fields(Constants)} - {"network"}})
-    return replace(fitted, families={**DEFAULT_FAMILIES, **fitted.families})
+    return replace(
+        fitted,
+        per_gpu=_merge_per_gpu(CITED_PER_GPU, fitted.per_gpu),
+        families={**DEFAULT_FAMILIES, **fitted.families},
+    )
 
 
 def network_constants(constants: Constants | None = None) -> NetworkConstants:

@@ -11,6 +11,10 @@ Sec. 3: five matmuls vs two). Elementwise traffic per token (bytes, derived from
 fuses): each norm reads and writes h values (2x2 B); each bias-dropout-add reads two and writes one
 (+1 B mask); the activation reads 1 (GeLU) or 2 (SwiGLU) and writes 1 ffn-wide value; backward
 kernels move twice the forward traffic (read the saved input and the incoming gradient, write one).
+Stacks that do not fuse these kernels move `stack.elementwise_traffic` times the bytes in
+`stack.kernels_per_layer` kernels (:mod:`shardwise.cost.stack`). Selective recomputation repeats
+the core attention when it is not fused (Megatron-LM) and `stack.selective_recompute_gemms` of the
+forward GEMMs with their elementwise work (op-level SAC in torchtitan, block-level AC elsewhere).
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from shardwise.cost.comm import collective_s
-from shardwise.cost.compute import Device, gemm_bytes
+from shardwise.cost.device import Device
 from shardwise.cost.flops import matmul_weights
+from shardwise.cost.stack import StackProfile
 from shardwise.specs.hardware import CommGroup
 from shardwise.specs.model import ModelSpec
 
@@ -65,7 +70,7 @@ class Groups:
 
 
 def _gemm(dev: Device, tokens: float, n_out: float, k_in: float, count: int = 1) -> float:
-    return dev.gemm_s(2.0 * tokens * n_out * k_in, gemm_bytes(tokens, n_out, k_in), count)
+    return float(dev.gemm_s(tokens, n_out, k_in, count))
 
 
 @lru_cache(maxsize=4096)
@@ -79,6 +84,7 @@ def transformer_layer(
     flash: bool,
     dev: Device,
     groups: Groups,
+    stack: StackProfile,
     act_bytes: float = 2.0,
 ) -> PassCost:
     """One transformer layer, one micro-batch of `tokens` local tokens (b*s/cp) attending to `seq_kv` keys."""
@@ -108,13 +114,13 @@ def transformer_layer(
     if flash:
         flops = 2.0 * tokens * seq_kv * heads * (d_qk + d_v) * 0.5  # causal: masked tiles skipped
         io = act_bytes * heads * (tokens * (d_qk + d_v) + seq_kv * (d_qk + d_v))
-        attn_f = dev.attention_s(flops, io)
-        attn_b = dev.attention_s(2.5 * flops, 2.0 * io)
+        attn_f = float(dev.attention_s(flops, io, seq_kv))
+        attn_b = float(dev.attention_s(2.5 * flops, 2.0 * io, seq_kv, backward=True))
     else:
         scores = heads * tokens * seq_kv
-        qk = dev.gemm_s(2.0 * scores * d_qk, act_bytes * (heads * (tokens + seq_kv) * d_qk + scores))
-        av = dev.gemm_s(2.0 * scores * d_v, act_bytes * (heads * (tokens + seq_kv) * d_v + scores))
-        softmax_bytes = scores * (2 * act_bytes + (2 * act_bytes + 1 if model.dropout else 0))
+        qk = float(dev.gemm_s(tokens, seq_kv, d_qk, heads))  # per head: (s x d) @ (d x s)
+        av = float(dev.gemm_s(tokens, d_v, seq_kv, heads))  # per head: (s x s) @ (s x d)
+        softmax_bytes = scores * (2 * act_bytes + (2 * act_bytes + 1 if model.dropout else 0)) * stack.elementwise_traffic
         attn_f = qk + av + dev.memory_s(softmax_bytes, 2 if model.dropout else 1)
         attn_b = 2.0 * (qk + av) + dev.memory_s(1.5 * softmax_bytes, 2 if model.dropout else 1)
     # --- elementwise ------------------------------------------------------------------------------
@@ -122,8 +128,10 @@ def transformer_layer(
     residual = 2 * (3 * act_bytes + (1 if model.dropout else 0))  # two bias-dropout-adds
     per_token = (2 * 2 * act_bytes + residual) * h / seq_shard  # two norms + residual adds
     per_token += act_bytes * act_width * (3 if model.mlp == "swiglu" else 2)
-    elem_f = dev.memory_s(tokens * per_token, 5)
-    elem_b = dev.memory_s(2.0 * tokens * per_token, 5)
+    per_token *= stack.elementwise_traffic
+    kernels = stack.kernels_per_layer
+    elem_f = dev.memory_s(tokens * per_token, kernels)
+    elem_b = dev.memory_s(2.0 * tokens * per_token, 2 * kernels)
     # --- communication ----------------------------------------------------------------------------
     activation = tokens * h * act_bytes
     tp_pass = 2 * collective_s("all_reduce", activation, tp, groups.tp_tier)  # = 2 AG + 2 RS with SP
@@ -136,8 +144,10 @@ def transformer_layer(
     forward = gemm + attn_f + elem_f
     if recompute == "full":
         recompute_s, tp_recompute = forward, tp_pass
-    elif recompute == "selective" and not flash:
-        recompute_s, tp_recompute = attn_f, 0.0
+    elif recompute == "selective":
+        share = stack.selective_recompute_gemms
+        recompute_s = (0.0 if flash else attn_f) + share * (gemm + elem_f)
+        tp_recompute = share * tp_pass
     else:
         recompute_s, tp_recompute = 0.0, 0.0
     return PassCost(
@@ -156,11 +166,11 @@ def transformer_layer(
 
 
 @lru_cache(maxsize=1024)
-def lm_head(model: ModelSpec, tokens: float, sp: bool, dev: Device, groups: Groups, act_bytes: float = 2.0) -> PassCost:
+def lm_head(model: ModelSpec, tokens: float, sp: bool, dev: Device, groups: Groups, stack: StackProfile, act_bytes: float = 2.0) -> PassCost:
     """Final norm, vocabulary-parallel LM head and cross-entropy (last pipeline stage)."""
     tp = groups.tp
     head = _gemm(dev, tokens, model.vocab / tp, model.hidden)
-    logits = tokens * model.vocab / tp
+    logits = tokens * model.vocab / tp * stack.elementwise_traffic
     ce_f = dev.memory_s(logits * (act_bytes + 8.0), 3)  # write logits, fp32 softmax read + write
     ce_b = dev.memory_s(logits * (8.0 + act_bytes), 2)
     norm = dev.memory_s(tokens * model.hidden * 2 * act_bytes / (tp if sp else 1))

@@ -1,16 +1,24 @@
-"""What communication stays exposed after overlap with compute (named constants in
-:mod:`shardwise.cost.constants`). Every function accepts numbers or numpy arrays (one plan per element).
+"""What communication stays exposed after overlap with compute. The overlap shares are knobs of the
+software stack (:mod:`shardwise.cost.stack`). Every function accepts numbers or numpy arrays (one plan
+per element).
 
-- TP: forward collectives are exposed (each GEMM waits for its input); a fraction
-  `tp_backward_overlap` of the backward ones hides under the weight-gradient GEMMs (Megatron-LM overlaps
-  the input-gradient all-reduce with the wgrad GEMM; Korthikanti et al. 2022 Sec. 6.2).
+- TP: forward collectives are exposed (each GEMM waits for its input); a share `tp_comm_overlap` of the
+  backward ones hides under the weight-gradient GEMMs (Megatron-LM overlaps the input-gradient
+  all-reduce with the wgrad GEMM; Korthikanti et al. 2022 Sec. 6.2).
 - CP: the K/V all-gather hides under the attention of the blocks already received (Liu et al. 2023,
   Ring Attention): exposed = max(0, comm - attention time) (backward: twice the attention time).
 - EP: token all-to-alls are exposed (dispatch and combine sit between the router and the experts).
-- DP: with overlap_grad_reduce the gradient reduce-scatter/all-reduce hides under the backward of the
-  last micro-batch and the parameter all-gather under the forward of the next step, up to `dp_overlap`
-  of that window; ZeRO-2 reduce-scatters every micro-batch, ZeRO-3 also all-gathers parameters before
-  each forward and backward (Rajbhandari et al. 2020 Sec. 7: 1.5x the data-parallel volume).
+- DP: states are sharded over groups of `shard` ranks (hybrid sharding / HSDP when `shard` is smaller
+  than the data-parallel group; Zhao et al. 2023, PyTorch FSDP Sec. 3.2.2) and replicated across the
+  `n / shard` groups. ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them inside the shard
+  group, all-reduce the shard across replicas and all-gather the updated parameters (ZeRO-2 reduce-
+  scatters every micro-batch); ZeRO-3 also all-gathers the parameters before each forward and backward
+  of every micro-batch (Rajbhandari et al. 2020 Sec. 7: 1.5x the data-parallel volume). With overlap,
+  gradient reduction hides under `dp_overlap` of the last backward and the parameter all-gather under
+  the next forward; ZeRO-3 gathers hide under `fsdp_prefetch_overlap` of each pass.
+- Collective count: gradients are reduced in buckets of `bucket_bytes` (PyTorch DDP / Megatron-LM
+  bucketed reduction) and ZeRO-3/FSDP gathers one unit (a transformer layer) at a time (Zhao et al.
+  2023 Sec. 3.2), so each of `calls` collectives pays its own latency: calls x t(S / calls).
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.cost.comm import group_collective_s, where
-from shardwise.cost.constants import OverlapConstants
 from shardwise.specs.hardware import Cluster
 
 
@@ -33,23 +40,44 @@ def exposed_layer_comm(cost, tp_overlap: float):
     return f, i, cost.w_s, cost.tp_fwd_s + tp_bwd, cp_fwd + cp_bwd, cost.ep_fwd_s + cost.ep_bwd_s
 
 
-def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, ep,
-                 p_dense, p_exp, n_dense, n_exp, weight_bytes, grad_bytes, fwd_s, bwd_s, ov: OverlapConstants):
+def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
+    """`calls` equal collectives moving `size_bytes` in total (each pays its latency)."""
+    calls = np.maximum(calls, 1)
+    return calls * group_collective_s(cluster, kind, size_bytes / calls, n, stride)
+
+
+def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, n_dense, n_exp,
+                 shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float,
+                 layers=1, bucket_bytes: float = 40 * 2**20):
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
-    (strides tp and tp*ep in the rank order); fwd_s / bwd_s: one micro-batch's forward / backward."""
+    (strides tp and tp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
+    fwd_s / bwd_s: one micro-batch's forward / backward."""
+    shard = np.minimum(shard, n_dense)
+    replicas = n_dense // shard
 
-    def both(kind: str, nbytes: float):
-        return (group_collective_s(cluster, kind, p_dense * nbytes, n_dense, tp)
-                + group_collective_s(cluster, kind, p_exp * nbytes, n_exp, tp * ep))
+    def buckets(nbytes):
+        return np.ceil(nbytes / bucket_bytes)
 
-    window = where(overlap_grad_reduce, ov.dp_overlap, 0.0)
-    gather, scatter = both("all_gather", weight_bytes), both("reduce_scatter", grad_bytes)
+    def both(kind: str, nbytes: float, n_d, stride_d, per_layer: bool):
+        dense, expert = p_dense * nbytes, p_exp * nbytes
+        calls_d, calls_e = (layers, layers) if per_layer else (buckets(dense), buckets(expert))
+        return (chunked_s(cluster, kind, dense, n_d, stride_d, calls_d)
+                + chunked_s(cluster, kind, expert, n_exp, tp * ep, calls_e))
+
+    across_bytes = p_dense * grad_bytes / shard
+    across = chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
+    window = where(overlap_grad_reduce, dp_overlap, 0.0)
+    gather, scatter = both("all_gather", weight_bytes, shard, tp, False), both("reduce_scatter", grad_bytes, shard, tp, False)
+    layer_gather = both("all_gather", weight_bytes, shard, tp, True)
+    layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
+    full_reduce = both("all_reduce", grad_bytes, n_dense, tp, False)
     hidden_gather = np.maximum(0.0, gather - window * fwd_s)
-    zero0 = np.maximum(0.0, both("all_reduce", grad_bytes) - window * bwd_s)
-    zero1 = np.maximum(0.0, scatter - window * bwd_s) + hidden_gather
-    zero2 = microbatches * np.maximum(0.0, scatter - window * bwd_s) + hidden_gather
-    hide = ov.zero3_prefetch_overlap
-    zero3 = microbatches * (np.maximum(0.0, gather - hide * fwd_s) + np.maximum(0.0, gather + scatter - hide * bwd_s))
+    zero0 = np.maximum(0.0, full_reduce - window * bwd_s)
+    zero1 = np.maximum(0.0, scatter + across - window * bwd_s) + hidden_gather
+    zero2 = microbatches * np.maximum(0.0, scatter - window * bwd_s) + np.maximum(0.0, across - window * bwd_s) + hidden_gather
+    zero3 = microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
+                            + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
+    zero3 = zero3 + np.maximum(0.0, across - window * bwd_s)
     out = where(zero == 0, zero0, where(zero == 1, zero1, where(zero == 2, zero2, zero3)))
     return float(out) if np.ndim(out) == 0 else out

@@ -9,6 +9,8 @@ torch is an optional extra: nothing here imports it at module level. Public API:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from shardwise.errors import ShardwiseError
 from shardwise.execute.config import FAULTS, RunConfig, config_from_job
 
@@ -25,7 +27,7 @@ def require_torch():
     return torch
 
 
-def run_plan(cfg: RunConfig, workdir=None) -> dict:
+def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
     """Run ``cfg`` on ``cfg.world_size`` processes; see :func:`shardwise.execute.run.run_plan`."""
     require_torch()
     from shardwise.execute.run import run_plan as _run

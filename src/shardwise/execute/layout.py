@@ -16,18 +16,19 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from shardwise.execute.config import SGD, RunConfig
 
 
-def make_mesh(cfg: RunConfig, device_type: str):
+def make_mesh(cfg: RunConfig, device_type: str) -> DeviceMesh:
     """The 3-D device mesh ``("pp", "dp", "tp")`` over all ranks."""
     from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh(device_type, (cfg.pp, cfg.dp, cfg.tp), mesh_dim_names=("pp", "dp", "tp"))
 
 
-def apply_tp(model: nn.Module, tp_mesh) -> None:
+def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
     """Megatron-style tensor parallelism on every block present, the embedding and the LM head."""
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -49,7 +50,7 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
         parallelize_module(model, tp_mesh, top)
 
 
-def apply_fsdp(model: nn.Module, dp_mesh, zero: int) -> None:
+def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, zero: int) -> None:
     """FSDP2 per transformer block and at the root (torchtitan's wrapping); zero 2 keeps parameters
     gathered between forward and backward, zero 3 reshards after forward."""
     from torch.distributed.fsdp import fully_shard
@@ -69,7 +70,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t._local_tensor if hasattr(t, "_local_tensor") else t
 
 
-def allreduce_grads(params: list[nn.Parameter], dp_group, dp: int) -> None:
+def allreduce_grads(params: list[nn.Parameter], dp_group: dist.ProcessGroup | None, dp: int) -> None:
     """ZeRO-0/1 gradient sync: one flat all-reduce (sum) over the DP group, then divide by ``dp``."""
     grads = [_local(p.grad) for p in params if p.grad is not None]
     if not grads or dp == 1:
@@ -83,7 +84,7 @@ def allreduce_grads(params: list[nn.Parameter], dp_group, dp: int) -> None:
         g.copy_(synced)
 
 
-def make_optimizer(params: list[nn.Parameter], cfg: RunConfig, dp_group):
+def make_optimizer(params: list[nn.Parameter], cfg: RunConfig, dp_group: dist.ProcessGroup | None) -> torch.optim.Optimizer:
     """SGD with momentum (``SGD`` settings); wrapped in ``ZeroRedundancyOptimizer`` over the DP group for
     ZeRO-1, which shards the momentum buffers."""
     if cfg.zero == 1 and cfg.dp > 1:
@@ -94,7 +95,7 @@ def make_optimizer(params: list[nn.Parameter], cfg: RunConfig, dp_group):
     return torch.optim.SGD(params, foreach=False, **SGD)
 
 
-def state_bytes(params: list[nn.Parameter], optimizer) -> dict[str, int]:
+def state_bytes(params: list[nn.Parameter], optimizer: torch.optim.Optimizer) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer state held *on this rank* (local shards only)."""
     p_bytes = sum(_local(p).numel() * _local(p).element_size() for p in params)
     g_bytes = sum(_local(p.grad).numel() * _local(p.grad).element_size() for p in params if p.grad is not None)

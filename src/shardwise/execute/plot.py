@@ -8,15 +8,19 @@ enough to hold them, and communication waits as thin grey bars under the row.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shardwise.errors import ShardwiseError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 _COLOURS = {"F": ("#2f6db5", "#8fb8e8"), "I": ("#d9762b", "#f3bd8c"), "B": ("#c0392b", "#e99a92"),
             "W": ("#3c9a4a", "#9fd4a6")}
 _LABELS = {"F": "F forward", "I": "I input-grad", "B": "B full backward", "W": "W weight-grad"}
 
 
-def _panel(ax, tl: dict, title: str, span_ms: float, width_in: float, dpi: int) -> set[str]:
+def _panel(ax: Axes, tl: dict, title: str, span_ms: float, width_in: float, dpi: int) -> set[str]:
     used: set[str] = set()
     px_per_ms = width_in * dpi * 0.85 / max(span_ms, 1e-9)
     for r, row in enumerate(tl["ranks"]):

@@ -22,14 +22,14 @@ from shardwise.execute.timeline import (
     run_trace,
     stage_costs,
 )
-from shardwise.pipeline import generate_schedule, write_csv_text
+from shardwise.pipeline import Schedule, generate_schedule, write_csv_text
 
 MEMORY_SOURCE_CPU = ("peak_rss_bytes: the worker process's peak resident set (getrusage ru_maxrss; includes "
                      "the torch runtime itself); params/grads/optimizer_bytes: tensor bytes held by the rank")
 MEMORY_SOURCE_CUDA = "cuda_peak_bytes: torch.cuda.max_memory_allocated; params/grads/optimizer_bytes: tensor bytes"
 
 
-def _schedule(cfg: RunConfig):
+def _schedule(cfg: RunConfig) -> Schedule:
     if cfg.pp > 1:
         return generate_schedule(cfg.schedule, cfg.pp, cfg.microbatches, cfg.vpp)
     return generate_schedule("1f1b", 1, cfg.microbatches)  # pp = 1: F, B per micro-batch

@@ -13,15 +13,22 @@ when full), ``backward_weight_one_chunk`` (W) and the runtime's P2P waits, so no
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from shardwise.errors import ShardwiseError
 from shardwise.execute.config import RunConfig
 from shardwise.execute.layout import apply_fsdp, apply_tp, uses_fsdp
 from shardwise.execute.model import GPT, lm_loss, stage_module
 from shardwise.execute.record import Recorder
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import PipelineStage
+
+    from shardwise.pipeline import Schedule
 
 #: torch's own schedule classes, used only when its runtime cannot take the Shardwise IR.
 TORCH_CLASSES = {
@@ -31,7 +38,7 @@ TORCH_CLASSES = {
 }
 
 
-def _parallelize(mod: GPT, cfg: RunConfig, mesh) -> GPT:
+def _parallelize(mod: GPT, cfg: RunConfig, mesh: DeviceMesh) -> GPT:
     if cfg.tp > 1:
         apply_tp(mod, mesh["tp"])
     if uses_fsdp(cfg):
@@ -44,7 +51,7 @@ class FlatRunner:
 
     has_loss = True
 
-    def __init__(self, cfg: RunConfig, full: GPT, mesh, rec: Recorder):
+    def __init__(self, cfg: RunConfig, full: GPT, mesh: DeviceMesh, rec: Recorder):
         self.cfg, self.rec = cfg, rec
         self.model = _parallelize(full, cfg, mesh)
         self.modules = [self.model]
@@ -64,7 +71,7 @@ class FlatRunner:
         return total / n
 
 
-def _instrument(stage, rec: Recorder) -> None:
+def _instrument(stage: PipelineStage, rec: Recorder) -> None:
     """Wrap a PipelineStage's compute entry points with timers (instance attributes, torch untouched)."""
     fwd, bwd, wgt, red = (stage.forward_one_chunk, stage.backward_one_chunk, stage.backward_weight_one_chunk,
                           stage.perform_reduce_grad)
@@ -111,7 +118,7 @@ def _time_p2p(rec: Recorder) -> None:
 class PipelineRunner:
     """pp > 1: this rank's stages run the schedule in torch's pipeline runtime."""
 
-    def __init__(self, cfg: RunConfig, full: GPT, mesh, rec: Recorder, sched, csv_path: Path,
+    def __init__(self, cfg: RunConfig, full: GPT, mesh: DeviceMesh, rec: Recorder, sched: Schedule, csv_path: Path,
                  device: torch.device):
         from torch.distributed.pipelining import PipelineStage
         from torch.distributed.pipelining import schedules as S
@@ -132,7 +139,7 @@ class PipelineRunner:
             rt._load_csv(str(csv_path))
             self.schedule_source = (f"shardwise IR '{sched.name}' (CSV) executed by torch "
                                     "_PipelineScheduleRuntime")
-        except Exception as exc:  # the runtime rejected the IR: fall back to torch's class, say so
+        except Exception as exc:  # noqa: BLE001 - the runtime rejected the IR: fall back to torch's class, say so
             cls_name = TORCH_CLASSES.get(sched.name)
             if cls_name is None:
                 raise ShardwiseError(f"schedule {sched.name!r} cannot run in torch's pipeline runtime: "

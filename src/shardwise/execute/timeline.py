@@ -99,7 +99,7 @@ def action_overhead_s(rows: list[dict]) -> float:
     return statistics.median(gaps) if gaps else 0.0
 
 
-def predict(sched: Schedule, costs: dict[str, list[float | None]], p2p_s: float, overhead_s: float = 0.0):
+def predict(sched: Schedule, costs: dict[str, list[float | None]], p2p_s: float, overhead_s: float = 0.0) -> SimResult:
     """Simulate ``sched`` with measured per-stage costs (each action lengthened by ``overhead_s``). A
     schedule with fused backward only (``B``) gets ``i_s = w_s = b_s / 2`` (unused by its actions); one
     with ``I``/``W`` only gets ``b_s = i_s + w_s``."""

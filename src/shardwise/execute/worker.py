@@ -16,11 +16,16 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shardwise.execute.config import RunConfig
 
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
 
-def _p2p_probe_s(cfg: RunConfig, mesh, device, rounds: int = 50) -> float | None:
+
+def _p2p_probe_s(cfg: RunConfig, mesh: DeviceMesh, device: torch.device, rounds: int = 50) -> float | None:
     """Half the median round trip of one activation-sized message between pipeline ranks 0 and 1."""
     import torch
     import torch.distributed as dist
@@ -78,7 +83,7 @@ def _run(rank: int, cfg: RunConfig, port: int, workdir: Path) -> dict:
     sync_dp = cfg.dp > 1 and cfg.zero < 2 and cfg.fault != "skip-dp-grad-reduce"
     rows = slice(dp_r * cfg.local_batch, (dp_r + 1) * cfg.local_batch)
 
-    def batch(step: int):
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = synthetic_batch(cfg.model.vocab, cfg.global_batch, cfg.seq_len, cfg.seed, step)
         return x[rows].to(device), y[rows].to(device)
 

@@ -7,14 +7,20 @@ vLLM, SGLang. Plans an engine cannot run are refused with one line saying why an
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import FORMATS, Export
+
+if TYPE_CHECKING:
+    from shardwise.serve.config import ServeJob
+    from shardwise.specs.job import TrainJob
 
 TRAIN_ENGINES = ("torchtitan", "megatron", "deepspeed")
 SERVE_ENGINES = ("vllm", "sglang")
 
 
-def export_train(job, to: str, version: str | None = None) -> Export:
+def export_train(job: TrainJob, to: str, version: str | None = None) -> Export:
     """The launch of ``job``'s plan in engine ``to`` (optionally at ``version``)."""
     key = (to or "").strip().lower()
     if key == "torchtitan":
@@ -28,7 +34,7 @@ def export_train(job, to: str, version: str | None = None) -> Export:
     return fn(job, version) if version else fn(job)
 
 
-def export_serve(job, to: str, version: str | None = None) -> list[Export]:
+def export_serve(job: ServeJob, to: str, version: str | None = None) -> list[Export]:
     """One launch per pool of ``job``'s deployment in engine ``to`` (vllm or sglang)."""
     from shardwise.handoff.serving import export_serving
 

@@ -2,7 +2,7 @@
 overrides.
 
 Flag names and rules: ``megatron/training/arguments.py`` of NVIDIA/Megatron-LM (core 0.20 main, checked
-flag by flag against ``data/engines/megatron-lm.json``, extracted from that parser by
+flag by flag against ``data/engines/megatron.json``, extracted from that parser by
 ``scripts/extract_engine_flags.py``). The layer split is explicit: ``--pipeline-model-parallel-layout``
 (``E`` embedding, ``t`` transformer layer, ``L`` loss/LM head, stages split by ``|``; the number of
 stages over pp gives the virtual pipeline size) places the layers as

@@ -22,7 +22,7 @@ import json
 
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export
-from shardwise.serve.config import EngineSpec, ServeJob, engine_spec
+from shardwise.serve.config import DeploymentSpec, EngineSpec, PoolSpec, ServeJob, engine_spec
 
 VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
 #: Hugging Face repositories of our presets (what `vllm serve` and SGLang's --model-path load).
@@ -62,7 +62,7 @@ def _check_current(engine: str, e: EngineSpec) -> None:
                              f"{VERSIONS[engine]} runs current behaviour: drop engine.version (and its V0 knobs) to export")
 
 
-def vllm_args(job: ServeJob, pool, e: EngineSpec, role: str | None) -> list[str]:
+def vllm_args(job: ServeJob, pool: PoolSpec | DeploymentSpec, e: EngineSpec, role: str | None) -> list[str]:
     a = ["--tensor-parallel-size", str(pool.tp), "--pipeline-parallel-size", str(pool.pp)]
     if pool.replicas > 1:
         a += ["--data-parallel-size", str(pool.replicas)]
@@ -79,7 +79,7 @@ def vllm_args(job: ServeJob, pool, e: EngineSpec, role: str | None) -> list[str]
     return a
 
 
-def sglang_args(job: ServeJob, pool, e: EngineSpec, role: str | None) -> list[str]:
+def sglang_args(job: ServeJob, pool: PoolSpec | DeploymentSpec, e: EngineSpec, role: str | None) -> list[str]:
     a = ["--tp-size", str(pool.tp), "--pp-size", str(pool.pp)]
     if pool.replicas > 1:
         a += ["--dp-size", str(pool.replicas)]

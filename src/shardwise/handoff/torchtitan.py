@@ -160,7 +160,8 @@ def _flag(section: str, key: str, value: object) -> list[str]:
     return [f"--{section}.{key}", str(value)]
 
 
-def _export_03(job, module, config, par, training, files, notes, version) -> Export:
+def _export_03(job: TrainJob, module: str, config: str, par: dict[str, object], training: dict[str, object],
+               files: dict[str, str], notes: list[str], version: str) -> Export:
     p = job.plan
     args = ["--module", module, "--config", config]
     for k, v in par.items():
@@ -184,7 +185,8 @@ def _toml_value(v: object) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _export_02(job, module, flavor, par, training, files, notes, version) -> Export:
+def _export_02(job: TrainJob, module: str, flavor: str, par: dict[str, object], training: dict[str, object],
+               files: dict[str, str], notes: list[str], version: str) -> Export:
     p = job.plan
     model = {"name": module, "flavor": flavor}
     if job.training.precision == "fp8":

@@ -163,7 +163,7 @@ def compare_schedules(
     return rows
 
 
-def _rank_to_stage(x, pp: int, v: int, placement: str, label: str) -> np.ndarray:
+def _rank_to_stage(x: float | Sequence[float], pp: int, v: int, placement: str, label: str) -> np.ndarray:
     """Per-rank-slice times -> per-stage times for a layout with ``v`` stages per rank."""
     arr = np.asarray(x, dtype=float)
     if arr.ndim == 0:

@@ -102,7 +102,7 @@ def compile_schedule(sched: Schedule) -> Compiled:
     return comp
 
 
-def run(comp: Compiled, durations: list[list[float]], latencies: list[list[float]]):
+def run(comp: Compiled, durations: list[list[float]], latencies: list[list[float]]) -> tuple[list[list[float]], list[int]]:
     """Time every compute action. Returns ``(starts, progress)``: per rank the start times (list) and
     how many actions completed (``progress[r] < len`` means rank ``r`` is deadlocked)."""
     R = len(comp.dep)

@@ -29,7 +29,7 @@ class Kind(str, Enum):
     """Action kinds; the value is PyTorch's ``_ComputationType`` string."""
 
     F = "F"
-    I = "I"
+    I = "I"  # noqa: E741 - PyTorch's name
     W = "W"
     B = "B"
     SEND_F = "SEND_F"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def check_counts(**counts: object) -> None:
         check_schedule_size(int(counts["pp"]), 1, 0, "the schedule")  # type: ignore[arg-type]
 
 
-def generate_schedule(name: str, pp: int, microbatches: int, vpp: int | None = None, **kw) -> Schedule:
+def generate_schedule(name: str, pp: int, microbatches: int, vpp: int | None = None, **kw: Any) -> Schedule:
     """Build the named schedule's IR for ``pp`` ranks and ``microbatches`` micro-batches.
 
     ``vpp`` is the number of stages per rank; it defaults to 2 for ``interleaved`` and 1 otherwise.
@@ -114,7 +115,7 @@ def generate_schedule(name: str, pp: int, microbatches: int, vpp: int | None = N
     return info.build(int(pp), int(microbatches), int(vpp), **kw)
 
 
-def _loop(name: str, ranks: list[list[int]], pp: int, m: int, vpp: int, **params) -> Schedule:
+def _loop(name: str, ranks: list[list[int]], pp: int, m: int, vpp: int, **params: Any) -> Schedule:
     return make_schedule(name, pp, m, loop_placement(pp, vpp), ranks, params)
 
 
@@ -130,7 +131,7 @@ def _v_controllable(kind: str, pp: int, m: int) -> Schedule:
     return _v(name, gen_v.v_pattern(pp, m, kind), pp, m)
 
 
-def _auto(pp: int, m: int, vpp: int, **kw) -> Schedule:
+def _auto(pp: int, m: int, vpp: int, **kw: Any) -> Schedule:
     from shardwise.pipeline.auto import auto_schedule
 
     return auto_schedule(pp, m, vpp, **kw)

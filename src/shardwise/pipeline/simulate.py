@@ -107,7 +107,7 @@ class SimResult:
         return d
 
 
-def _per_stage(value, S: int, what: str) -> np.ndarray:
+def _per_stage(value: float | Sequence[float], S: int, what: str) -> np.ndarray:
     arr = np.asarray(value, dtype=float)
     if arr.ndim == 0:
         arr = np.full(S, float(arr))

@@ -126,7 +126,7 @@ def p2p_waits(sched: Schedule, res: SimResult) -> tuple[list[list[dict]], list[t
     return waits, hops
 
 
-def _flow_events(pid: int, ranks: Sequence[Sequence[dict]], hops, first_id: int) -> list[dict]:
+def _flow_events(pid: int, ranks: Sequence[Sequence[dict]], hops: Sequence[tuple[int, int, int, int]], first_id: int) -> list[dict]:
     """A flow arrow per hop, from the middle of the sending slice to the middle of the receiving one."""
     out = []
     for n, (sr, si, rr, ri) in enumerate(hops):

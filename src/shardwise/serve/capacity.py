@@ -72,7 +72,7 @@ def phase_slo(slo: SLOSpec, phase: str) -> SLOSpec:
 
 
 def saturated(lat: dict[str, np.ndarray]) -> bool:
-    """Over-saturation (GuideLLM's detector idea; serving-formulas.md formula 9): latency still drifts
+    """Over-saturation (the idea of GuideLLM's over-saturation detector): latency still drifts
     upward at the end of the run, so a longer run would miss the SLO. Compares the last quarter of
     requests (in send order) with the second."""
     n = len(lat["ttft_s"])

@@ -1,22 +1,9 @@
 """Serve job files: the `shardwise serve simulate JOB` contract (keep these names; add, don't rename).
 
-    model: llama-3.1-8b                  # preset | config.json path | mapping
-    precision: bf16                      # weights and KV cache: bf16 | fp16 | fp8
-    deployment:                          # colocated replicas ...
-      gpu: a100-80gb
-      tp: 1
-      pp: 1
-      replicas: 1
-      engine: {max_num_seqs: 256, max_num_batched_tokens: 8192, chunked_prefill: true,
-               gpu_memory_utilization: 0.9, block_size: 16, prefix_caching: false}
-    # ... or disaggregated:
-    # deployment: {prefill: {gpu: h100, tp: 2, replicas: 1}, decode: {gpu: a100-80gb, tp: 4, replicas: 2},
-    #              kv_link_gbps: 400, engine: {...}}
-    # ... or several pools, each serving length classes (what `serve plan` writes for a GPU mix):
-    # deployment: {pools: [{gpu: a100-80gb, replicas: 2, classes: [{input: [1, 512], output: [1, 256]}]}, ...]}
-    workload: {arrival: poisson, rate: 4.0, num_requests: 1200, input_len: {dist: sharegpt},
-               output_len: {dist: sharegpt}, seed: 0}
-    slo: {ttft_ms: 300, tpot_ms: 50}     # optional
+:class:`ServeJobSpec` is the file; its blocks are :class:`DeploymentSpec` (colocated replicas, a
+prefill/decode split, or pools of :class:`PoolSpec` serving :class:`LengthClass` es), :class:`EngineSpec`,
+:class:`~shardwise.serve.workload.WorkloadSpec` and :class:`SLOSpec`. The models describe every field;
+the tables in docs/serving.md are generated from them (:mod:`shardwise.job_docs`).
 """
 
 from __future__ import annotations
@@ -73,15 +60,19 @@ class EngineSpec(BaseModel):
 
     version: str | None = Field(default=None, description="engine release to replay (vllm-0.6.0, sglang-0.3.0); "
                                 "default: current vLLM V1")
-    max_num_seqs: int = Field(default=256, gt=0, le=MAX_NUM_SEQS)
-    max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_SEQUENCE_TOKENS)
-    chunked_prefill: bool = Field(default=True, description="true: vLLM v1 mixed batches with chunked prompts; false: prefill-first "
-                                  "batches (vLLM V0, SGLang) -- needs version")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    block_size: int = Field(default=16, gt=0, le=MAX_BLOCK_SIZE)
-    prefix_caching: bool = False
+    max_num_seqs: int = Field(default=256, gt=0, le=MAX_NUM_SEQS, description="most requests running at once")
+    max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_SEQUENCE_TOKENS, description="token budget of one iteration "
+                                        "(decode tokens + prompt tokens)")
+    chunked_prefill: bool = Field(default=True, description="true: mixed batches of decodes and prompt chunks "
+                                  "(vLLM V1); false: prefill-first batches (vLLM V0, SGLang; needs version)")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="share of GPU memory the engine "
+                                          "takes; the KV cache gets what weights and activations leave")
+    block_size: int = Field(default=16, gt=0, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
+    prefix_caching: bool = Field(default=False, description="reuse the KV blocks of a shared prompt prefix "
+                                 "(workload.prefix_len)")
     num_scheduler_steps: int = Field(default=1, gt=0, le=1024, description="vLLM v0 multi-step: decode steps per scheduling round")
-    max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_SEQUENCE_TOKENS, description="cap on prompt + output tokens")
+    max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_SEQUENCE_TOKENS, description="cap on prompt + output tokens; longer "
+                                      "requests are truncated")
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
@@ -112,8 +103,8 @@ class LengthClass(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    input: tuple[int, int] = (1, 10**9)
-    output: tuple[int, int] = (1, 10**9)
+    input: tuple[int, int] = Field(default=(1, 10**9), description="[lowest, highest] prompt tokens")
+    output: tuple[int, int] = Field(default=(1, 10**9), description="[lowest, highest] output tokens")
     share: float = Field(default=1.0, gt=0, le=1, description="fraction of this class the pool takes")
 
 
@@ -122,13 +113,16 @@ class PoolSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    gpu: str
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES)
-    engine: dict[str, Any] | None = None
-    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
-    classes: list[LengthClass] | None = None
+    gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml")
+    tp: int = Field(default=1, gt=0, description="tensor-parallel GPUs per replica")
+    pp: int = Field(default=1, gt=0, description="pipeline stages per replica")
+    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES, description="identical replicas (data parallel)")
+    engine: dict[str, Any] | None = Field(default=None, description="engine knobs of this pool, over the "
+                                          "deployment's `engine`")
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
+                                                 "list price")
+    classes: list[LengthClass] | None = Field(default=None, description="length classes this pool serves "
+                                              "(default: every request)")
 
 
 class DeploymentSpec(BaseModel):
@@ -136,17 +130,20 @@ class DeploymentSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    gpu: str | None = None
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES)
-    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
-    engine: dict[str, Any] | None = None
-    router: Literal["round_robin", "least_outstanding"] = "round_robin"
-    prefill: PoolSpec | None = None
-    decode: PoolSpec | None = None
-    kv_link_gbps: float = Field(default=400.0, gt=0, description="prefill->decode KV transfer bandwidth per GPU pair")
-    pools: list[PoolSpec] | None = None
+    gpu: str | None = Field(default=None, description="colocated: GPU type (a name or alias from data/gpus.yaml)")
+    tp: int = Field(default=1, gt=0, description="colocated: tensor-parallel GPUs per replica")
+    pp: int = Field(default=1, gt=0, description="colocated: pipeline stages per replica")
+    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES, description="colocated: identical replicas behind the router")
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="colocated: $ per GPU-hour; "
+                                                 "default: the GPU's list price")
+    engine: dict[str, Any] | None = Field(default=None, description="engine knobs shared by every pool")
+    router: Literal["round_robin", "least_outstanding"] = Field(default="round_robin", description="how "
+                                                                "requests are spread over the replicas")
+    prefill: PoolSpec | None = Field(default=None, description="disaggregated: the pool that runs the prompts")
+    decode: PoolSpec | None = Field(default=None, description="disaggregated: the pool that generates the tokens")
+    kv_link_gbps: float = Field(default=400.0, gt=0, description="disaggregated: prefill->decode KV transfer "
+                                "bandwidth per GPU pair, Gbit/s")
+    pools: list[PoolSpec] | None = Field(default=None, description="pools serving length classes (a GPU mix)")
 
     @model_validator(mode="after")
     def _check(self) -> DeploymentSpec:
@@ -171,9 +168,9 @@ class SLOSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    ttft_ms: float | None = Field(default=None, gt=0)
-    tpot_ms: float | None = Field(default=None, gt=0)
-    e2e_ms: float | None = Field(default=None, gt=0)
+    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token, ms")
+    tpot_ms: float | None = Field(default=None, gt=0, description="time per output token after the first, ms")
+    e2e_ms: float | None = Field(default=None, gt=0, description="end-to-end latency, ms")
     attainment: float = Field(default=0.9, gt=0, le=1, description="fraction of requests that must meet every target (DistServe: 90%)")
 
     @model_validator(mode="after")
@@ -184,14 +181,17 @@ class SLOSpec(BaseModel):
 
 
 class ServeJobSpec(BaseModel):
+    """A serve job file."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    model: Any
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    deployment: DeploymentSpec
-    workload: WorkloadSpec
-    slo: SLOSpec | None = None
-    name: str | None = None
+    model: str | dict[str, Any] = Field(description="a preset name, a path to a Hugging Face config.json, or "
+                                        "the architecture as a mapping")
+    precision: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="weights and KV cache")
+    deployment: DeploymentSpec = Field(description="colocated replicas, a prefill/decode split, or pools")
+    workload: WorkloadSpec = Field(description="arrivals and lengths of the requests")
+    slo: SLOSpec | None = Field(default=None, description="latency targets (goodput and attainment)")
+    name: str | None = Field(default=None, description="label in reports; default: the model's name")
 
     @field_validator("model")
     @classmethod

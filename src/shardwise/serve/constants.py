@@ -2,8 +2,8 @@
 
 ``scripts/fit_serving_constants.py`` fits the *fitted* ones on the `fit` rows of
 ``data/serving_measurements.yaml`` and writes ``data/serving_constants.json``; the values here are
-the starting points (BLIS's example roofline uses a bandwidth efficiency of 0.72; serving-formulas.md
-formula 4). GPUs without measurements use their family's values (``cost.constants.DEFAULT_FAMILIES``).
+the starting points (BLIS's example roofline uses a bandwidth efficiency, ``BwEffConstant``,
+of 0.72). GPUs without measurements use their family's values (``cost.constants.DEFAULT_FAMILIES``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
 """One replica's iteration-level scheduler: continuous batching over a paged KV cache.
 
-Semantics (vLLM; see docs/serving.md for what is simplified):
-- ``chunked_prefill: true`` = vLLM v1 (vllm/v1/core/sched/scheduler.py): every iteration runs all
-  decoding requests (one token each) and fills the rest of the ``max_num_batched_tokens`` budget with
-  prompt chunks, FCFS, while fewer than ``max_num_seqs`` run and KV blocks can be allocated; decodes
-  go first (Sarathi-Serve's stall-free batching).
-- ``chunked_prefill: false`` = vLLM v0 default scheduler: whole prompts in prefill-only iterations that
-  pause the decodes, admitted whenever the head of the queue fits (prefill-first).
-- ``num_scheduler_steps: k`` = vLLM v0 multi-step: decodes run in rounds of k steps, tokens stream at
-  the end of a round, requests are admitted only between rounds.
-- KV blocks of ``block_size`` tokens; a request that cannot get a block preempts the most recently
-  admitted running request, which frees its blocks and later recomputes prompt + generated tokens
-  (vLLM's preemption by recompute). Prefix caching pins one shared prefix per group after its first
-  prefill; later requests of the group skip its full blocks.
-Between events (arrival that can be admitted, a request finishing, KV running out) decode-only steps
-are advanced in closed form: with B sequences and context sum S the step takes A(B) + C*S and S grows
-by B per step, so n steps take n*A' + C*B*n(n-1)/2.
+This module is the base every engine policy shares (the policies, which decide admission and the shape
+of a batch with prompt work, are classes in ``serve/policies.py``):
+
+- intake: requests are submitted in arrival order and join the queue when the clock reaches them;
+- the KV block manager: blocks of ``block_size`` tokens; a request that cannot get a block preempts the
+  most recently admitted running request, which frees its blocks and later recomputes prompt +
+  generated tokens (vLLM's preemption by recompute). Prefix caching pins one shared prefix per group
+  after its first prefill; later requests of the group skip its full blocks;
+- the decoders and the decode-only stretch: between events (an arrival that can be admitted, a request
+  finishing, KV running out) decode steps are advanced in closed form: with B sequences and context
+  sum S a step takes A(B) + C*S and S grows by B per step, so n steps take n*A' + C*B*n(n-1)/2.
+  ``num_scheduler_steps: k`` (vLLM v0 multi-step) runs the stretch in rounds of k steps: tokens stream
+  at the end of a round and requests are admitted only between rounds;
+- inter-token-latency bookkeeping (``ITLRecord``).
+
+Semantics follow vLLM; see docs/serving.md for what is simplified.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from typing import ClassVar
 
 import numpy as np
 
@@ -30,41 +31,69 @@ from shardwise.serve.config import EngineSpec
 from shardwise.serve.state import DECODE, DONE, PREFILL, WAITING, ITLRecord, RequestTable
 from shardwise.serve.timing import StepTimer, prefill_pairs
 
+#: A scheduled prompt chunk: (request id, tokens already in the KV cache, tokens in this chunk).
+Chunk = tuple[int, int, int]
+
 
 class Engine:
-    """Simulates one replica (or one PP virtual engine); `advance(until)` runs it forward."""
+    """Simulates one replica (or one PP virtual engine); `advance(until)` runs it forward.
 
-    def __init__(self, timer: StepTimer, spec: EngineSpec, num_blocks: int, table: RequestTable, prefill_only: bool = False):
-        self.timer, self.spec, self.tab = timer, spec, table
-        self.prefill_only = prefill_only
-        self.bs = spec.block_size
-        self.free = num_blocks
+    A policy subclass sets `name` and implements `_first_chunk_tokens` (how much of the head of the queue
+    must fit to admit it), `_has_prompt_work` and `_prompt_iteration` (the batch when prompts are pending);
+    it may override `_watermark_blocks`."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, timer: StepTimer, spec: EngineSpec, num_blocks: int, table: RequestTable,
+                 prefill_only: bool = False):
+        self.timer, self.spec, self.table = timer, spec, table
+        self.prefill_only = prefill_only  # a disaggregated prefill pool: requests leave after the first token
+        self.block_size = spec.block_size
         self.num_blocks = num_blocks
-        self.k = spec.num_scheduler_steps
-        self.a_tab = timer.decode_fixed_table(spec.max_num_seqs)
-        self.c_ctx = timer.decode_attn_s_per_token
-        self.t = 0.0
-        self.g = 0  # decode steps run so far
-        self.pending: list[int] = []  # assigned, not yet arrived (sorted by arrival)
+        self.free = num_blocks  # free KV blocks
+        self.watermark = self._watermark_blocks(num_blocks)
+        self.steps_per_round = spec.num_scheduler_steps
+        self.decode_fixed_s = timer.decode_fixed_table(spec.max_num_seqs)  # A(B): a decode step's time at context 0
+        self.decode_s_per_context_token = timer.decode_attn_s_per_token  # C
+        self.now_s = 0.0
+        # intake
+        self.pending: list[int] = []  # submitted, not yet arrived (sorted by arrival)
         self.pending_at = 0
         self.waiting: deque[int] = deque()
         self.running: dict[int, None] = {}  # admission order; the last is the preemption victim
         self.prefilling: list[int] = []
-        self.b = 0  # decoding requests
-        self.koff = 0  # sum of (kv0 - g0) over decoders: context sum = koff + b*g
-        self.cnt = [0] * self.bs  # decoders needing a new block when g % bs == phase
-        self.heap: list[tuple[int, int, int]] = []  # (finish step, version, id)
-        self.group_last_s = 0.0  # last emission of decoders in the group ...
-        self.group_n = 0
-        self.stragglers: dict[int, float] = {}  # ... and of those that emitted at another time
+        self.hold_admission = False  # set by a preemption: nothing is admitted until the next iteration
+        # decoders
+        self.decode_steps = 0  # decode steps run so far (every decoder advances one token per step)
+        self.num_decoding = 0
+        self.context_offset = 0  # sum of (kv tokens - decode_steps) at decode start: context sum = this + num_decoding * decode_steps
+        self.new_block_due = [0] * self.block_size  # decoders needing a new block when decode_steps % block_size == index
+        self.finish_heap: list[tuple[int, int, int]] = []  # (decode step of the last token, version, id)
         self.prefix_cached: set[int] = set()
+        # ITL: decoders that all emitted at `synced_emit_s`, and those that emitted at another time
+        self.synced_emit_s = 0.0
+        self.synced_count = 0
+        self.stragglers: dict[int, float] = {}
         self.itl = ITLRecord()
-        # vLLM v0 keeps 1% of blocks free when admitting prompts (BlockSpaceManager watermark=0.01);
-        # v1 has none but admits nothing in a step that preempted.
-        self.watermark = 0 if spec.chunked_prefill else max(1, num_blocks // 100)
-        self.hold_admission = False
         self.iterations = 0
         self.busy_s = 0.0
+
+    # --- policy hooks ------------------------------------------------------------------------------
+    def _watermark_blocks(self, num_blocks: int) -> int:
+        """Blocks kept free when admitting a prompt."""
+        return 0
+
+    def _first_chunk_tokens(self, tokens_to_prefill: int) -> int:
+        """Prompt tokens the head of the queue must get blocks for to be admitted."""
+        raise NotImplementedError
+
+    def _has_prompt_work(self) -> bool:
+        """Whether the next iteration carries prompt tokens."""
+        raise NotImplementedError
+
+    def _prompt_iteration(self) -> None:
+        """Run one iteration with prompt work (the policy's batch shape)."""
+        raise NotImplementedError
 
     # --- intake ------------------------------------------------------------------------------------
     def submit(self, rid: int) -> None:
@@ -74,13 +103,15 @@ class Engine:
         return len(self.pending) - self.pending_at + len(self.waiting) + len(self.running)
 
     def _arrive(self) -> None:
-        arr, pend = self.tab.arrival_s, self.pending
-        while self.pending_at < len(pend) and arr[pend[self.pending_at]] <= self.t:
-            self.waiting.append(pend[self.pending_at])
+        arrival_s, pending = self.table.arrival_s, self.pending
+        while self.pending_at < len(pending) and arrival_s[pending[self.pending_at]] <= self.now_s:
+            self.waiting.append(pending[self.pending_at])
             self.pending_at += 1
 
-    def _next_arrival(self) -> float:
-        return float(self.tab.arrival_s[self.pending[self.pending_at]]) if self.pending_at < len(self.pending) else math.inf
+    def _next_arrival_s(self) -> float:
+        if self.pending_at < len(self.pending):
+            return float(self.table.arrival_s[self.pending[self.pending_at]])
+        return math.inf
 
     # --- main loop ---------------------------------------------------------------------------------
     def advance(self, until: float = math.inf) -> None:
@@ -88,313 +119,294 @@ class Engine:
         while True:
             self._arrive()
             self._admit_prefilled()
-            if self.t >= until:
+            if self.now_s >= until:
                 return
-            if self.prefilling or (self.waiting and self._head_fits()):
-                if self.spec.chunked_prefill:
-                    self._mixed_iteration()
-                elif self.waiting and self._head_fits():
-                    self._prefill_iteration()
-                else:
-                    self._mixed_iteration()
-            elif self.b:
-                self._stretch(until)
+            if self._has_prompt_work():
+                self._prompt_iteration()
+            elif self.num_decoding:
+                self._decode_stretch(until)
             else:
-                nxt = self._next_arrival()
+                next_s = self._next_arrival_s()
                 if self.waiting and not self.running:
                     raise RuntimeError("request cannot be scheduled on an empty replica (KV capacity checked earlier)")
-                if nxt == math.inf or nxt >= until:
-                    self.t = max(self.t, until) if until < math.inf else self.t
+                if next_s == math.inf or next_s >= until:
+                    self.now_s = max(self.now_s, until) if until < math.inf else self.now_s
                     return
-                self.t = nxt
+                self.now_s = next_s
 
-    # --- admission ---------------------------------------------------------------------------------
-    def _hit(self, rid: int) -> int:
-        tab = self.tab
-        if not self.spec.prefix_caching or tab.requests.prefix_len < self.bs or tab.group[rid] not in self.prefix_cached:
+    # --- KV blocks and admission -------------------------------------------------------------------
+    def _blocks(self, tokens: int) -> int:
+        """KV blocks holding `tokens` tokens."""
+        return -(-tokens // self.block_size)
+
+    def _tokens_to_prefill(self, rid: int) -> int:
+        """Prompt plus tokens generated before a preemption: what a (re)prefill puts in the KV cache."""
+        return self.table.prompt[rid] + self.table.generated[rid]
+
+    def _prefix_hit(self, rid: int) -> int:
+        """Tokens of `rid`'s prompt served from the prefix cache (whole blocks, at least one token left to compute)."""
+        table = self.table
+        prefix_len = table.requests.prefix_len
+        if not self.spec.prefix_caching or prefix_len < self.block_size or table.group[rid] not in self.prefix_cached:
             return 0
-        full = (tab.requests.prefix_len // self.bs) * self.bs
-        return min(full, ((self._todo(rid) - 1) // self.bs) * self.bs)
+        full = (prefix_len // self.block_size) * self.block_size
+        return min(full, ((self._tokens_to_prefill(rid) - 1) // self.block_size) * self.block_size)
+
+    def _is_prefilled(self, rid: int) -> bool:
+        """Arrived with its KV from a prefill pool (disaggregated decode), not yet decoding."""
+        table = self.table
+        return table.prefilled[rid] and table.phase[rid] == WAITING and table.generated[rid] == 1
 
     def _head_fits(self) -> bool:
-        if len(self.running) >= self.spec.max_num_seqs:
+        """Whether the head of the queue can be admitted now."""
+        if not self.waiting or len(self.running) >= self.spec.max_num_seqs:
             return False
         rid = self.waiting[0]
-        tab = self.tab
-        if tab.prefilled[rid] and tab.phase[rid] == WAITING and tab.generated[rid] == 1:
-            return False  # handled by _admit_prefilled
-        if self.hold_admission:
+        if self._is_prefilled(rid) or self.hold_admission:
             return False
-        todo = self._todo(rid) - self._hit(rid)
-        first = min(todo, self.spec.max_num_batched_tokens) if self.spec.chunked_prefill else todo
-        return -(-first // self.bs) + self.watermark <= self.free
-
-    def _todo(self, rid: int) -> int:
-        return self.tab.prompt[rid] + self.tab.generated[rid]
+        first = self._first_chunk_tokens(self._tokens_to_prefill(rid) - self._prefix_hit(rid))
+        return self._blocks(first) + self.watermark <= self.free
 
     def _admit_prefilled(self) -> None:
         """Disaggregated decode pool: requests arrive with their KV; they join the decoders at once."""
-        tab = self.tab
+        table = self.table
         while self.waiting and len(self.running) < self.spec.max_num_seqs:
             rid = self.waiting[0]
-            if not (tab.prefilled[rid] and tab.generated[rid] == 1 and tab.phase[rid] == WAITING):
+            if not self._is_prefilled(rid):
                 return
-            kv = tab.prompt[rid]
-            need = -(-kv // self.bs) + 1
+            kv_tokens = table.prompt[rid]
+            need = self._blocks(kv_tokens) + 1
             if need > self.free:
                 return
             self.waiting.popleft()
             self.free -= need - 1
             self.running[rid] = None
-            self._start_decode(rid, kv, float(tab.first_s[rid]))
+            self._start_decode(rid, kv_tokens, float(table.first_s[rid]))
+
+    def _admit_waiting(self, budget: int, whole: bool) -> tuple[list[Chunk], int]:
+        """Admit FCFS from the queue (whole prompts only if `whole`); returns (chunks, token budget left)."""
+        table, chunks = self.table, []
+        while self.waiting and budget > 0 and len(self.running) < self.spec.max_num_seqs:
+            rid = self.waiting[0]
+            if table.prefilled[rid]:
+                break
+            table.target[rid] = self._tokens_to_prefill(rid)
+            hit = self._prefix_hit(rid)
+            todo = table.target[rid] - hit
+            if whole and todo > budget:
+                break
+            chunk = min(todo, budget)
+            need = self._blocks(chunk)
+            if need + self.watermark > self.free:
+                break
+            self.waiting.popleft()
+            self.free -= need
+            table.prefix_hit[rid], table.computed[rid] = hit, hit
+            table.phase[rid] = PREFILL
+            self.running[rid] = None
+            self.prefilling.append(rid)
+            chunks.append((rid, hit, chunk))
+            budget -= chunk
+        return chunks, budget
+
+    def _preempt_one(self) -> None:
+        """Preempt the most recently admitted running request (recompute later)."""
+        table = self.table
+        rid = next(reversed(self.running))
+        del self.running[rid]
+        if table.phase[rid] == DECODE:
+            self.free += self._stop_decode(rid)
+        else:
+            self.prefilling.remove(rid)
+            self.free += self._blocks(table.computed[rid] - table.prefix_hit[rid])
+        table.phase[rid] = WAITING
+        table.computed[rid] = 0
+        table.preemptions[rid] += 1
+        table.prefilled[rid] = False
+        self.waiting.appendleft(rid)
+        self.hold_admission = True
+
+    def _done(self, rid: int) -> None:
+        table = self.table
+        table.phase[rid] = DONE
+        table.finish_s[rid] = self.now_s
+        del self.running[rid]
 
     # --- decoders ----------------------------------------------------------------------------------
-    def _start_decode(self, rid: int, kv: int, last_emit_s: float) -> None:
-        tab = self.tab
-        tab.phase[rid] = DECODE
-        tab.kv0[rid], tab.g0[rid] = kv, self.g
-        tab.version[rid] += 1
-        self.b += 1
-        self.koff += kv - self.g
-        self.cnt[(self.g - kv) % self.bs] += 1
-        heapq.heappush(self.heap, (self.g + tab.output[rid] - tab.generated[rid], tab.version[rid], rid))
+    def _start_decode(self, rid: int, kv_tokens: int, last_emit_s: float) -> None:
+        table, step = self.table, self.decode_steps
+        table.phase[rid] = DECODE
+        table.kv_at_decode_start[rid], table.step_at_decode_start[rid] = kv_tokens, step
+        table.version[rid] += 1
+        self.num_decoding += 1
+        self.context_offset += kv_tokens - step
+        self.new_block_due[(step - kv_tokens) % self.block_size] += 1
+        last_step = step + table.output[rid] - table.generated[rid]
+        heapq.heappush(self.finish_heap, (last_step, table.version[rid], rid))
         self.stragglers[rid] = last_emit_s
 
     def _stop_decode(self, rid: int) -> int:
         """Remove a decoder; returns the KV blocks it owned."""
-        tab = self.tab
-        kv = tab.kv0[rid] + self.g - tab.g0[rid]
-        self.b -= 1
-        self.koff -= tab.kv0[rid] - tab.g0[rid]
-        self.cnt[(tab.g0[rid] - tab.kv0[rid]) % self.bs] -= 1
+        table = self.table
+        kv0, step0 = table.kv_at_decode_start[rid], table.step_at_decode_start[rid]
+        kv_tokens = kv0 + self.decode_steps - step0
+        self.num_decoding -= 1
+        self.context_offset -= kv0 - step0
+        self.new_block_due[(step0 - kv0) % self.block_size] -= 1
         if rid in self.stragglers:
-            tab.last_emit[rid] = self.stragglers.pop(rid)
+            table.last_emit[rid] = self.stragglers.pop(rid)
         else:
-            self.group_n -= 1
-            tab.last_emit[rid] = self.group_last_s
-        return -(-(kv - tab.hit[rid]) // self.bs)
+            self.synced_count -= 1
+            table.last_emit[rid] = self.synced_emit_s
+        return self._blocks(kv_tokens - table.prefix_hit[rid])
 
-    def _emit_decoders(self, t_end: float, gaps: np.ndarray | None = None) -> None:
-        """Every decoder emitted at `t_end` (a step or the end of a multi-step round)."""
-        if self.group_n:
-            if gaps is not None and self.group_last_s == self.t:
-                self.itl.add_array(gaps, self.group_n)
+    def _context_sum_next_step(self) -> int:
+        """KV tokens the decoders attend over in the next step."""
+        return self.context_offset + self.num_decoding * (self.decode_steps + 1)
+
+    def _emit_decoders(self, end_s: float, gaps_s: np.ndarray | None = None) -> None:
+        """Every decoder emitted at `end_s` (one step) or once per round of a stretch (`gaps_s`, from now)."""
+        itl = self.itl
+        if self.synced_count:
+            if gaps_s is not None and self.synced_emit_s == self.now_s:
+                itl.add_array(gaps_s, self.synced_count)
+            elif gaps_s is None:
+                itl.add(end_s - self.synced_emit_s, self.synced_count)
             else:
-                self.itl.add(t_end - self.group_last_s if gaps is None else gaps[0] + self.t - self.group_last_s, self.group_n)
-                if gaps is not None:
-                    self.itl.add_array(gaps[1:], self.group_n)
-        for last in self.stragglers.values():
-            self.itl.add((t_end if gaps is None else self.t + gaps[0]) - last)
-        if gaps is not None and self.stragglers:
-            self.itl.add_array(gaps[1:], len(self.stragglers))
+                itl.add(gaps_s[0] + self.now_s - self.synced_emit_s, self.synced_count)
+                itl.add_array(gaps_s[1:], self.synced_count)
+        first_emit_s = end_s if gaps_s is None else self.now_s + gaps_s[0]
+        for last_s in self.stragglers.values():
+            itl.add(first_emit_s - last_s)
+        if gaps_s is not None and self.stragglers:
+            itl.add_array(gaps_s[1:], len(self.stragglers))
         self.stragglers.clear()
-        self.group_n = self.b
-        self.group_last_s = t_end
+        self.synced_count = self.num_decoding
+        self.synced_emit_s = end_s
 
     def _finish_due(self) -> None:
-        tab, heap = self.tab, self.heap
-        while heap and heap[0][0] <= self.g:
-            _, ver, rid = heapq.heappop(heap)
-            if ver != tab.version[rid] or tab.phase[rid] != DECODE:
-                continue
+        table, heap = self.table, self.finish_heap
+        while heap and heap[0][0] <= self.decode_steps:
+            _, version, rid = heapq.heappop(heap)
+            if version != table.version[rid] or table.phase[rid] != DECODE:
+                continue  # preempted since it was pushed
             self.free += self._stop_decode(rid)
-            tab.last_emit[rid] = self.t
+            table.last_emit[rid] = self.now_s
             self._done(rid)
 
-    def _done(self, rid: int) -> None:
-        tab = self.tab
-        tab.phase[rid] = DONE
-        tab.finish_s[rid] = self.t
-        del self.running[rid]
-
-    def _preempt_one(self) -> None:
-        """Preempt the most recently admitted running request (recompute later)."""
-        tab = self.tab
-        rid = next(reversed(self.running))
-        del self.running[rid]
-        if tab.phase[rid] == DECODE:
-            self.free += self._stop_decode(rid)
-            self.group_n = max(self.group_n, 0)
-        else:
-            self.prefilling.remove(rid)
-            self.free += -(-(tab.computed[rid] - tab.hit[rid]) // self.bs)
-        tab.phase[rid] = WAITING
-        tab.computed[rid] = 0
-        tab.preemptions[rid] += 1
-        tab.prefilled[rid] = False
-        self.waiting.appendleft(rid)
-        self.hold_admission = True
-
     # --- decode-only stretch -----------------------------------------------------------------------
-    def _blocks_for(self, n: int) -> int:
-        full, rest = divmod(n, self.bs)
-        need = full * self.b
+    def _blocks_for_steps(self, steps: int) -> int:
+        """New KV blocks the decoders need over the next `steps` steps."""
+        full_cycles, rest = divmod(steps, self.block_size)
+        need = full_cycles * self.num_decoding
         for j in range(rest):
-            need += self.cnt[(self.g + j) % self.bs]
+            need += self.new_block_due[(self.decode_steps + j) % self.block_size]
         return need
 
     def _steps_with_blocks(self) -> int:
         """Most decode steps the free blocks allow."""
-        q, r = divmod(self.free, self.b)
-        n = q * self.bs
-        for j in range(self.bs):
-            c = self.cnt[(self.g + n + j) % self.bs]
-            if c > r:
-                return n + j
-            r -= c
-        return n + self.bs
+        full_cycles, left = divmod(self.free, self.num_decoding)
+        steps = full_cycles * self.block_size
+        for j in range(self.block_size):
+            due = self.new_block_due[(self.decode_steps + steps + j) % self.block_size]
+            if due > left:
+                return steps + j
+            left -= due
+        return steps + self.block_size
 
     @staticmethod
-    def _steps_to_reach(delta: float, a1: float, slope: float) -> int:
-        """Smallest n >= 1 with n*a1 + slope*n(n-1)/2 >= delta (time of n steps reaches delta)."""
-        if delta <= 0:
+    def _steps_to_reach(delta_s: float, first_step_s: float, slope_s: float) -> int:
+        """Smallest n >= 1 with n*first + slope*n(n-1)/2 >= delta (the time of n steps reaches delta)."""
+        if delta_s <= 0:
             return 1
-        if slope <= 0:
-            n = math.ceil(delta / a1)
+        if slope_s <= 0:
+            n = math.ceil(delta_s / first_step_s)
         else:
-            b = a1 - slope / 2
-            n = math.ceil((-b + math.sqrt(b * b + 2 * slope * delta)) / slope)
+            b = first_step_s - slope_s / 2
+            n = math.ceil((-b + math.sqrt(b * b + 2 * slope_s * delta_s)) / slope_s)
         n = max(n, 1)
-        while n > 1 and (n - 1) * a1 + slope * (n - 1) * (n - 2) / 2 >= delta:
+        while n > 1 and (n - 1) * first_step_s + slope_s * (n - 1) * (n - 2) / 2 >= delta_s:
             n -= 1
-        while n * a1 + slope * n * (n - 1) / 2 < delta:
+        while n * first_step_s + slope_s * n * (n - 1) / 2 < delta_s:
             n += 1
         return n
 
-    def _stretch(self, until: float) -> None:
-        k = self.k
-        n_kv = self._steps_with_blocks()
-        while n_kv < k:
+    def _decode_stretch(self, until: float) -> None:
+        """Advance decode-only steps in closed form up to the next event (see the module docstring)."""
+        k = self.steps_per_round
+        steps_kv = self._steps_with_blocks()
+        while steps_kv < k:
             self._preempt_one()
-            if not self.b:
+            if not self.num_decoding:
                 return
-            n_kv = self._steps_with_blocks()
-        n_kv -= n_kv % k
-        b, a = self.b, self.a_tab[self.b]
-        a1 = a + self.c_ctx * (self.koff + b * (self.g + 1))
-        slope = self.c_ctx * b
-        n = min(n_kv, self.heap[0][0] - self.g if self.heap else n_kv)
-        horizon = until
+            steps_kv = self._steps_with_blocks()
+        steps_kv -= steps_kv % k
+        first_step_s = self.decode_fixed_s[self.num_decoding] + self.decode_s_per_context_token * self._context_sum_next_step()
+        slope_s = self.decode_s_per_context_token * self.num_decoding  # the context grows by B tokens a step
+        steps = min(steps_kv, self.finish_heap[0][0] - self.decode_steps if self.finish_heap else steps_kv)
+        horizon_s = until
         if not self.waiting and len(self.running) < self.spec.max_num_seqs:
-            horizon = min(horizon, self._next_arrival())
-        if horizon < math.inf:
-            n = min(n, self._steps_to_reach(horizon - self.t, a1, slope))
-        n = max(n, 1)
+            horizon_s = min(horizon_s, self._next_arrival_s())
+        if horizon_s < math.inf:
+            steps = min(steps, self._steps_to_reach(horizon_s - self.now_s, first_step_s, slope_s))
+        steps = max(steps, 1)
         if k > 1:
-            n = -(-n // k) * k
-        gaps = a1 + slope * np.arange(n)
-        total = float(n * a1 + slope * n * (n - 1) / 2)
+            steps = -(-steps // k) * k
+        gaps_s = first_step_s + slope_s * np.arange(steps)
+        total_s = float(steps * first_step_s + slope_s * steps * (steps - 1) / 2)
         if k > 1:
-            gaps = gaps.reshape(-1, k).sum(axis=1)
-        self.free -= self._blocks_for(n)
-        t_end = self.t + total
-        self._emit_decoders(t_end, gaps)
-        self.t = t_end
-        self.g += n
-        self.iterations += n
-        self.busy_s += total
+            gaps_s = gaps_s.reshape(-1, k).sum(axis=1)  # tokens stream once per round
+        self.free -= self._blocks_for_steps(steps)
+        end_s = self.now_s + total_s
+        self._emit_decoders(end_s, gaps_s)
+        self.now_s = end_s
+        self.decode_steps += steps
+        self.iterations += steps
+        self.busy_s += total_s
         self.hold_admission = False
         self._finish_due()
 
     # --- iterations with prompt work ---------------------------------------------------------------
     def _complete_prefill(self, rid: int) -> None:
         """A prompt (or a recompute) finished: it samples one token now."""
-        tab = self.tab
+        table = self.table
         self.prefilling.remove(rid)
-        if self.spec.prefix_caching and tab.requests.prefix_len >= self.bs and tab.group[rid] not in self.prefix_cached:
-            self.prefix_cached.add(tab.group[rid])  # its prefix blocks now belong to the cache
-            tab.hit[rid] = (tab.requests.prefix_len // self.bs) * self.bs
-        if tab.generated[rid] == 0:
-            tab.first_s[rid] = self.t
+        prefix_len = table.requests.prefix_len
+        if self.spec.prefix_caching and prefix_len >= self.block_size and table.group[rid] not in self.prefix_cached:
+            self.prefix_cached.add(table.group[rid])  # its prefix blocks now belong to the cache
+            table.prefix_hit[rid] = (prefix_len // self.block_size) * self.block_size
+        if table.generated[rid] == 0:
+            table.first_s[rid] = self.now_s
         else:
-            self.itl.add(self.t - tab.last_emit[rid])
-        tab.generated[rid] += 1
-        if self.prefill_only or tab.generated[rid] >= tab.output[rid]:
-            self.free += -(-(tab.computed[rid] - tab.hit[rid]) // self.bs)
-            tab.last_emit[rid] = self.t
+            self.itl.add(self.now_s - table.last_emit[rid])
+        table.generated[rid] += 1
+        if self.prefill_only or table.generated[rid] >= table.output[rid]:
+            self.free += self._blocks(table.computed[rid] - table.prefix_hit[rid])
+            table.last_emit[rid] = self.now_s
             self._done(rid)
         else:
-            self._start_decode(rid, tab.computed[rid], self.t)
+            self._start_decode(rid, table.computed[rid], self.now_s)
 
-    def _admit_waiting(self, budget: int, whole: bool) -> tuple[list[tuple[int, int, int]], int]:
-        """Admit FCFS from the queue; returns ([(id, tokens done before, chunk)], budget left)."""
-        tab, sched = self.tab, []
-        while self.waiting and budget > 0 and len(self.running) < self.spec.max_num_seqs:
-            rid = self.waiting[0]
-            if tab.prefilled[rid]:
-                break
-            tab.target[rid] = self._todo(rid)
-            hit = self._hit(rid)
-            todo = tab.target[rid] - hit
-            if whole and todo > budget:
-                break
-            chunk = min(todo, budget)
-            need = -(-chunk // self.bs)
-            if need + self.watermark > self.free:
-                break
-            self.waiting.popleft()
-            self.free -= need
-            tab.hit[rid], tab.computed[rid] = hit, hit
-            tab.phase[rid] = PREFILL
-            self.running[rid] = None
-            self.prefilling.append(rid)
-            sched.append((rid, hit, chunk))
-            budget -= chunk
-        return sched, budget
-
-    def _run_prefills(self, sched: list[tuple[int, int, int]], decoders: int, decode_ctx: float) -> None:
-        tokens = decoders + sum(c for _, _, c in sched)
-        tab = self.tab
-        done = [rid for rid, before, c in sched if before + c >= tab.target[rid]]
-        pairs = sum(prefill_pairs(before, c) for _, before, c in sched)
-        dt = self.timer.iteration_s(tokens, decoders + len(sched), decoders + len(done), decode_ctx, pairs)
-        t_end = self.t + dt
+    def _run_iteration(self, chunks: list[Chunk], decoders: int) -> None:
+        """One iteration: `decoders` decode tokens (0 or all decoders) plus the prompt `chunks`."""
+        table = self.table
+        tokens = decoders + sum(c for _, _, c in chunks)
+        completed = [rid for rid, before, c in chunks if before + c >= table.target[rid]]
+        pairs = sum(prefill_pairs(before, c) for _, before, c in chunks)
+        context = self._context_sum_next_step() if decoders else 0.0
+        dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs)
+        end_s = self.now_s + dt
         if decoders:
-            self.free -= self.cnt[self.g % self.bs]
-            self._emit_decoders(t_end)
-            self.g += 1
-        self.t = t_end
+            self.free -= self.new_block_due[self.decode_steps % self.block_size]
+            self._emit_decoders(end_s)
+            self.decode_steps += 1
+        self.now_s = end_s
         self.iterations += 1
         self.busy_s += dt
         self.hold_admission = False
-        for rid, before, c in sched:
-            tab.computed[rid] = before + c
-        for rid in done:
+        for rid, before, c in chunks:
+            table.computed[rid] = before + c
+        for rid in completed:
             self._complete_prefill(rid)
         if decoders:
             self._finish_due()
-
-    def _mixed_iteration(self) -> None:
-        """vLLM v1: all decodes + prompt chunks up to the token budget."""
-        preempted = False
-        while self.b and self.cnt[self.g % self.bs] > self.free:
-            self._preempt_one()
-            preempted = True
-        budget = self.spec.max_num_batched_tokens - self.b
-        tab, sched = self.tab, []
-        for rid in list(self.prefilling):
-            if budget <= 0:
-                break
-            before = tab.computed[rid]
-            owned = -(-(before - tab.hit[rid]) // self.bs)
-            room = (owned + self.free) * self.bs + tab.hit[rid] - before
-            chunk = min(tab.target[rid] - before, budget, room)
-            if chunk <= 0:
-                continue
-            self.free -= -(-(before + chunk - tab.hit[rid]) // self.bs) - owned
-            sched.append((rid, before, chunk))
-            budget -= chunk
-        if not preempted:
-            more, _ = self._admit_waiting(budget, whole=False)
-            sched += more
-        if not sched and not self.b:
-            self._preempt_one()  # partial prefills hold every block: free some
-            return
-        self._run_prefills(sched, self.b, self.koff + self.b * (self.g + 1))
-
-    def _prefill_iteration(self) -> None:
-        """vLLM v0: a prefill-only iteration of whole prompts; decodes wait."""
-        sched, _ = self._admit_waiting(self.spec.max_num_batched_tokens, whole=True)
-        if not sched:
-            raise RuntimeError("prefill iteration with nothing admitted")
-        self._run_prefills(sched, 0, 0.0)

@@ -34,12 +34,14 @@ class LengthSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    dist: Literal["fixed", "uniform", "sharegpt", "lognormal", "trace"] = "fixed"
-    value: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS)
-    min: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS)
-    max: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS)
-    median: float | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS)
-    sigma: float | None = Field(default=None, ge=0, le=10, description="log-space spread (10 already spans e^±10)")
+    dist: Literal["fixed", "uniform", "sharegpt", "lognormal", "trace"] = Field(default="fixed", description="fixed "
+        "(value), uniform (min..max), sharegpt (the built-in ShareGPT stand-in), lognormal (median, sigma, "
+        "optional max), trace (the trace's own lengths)")
+    value: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS, description="fixed: tokens")
+    min: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS, description="uniform: fewest tokens")
+    max: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS, description="uniform: most tokens; lognormal: cap")
+    median: float | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS, description="lognormal: median tokens")
+    sigma: float | None = Field(default=None, ge=0, le=10, description="lognormal: sigma of log(tokens)")
 
     @model_validator(mode="after")
     def _check(self) -> LengthSpec:

@@ -1,7 +1,7 @@
 """GPU memory of a serving replica and the paged KV cache it leaves room for (vLLM semantics).
 
 KV bytes per rank = total * gpu_memory_utilization - weights - activation peak - non-torch memory
-(vllm/worker/worker.py::determine_num_available_blocks; serving-formulas.md formula 2); blocks =
+(vllm/worker/worker.py::determine_num_available_blocks); blocks =
 KV bytes / (block_size * KV bytes per token per rank); KV per token = 2*L*H_kv*d_h*b
 (vllm/worker/cache_engine.py::get_cache_block_size), divided over TP by KV heads (replicated when
 tp > H_kv, as vLLM does) and over PP by layers. MLA caches one latent per token, replicated over TP.

@@ -12,7 +12,7 @@
 - Goodput: requests/s meeting every given SLO (ttft, tpot, e2e) — `--goodput`; SLO attainment: the
   fraction of requests meeting them (DistServe's attainment).
 - Cost: $/hour of the deployment x duration; per token by the GKE Inference Quickstart convention
-  that an input token costs a quarter of an output token (serving-formulas.md formula 11).
+  that an input token costs a quarter of an output token (GoogleCloudPlatform/gke-mcp PR #84).
 """
 
 from __future__ import annotations

@@ -16,27 +16,30 @@ from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.hardware import get_gpu
 from shardwise.specs.model import ModelSpec, load_model
 
+DEFAULT_GPU_MIX = "h100:8,a100-80gb:8"  # what `serve plan` may use when no GPUs are given
+DEFAULT_GPUS_PER_TYPE = 8
 
-def parse_gpus(text: str) -> dict[str, int]:
-    """'h100:8,a100-80gb:16' -> {'H100-SXM': 8, 'A100-80GB': 16}."""
+
+def parse_gpu_mix(text: str) -> dict[str, int]:
+    """'h100:8,a100-80gb:16' -> {'H100-SXM': 8, 'A100-80GB': 16} (a type without a count: 8)."""
     out: dict[str, int] = {}
     for item in (x.strip() for x in text.split(",")):
         if not item:
             continue
         name, _, count = item.partition(":")
         try:
-            n = int(count) if count else 8
+            n = int(count) if count else DEFAULT_GPUS_PER_TYPE
         except ValueError:
-            raise ShardwiseError(f"--gpus: bad count in {shorten(item)}; write TYPE:COUNT, e.g. h100:8") from None
+            raise ShardwiseError(f"--gpu-mix: bad count in {shorten(item)}; write TYPE:COUNT, e.g. h100:8") from None
         if not 0 < n <= MAX_CLUSTER_GPUS:
-            raise ShardwiseError(f"--gpus: the count of {shorten(name)} must be positive and at most {MAX_CLUSTER_GPUS:,}, got {shorten(n)}")
+            raise ShardwiseError(f"--gpu-mix: the count of {shorten(name)} must be positive and at most {MAX_CLUSTER_GPUS:,}, got {shorten(n)}")
         try:
             gpu = get_gpu(name).name
         except ShardwiseError as exc:
-            raise ShardwiseError(f"--gpus: {exc}") from None
+            raise ShardwiseError(f"--gpu-mix: {exc}") from None
         out[gpu] = out.get(gpu, 0) + n
     if not out:
-        raise ShardwiseError("--gpus must name at least one GPU type with a count, e.g. h100:8,a100-80gb:16")
+        raise ShardwiseError("--gpu-mix must name at least one GPU type with a count, e.g. h100:8,a100-80gb:16")
     return out
 
 
@@ -51,19 +54,20 @@ def _workload_file(path: Path) -> WorkloadSpec:
 
 
 def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: float | None, tpot: float | None,
-                 attainment: float | None, gpus: str, workload: Path | None, precision: str | None, num_requests: int | None) -> PlanRequest:
+                 attainment: float | None, gpu_mix: str, workload: Path | None, precision: str | None,
+                 num_requests: int | None) -> PlanRequest:
     """Read the job file and the workload file (if any), then merge them with the options."""
     doc = read_document(job) if job is not None else None
     base = job.resolve().parent if job is not None else None
     wl = _workload_file(workload) if workload else None
-    return merge_plan_request(doc, base, str(job), model, rate, ttft, tpot, attainment, gpus, wl, precision, num_requests)
+    return merge_plan_request(doc, base, str(job), model, rate, ttft, tpot, attainment, gpu_mix, wl, precision, num_requests)
 
 
 def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dict | ModelSpec | None, rate: float | None,
-                       ttft: float | None, tpot: float | None, attainment: float | None, gpus: str,
+                       ttft: float | None, tpot: float | None, attainment: float | None, gpu_mix: str,
                        workload: WorkloadSpec | None, precision: str | None, num_requests: int | None) -> PlanRequest:
     """The parsed job document (model, precision, workload, slo; its deployment is ignored) merged with
-    the options, which win: what the CLI and the web API both plan."""
+    the options, which win: what the CLI and the web API both plan. `gpu_mix`: 'h100:8,a100-80gb:16'."""
     data: dict[str, Any] = {}
     if doc is not None:
         if not isinstance(doc, dict):
@@ -98,13 +102,14 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
             f"--num-requests {shorten(n)} exceeds the limit of {MAX_PLAN_REQUESTS:,} (see Limits in the README): the planner "
             "runs hundreds of simulations of this size; the default 600 gives stable p90s"
         )
-    return PlanRequest(m, prec, float(target), slo_spec, parse_gpus(gpus), wl, n, base)
+    return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base)
 
 
 def print_plan(result: PlanResult) -> None:
-    from shardwise.console import make_console
     from rich.markup import escape
     from rich.table import Table
+
+    from shardwise.console import make_console
 
     r = result.request
     console = make_console()

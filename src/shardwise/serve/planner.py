@@ -382,7 +382,7 @@ def plan(req: PlanRequest, disaggregation: bool = True, mix: bool = True, consta
     if not req.rate > 0 or math.isinf(req.rate):
         raise ShardwiseError(f"--rate must be a positive, finite request rate (req/s), got {req.rate}")
     if not req.gpus:
-        raise ShardwiseError("--gpus must name at least one GPU type with a count, e.g. h100:8")
+        raise ShardwiseError("--gpu-mix must name at least one GPU type with a count, e.g. h100:8")
     return Planner(req, constants, progress).search(disaggregation, mix)
 
 

@@ -12,7 +12,7 @@ from shardwise.serve.metrics import per_request
 from shardwise.serve.simulate import SimResult
 
 
-def _pyplot():  # noqa: ANN202
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")

@@ -20,6 +20,7 @@ from shardwise.serve.config import ServeJob, engine_spec
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
 from shardwise.serve.engine import Engine
+from shardwise.serve.policies import make_engine
 from shardwise.serve.state import ITLRecord, RequestTable
 from shardwise.serve.timing import kv_transfer_s
 from shardwise.serve.workload import Requests, build_requests
@@ -55,7 +56,7 @@ class SimResult:
 
 def run_pool(pool: Pool, table: RequestTable, ids: np.ndarray, router: str = "round_robin", prefill_only: bool = False) -> list[Engine]:
     """Run every request in `ids` (sorted by engine arrival) on `pool`'s engines."""
-    engines = [Engine(pool.timer, pool.engine, pool.blocks_per_engine, table, prefill_only) for _ in range(pool.engines)]
+    engines = [make_engine(pool.timer, pool.engine, pool.blocks_per_engine, table, prefill_only) for _ in range(pool.engines)]
     if router == "round_robin" or len(engines) == 1:
         for k, rid in enumerate(ids.tolist()):
             engines[k % len(engines)].submit(rid)

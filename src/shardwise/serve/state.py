@@ -35,9 +35,9 @@ class RequestTable:
         self.generated = [0] * n  # tokens emitted so far
         self.target = [0] * n  # tokens the current prefill must put in the KV cache
         self.computed = [0] * n  # tokens of the current prefill already in the KV cache
-        self.hit = [0] * n  # tokens served from the prefix cache (a multiple of block_size)
-        self.kv0 = [0] * n  # KV tokens when the request started decoding ...
-        self.g0 = [0] * n  # ... at this decode-step count of its engine
+        self.prefix_hit = [0] * n  # tokens served from the prefix cache (a multiple of block_size)
+        self.kv_at_decode_start = [0] * n  # KV tokens when the request started decoding ...
+        self.step_at_decode_start = [0] * n  # ... at this decode-step count of its engine
         self.version = [0] * n  # invalidates stale finish-heap entries after a preemption
         self.last_emit = [0.0] * n  # last token time, kept while a request is preempted
         self.prefilled = [False] * n  # arrives with its prompt already in KV (disaggregated decode pool)

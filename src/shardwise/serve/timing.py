@@ -7,7 +7,7 @@ t = max(F_body / (peak*eta_c), W_body / (BW*eta_m))            weights GEMMs ove
   + 2L * all_reduce(T*h*2 B, tp) + (pp-1) * send(T*h*2 B)      Megatron TP (Vidur execution_time.py) and PP,
                                                                transfer times of cost.comm's network model
   + step_overhead + per_seq_overhead * n_seqs                  CPU-side scheduling and sampling
-(roofline per op: LLM-Viewer roofline_model.py; serving-formulas.md formulas 3-8). A PP replica runs pp
+(roofline per op: LLM-Viewer roofline_model.py, GenZ get_roofline; TP all-reduces: Vidur). A PP replica runs pp
 micro-batches in flight (vLLM virtual engines); each takes the whole model's time, so weights count
 once per iteration and the stages' sends are added. Attention FLOPs per (query, key) pair and layer:
 2*heads*(d_qk + d_v) (PaLM App. B). MoE layers stream only the experts the batch routes to:
@@ -45,7 +45,7 @@ class StepTimer:
 
     # --- coefficients (computed once) ------------------------------------------------------------
     @cached_property
-    def _eff(self):  # noqa: ANN202
+    def _eff(self):
         return self.constants.device(self.gpu.name)
 
     @cached_property
@@ -161,6 +161,6 @@ def prefill_pairs(done: int, chunk: int) -> float:
 
 
 def kv_transfer_s(model: ModelSpec, prompt_tokens: np.ndarray, bytes_per_element: float, link_gbps: float, efficiency: float) -> np.ndarray:
-    """Prefill->decode KV transfer: KV bytes / link bandwidth (serving-formulas.md formula 8; splitwise-sim)."""
+    """Prefill->decode KV transfer: KV bytes / link bandwidth (splitwise-sim's KV flows; Vidur PR #80)."""
     kv = model.kv_cache_bytes_per_token(bytes_per_element)
     return prompt_tokens * kv / (link_gbps / 8 * 1e9 * efficiency)

@@ -93,8 +93,9 @@ def summarize(rows: list[dict[str, Any]], bar: float = 0.15) -> dict[str, Any]:
 
 
 def print_validation(rows: list[dict[str, Any]]) -> None:
-    from shardwise.console import make_console
     from rich.table import Table
+
+    from shardwise.console import make_console
 
     table = Table(title="Simulated vs published serving runs (error = simulated / published - 1)", title_justify="left")
     for col in ("record", "split", "metric", "published", "simulated", "error"):

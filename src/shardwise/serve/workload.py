@@ -29,12 +29,15 @@ class WorkloadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")  # rate may be inf (offline); cv's bounds refuse inf and NaN
 
-    arrival: Literal["poisson", "gamma", "fixed", "trace"] = "poisson"
+    arrival: Literal["poisson", "gamma", "fixed", "trace"] = Field(default="poisson", description="how send "
+                                                                   "times are drawn (as `vllm bench serve`)")
     rate: float | str | None = Field(default=None, description="requests/s; 'inf' = all at t=0; with a trace: rescale to this mean rate")
-    num_requests: int | None = Field(default=None, gt=0, le=MAX_SERVE_REQUESTS)
-    input_len: LengthSpec | None = Field(default=None, description="default: the trace's lengths with a trace, else ShareGPT-like")
-    output_len: LengthSpec | None = Field(default=None, description="default: the trace's lengths with a trace, else ShareGPT-like")
-    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    num_requests: int | None = Field(default=None, gt=0, le=MAX_SERVE_REQUESTS, description="requests to send (all of a trace's by default)")
+    input_len: LengthSpec | None = Field(default=None, description="prompt tokens: a number, a distribution name, or a length "
+                                         "mapping; default: a trace's own lengths, else ShareGPT-like")
+    output_len: LengthSpec | None = Field(default=None, description="output tokens: a number, a distribution name, or a length "
+                                          "mapping; default: a trace's own lengths, else ShareGPT-like")
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="random seed of arrivals and lengths")
     cv: float = Field(default=1.0, gt=0, le=MAX_GAMMA_CV, description="coefficient of variation of gamma inter-arrival gaps")
     path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
     prefix_len: int = Field(default=0, ge=0, le=MAX_SEQUENCE_TOKENS, description="tokens of a shared system prompt inside input_len (for prefix caching)")

@@ -46,6 +46,7 @@ class GPU(BaseModel):
     name: str
     aliases: tuple[str, ...] = ()
     tflops: dict[str, float]
+    arch: str = Field(default="ampere", description="GPU generation: ampere, hopper, blackwell, ada, cdna3")
     tflops_at_w: float | None = Field(default=None, gt=0, description="board power the tflops are quoted at (default power_w)")
     memory_gib: float = Field(gt=0)
     hbm_tbyte_s: float = Field(gt=0)
@@ -151,13 +152,16 @@ class NetworkSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    nics_per_node: int | None = Field(default=None, gt=0, le=1024)
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5)
-    fabric: Fabric | None = None
-    nvlink_gbyte_s: float | None = Field(default=None, gt=0, le=1e5)
-    nvlink_domain: int | None = Field(default=None, gt=0, le=1_000_000)
-    nvls: bool | None = None
-    sharp: bool = False
+    nics_per_node: int | None = Field(default=None, gt=0, le=1024, description="scale-out NICs per node (rails)")
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, description="line rate of one NIC, Gbit/s")
+    fabric: Fabric | None = Field(default=None, description="scale-out fabric")
+    nvlink_gbyte_s: float | None = Field(default=None, gt=0, le=1e5, description="NVLink bandwidth per GPU, both "
+                                         "directions, GB/s (datasheet convention)")
+    nvlink_domain: int | None = Field(default=None, gt=0, le=1_000_000, description="GPUs on one NVLink fabric "
+                                      "(a multiple of gpus_per_node)")
+    nvls: bool | None = Field(default=None, description="NVLink SHARP (NVSwitch reductions, Hopper or newer); "
+                              "default: the GPU's")
+    sharp: bool = Field(default=False, description="SHARP in-network reduction on InfiniBand switches")
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,7 @@ class CommGroup:
         return self.network.link if self.domains == 1 else "scale-out"
 
 
-def group_shape(size, stride, domain: int):
+def group_shape(size: int | np.ndarray, stride: int | np.ndarray, domain: int) -> tuple[int | np.ndarray, int | np.ndarray]:
     """(ranks per NVLink domain, domains) of groups of `size` ranks spaced `stride` apart in the global
     rank order, domains being aligned blocks of `domain` ranks (numbers or numpy arrays)."""
     if not (isinstance(size, np.ndarray) or isinstance(stride, np.ndarray)):

@@ -23,7 +23,6 @@ from shardwise.errors import ShardwiseError, clip
 from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.model import ModelSpec, from_mapping
 
-
 #: transformers' defaults, per ``model_type``, of the keys this reader uses that hub configs may leave out
 #: (the configuration class of each family, ``src/transformers/models/<type>/configuration_<type>.py``;
 #: GPT-2's ``tie_word_embeddings`` is ``PretrainedConfig``'s default, true). ``num_key_value_heads: None``
@@ -179,7 +178,7 @@ def from_hf_hub(repo_id: str) -> ModelSpec:
     cache = os.environ.get("HF_HUB_CACHE") or None  # read now, not when huggingface_hub was imported
     try:
         path = hf_hub_download(repo_id, "config.json", cache_dir=cache, local_files_only=True)
-    except Exception as exc:  # LocalEntryNotFoundError, or an id the hub library rejects
+    except Exception as exc:  # noqa: BLE001 - LocalEntryNotFoundError, or an id the hub library rejects
         where = cache or "the default Hugging Face cache"
         raise ShardwiseError(f"model {repo_id!r}: its config.json is not in {where} ({type(exc).__name__}); fetch "
                              f"it once with {fetch}, or give the path to a config.json") from None

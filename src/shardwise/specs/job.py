@@ -1,13 +1,10 @@
 """Training job files (YAML or JSON; one job or a list): parsing and the checks that make a plan runnable.
 
-The file contract (keep these names)::
-
-    model: llama-3.1-70b          # preset | path to config.json | mapping
-    cluster: {gpu: H100-SXM, gpus: 512, gpus_per_node: 8, power_limit_w: 700,
-              network: {nics_per_node: 8, nic_gbps: 400, fabric: infiniband, nvls: true, sharp: false}}
-    training: {seq_len: 8192, global_batch: 512, precision: bf16, tokens: 15e12}
-    parallel: {tp: 8, pp: 4, vpp: 1, cp: 1, ep: 1, dp: auto, zero: 1, sequence_parallel: true,
-               recompute: selective, micro_batch: 1, schedule: 1f1b}
+A job has four sections (keep these names): ``model`` (a preset name, a path to a Hugging Face
+config.json, or a :class:`~shardwise.specs.model.ModelSpec` mapping), ``cluster`` (:class:`ClusterSpec`),
+``training`` (:class:`~shardwise.specs.training.TrainingSpec`) and ``parallel``
+(:class:`~shardwise.specs.training.TrainPlan`). The models describe every field; the README's tables are
+generated from them (:mod:`shardwise.job_docs`).
 """
 
 from __future__ import annotations
@@ -27,16 +24,22 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 
 
 class ClusterSpec(BaseModel):
+    """The `cluster` section: GPUs of one type in nodes."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    gpu: str
-    gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS)
-    gpus_per_node: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS)
-    inter_node_gbps: float | None = Field(default=None, gt=0, le=1e5, description="per-GPU scale-out bandwidth (older field)")
-    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
-    power_limit_w: float | None = Field(default=None, gt=0, le=1e5)
-    network: NetworkSpec | None = None
-    memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory kept free (default 0.05)")
+    gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml (h100, a100-80gb, ...)")
+    gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS, description="GPUs in the job (`train run`: processes)")
+    gpus_per_node: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="GPUs per node; default: the GPU's in data/gpus.yaml")
+    inter_node_gbps: float | None = Field(default=None, gt=0, le=1e5, description="scale-out bandwidth per GPU, Gbit/s "
+                                          "(older field; network.nic_gbps is per NIC); default: the GPU's in data/gpus.yaml")
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
+                                                 "list price in data/gpus.yaml")
+    power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W "
+                                        "(below the board power: lower peak throughput)")
+    network: NetworkSpec | None = Field(default=None, description="what differs from the GPU's catalog network")
+    memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory a plan must leave "
+                                          "free to fit (allocator fragmentation, spikes); default 0.05")
 
 
 def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster:
@@ -102,6 +105,13 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
             raise ShardwiseError(f"parallel.ep: {p.ep} does not divide the {model.experts} experts of {model.name}")
         if (dp * p.cp) % p.ep:
             raise ShardwiseError(f"parallel.ep: {p.ep} must divide dp*cp = {dp * p.cp} (experts are sharded inside the data-parallel group)")
+    if p.dp_shard is not None and (dp * p.cp) % p.dp_shard:
+        raise ShardwiseError(
+            f"parallel.dp_shard: {p.dp_shard} does not divide the data-parallel group dp*cp = {dp * p.cp}; "
+            f"use one of {_divisors(dp * p.cp)} (or leave it out to shard over the whole group)"
+        )
+    if p.offload != "none" and p.zero == 0:
+        raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
     per_step = p.micro_batch * dp
     if training.global_batch % per_step:
         raise ShardwiseError(

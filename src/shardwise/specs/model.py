@@ -22,35 +22,36 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(default="custom", max_length=200)
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int | None = Field(default=None, gt=0, description="None = heads (MHA); 1 = MQA")
-    head_dim: int | None = Field(default=None, gt=0, description="query/key head dim; None = hidden/heads")
-    v_head_dim: int | None = Field(default=None, gt=0, description="value head dim; None = head_dim")
+    name: str = Field(default="custom", max_length=200, description="label in reports")
+    layers: int = Field(gt=0, description="transformer layers")
+    hidden: int = Field(gt=0, description="hidden size (model width)")
+    heads: int = Field(gt=0, description="attention (query) heads")
+    kv_heads: int | None = Field(default=None, gt=0, description="key/value heads; default: heads (MHA); 1 = MQA; fewer = GQA")
+    head_dim: int | None = Field(default=None, gt=0, description="query/key head dim; default: hidden / heads")
+    v_head_dim: int | None = Field(default=None, gt=0, description="value head dim; default: head_dim")
     ffn: int = Field(gt=0, description="dense MLP intermediate size")
-    vocab: int = Field(gt=0)
-    mlp: Literal["gelu", "swiglu"] = "swiglu"
-    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
-    tied_embeddings: bool = False
+    vocab: int = Field(gt=0, description="vocabulary size")
+    mlp: Literal["gelu", "swiglu"] = Field(default="swiglu", description="MLP: gelu (2 matrices) or swiglu (3, gated)")
+    norm: Literal["layernorm", "rmsnorm"] = Field(default="rmsnorm", description="normalisation layer")
+    tied_embeddings: bool = Field(default=False, description="the LM head shares the input embedding's weights")
     linear_bias: bool = Field(default=False, description="bias on every linear layer (GPT-2, Megatron GPT)")
     qkv_bias: bool = Field(default=False, description="bias on Q/K/V only (Qwen2)")
     position_embeddings: int = Field(default=0, ge=0, description="learned absolute positions (0 = RoPE)")
     dropout: bool = Field(default=False, description="hidden/attention dropout during training")
     # Mixture of experts.
     experts: int = Field(default=0, ge=0, description="routed experts per MoE layer (0 = dense)")
-    top_k: int = Field(default=0, ge=0)
-    expert_ffn: int | None = Field(default=None, gt=0)
+    top_k: int = Field(default=0, ge=0, description="routed experts per token (MoE)")
+    expert_ffn: int | None = Field(default=None, gt=0, description="intermediate size of one expert; default: ffn")
     shared_experts: int = Field(default=0, ge=0, description="always-active experts of size expert_ffn")
     dense_layers: int = Field(default=0, ge=0, description="leading dense layers of an MoE model")
     # Multi-head latent attention (DeepSeek-V2/V3); 0 = standard attention.
-    q_lora_rank: int = Field(default=0, ge=0)
-    kv_lora_rank: int = Field(default=0, ge=0)
-    qk_rope_head_dim: int = Field(default=0, ge=0)
-    published_params: float | None = Field(default=None, description="published total, for reference")
-    published_active_params: float | None = None
-    source: str | None = None
+    q_lora_rank: int = Field(default=0, ge=0, description="MLA query compression rank (0 = uncompressed queries)")
+    kv_lora_rank: int = Field(default=0, ge=0, description="MLA key/value compression rank (0 = standard attention)")
+    qk_rope_head_dim: int = Field(default=0, ge=0, description="MLA: rotary part of the query/key head dim")
+    published_params: float | None = Field(default=None, description="published total parameters, for reference")
+    published_active_params: float | None = Field(default=None, description="published active parameters per "
+                                                  "token (MoE), for reference")
+    source: str | None = Field(default=None, description="where the numbers come from")
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

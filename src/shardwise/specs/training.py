@@ -12,6 +12,8 @@ from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_RANKS, MAX_PIPELINE_
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Recompute = Literal["none", "selective", "full"]
+Framework = Literal["megatron", "torchtitan", "fsdp", "deepspeed", "composer", "maxtext"]
+Offload = Literal["none", "optimizer", "optimizer+params"]
 
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
@@ -21,12 +23,20 @@ class TrainingSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    seq_len: int = Field(gt=0, le=MAX_SEQUENCE_TOKENS)
+    seq_len: int = Field(gt=0, le=MAX_SEQUENCE_TOKENS, description="tokens per sequence")
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    precision: Precision = "bf16"
+    precision: Precision = Field(default="bf16", description="GEMM precision; fp8 keeps bf16 weights and activations")
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars")
     grad_dtype: Literal["bf16", "fp32"] = Field(
         default="fp32", description="gradient accumulation/reduction dtype (Megatron main_grad: fp32)"
+    )
+    framework: Framework = Field(
+        default="megatron",
+        description="software stack that runs the job: its kernels, fusion and overlap (data/stacks.yaml)",
+    )
+    compile: bool | None = Field(default=None, description="torch.compile / XLA fusion; None = the stack's default")
+    attention_kernel: Literal["auto", "fa1", "fa2", "fa3"] = Field(
+        default="auto", description="fused attention kernel (FlashAttention 1/2/3); auto = the stack's choice for the GPU"
     )
 
     @property
@@ -53,19 +63,30 @@ class TrainPlan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS)
-    pp: int = Field(default=1, gt=0, le=MAX_PIPELINE_RANKS)
+    tp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="tensor-parallel degree (Megatron-LM); divides the attention heads")
+    pp: int = Field(default=1, gt=0, le=MAX_PIPELINE_RANKS, description="pipeline-parallel degree: pipeline ranks")
     vpp: int = Field(default=1, gt=0, le=MAX_PIPELINE_STAGES, description="virtual stages (model chunks) per pipeline rank")
-    dp: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS)
-    cp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS)
-    ep: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS)
-    zero: Literal[0, 1, 2, 3] = 1
-    sequence_parallel: bool = False
-    recompute: Recompute = "selective"
-    micro_batch: int = Field(default=1, gt=0)
-    schedule: str = "1f1b"
-    flash_attention: bool = True
-    overlap_grad_reduce: bool = True
+    dp: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="data-parallel degree; auto or left out: GPUs / (tp * pp * cp)")
+    cp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="context-parallel degree: ranks sharing one sequence; divides seq_len")
+    ep: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="expert-parallel degree (MoE): ranks sharing the experts; divides dp * cp")
+    zero: Literal[0, 1, 2, 3] = Field(default=1, description="ZeRO stage over the data-parallel group: 0 replicates "
+                                      "the model states, 1 shards the optimizer states, 2 also the gradients, 3 also "
+                                      "the parameters")
+    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1)")
+    recompute: Recompute = Field(default="selective", description="activation recomputation: none, selective "
+                                 "(attention core, Korthikanti et al. 2022) or full (every layer)")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per micro-batch")
+    schedule: str = Field(default="1f1b", description="pipeline schedule (`shardwise schedule list`)")
+    flash_attention: bool = Field(default=True, description="fused attention kernel: no attention scores kept "
+                                  "for the backward")
+    overlap_grad_reduce: bool = Field(default=True, description="overlap the data-parallel gradient reduction "
+                                      "with the backward pass")
+    dp_shard: int | None = Field(
+        default=None,
+        gt=0,
+        description="ranks of the data-parallel group that shard ZeRO/FSDP states (hybrid sharding, HSDP); None = all",
+    )
+    offload: Offload = Field(default="none", description="model states kept in host memory (ZeRO-Offload)")
 
     @property
     def sp(self) -> bool:

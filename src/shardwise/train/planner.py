@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,10 @@ from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
 from shardwise.train.search_space import DEFAULT_SCHEDULES, REASONS, Candidates, enumerate_plans
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 OBJECTIVES = ("throughput", "cost", "memory")
 # A plan is skipped once neither its lower bound nor this share of its screened time can beat the K-th
@@ -79,8 +83,10 @@ class PlanResult:
         }
 
 
-def _job(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any], extra: dict[str, Any]) -> TrainJob:
-    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **extra), name=model.name)
+def job_from_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any],
+                  extra: dict[str, Any] | None = None) -> TrainJob:
+    """The job that runs one enumerated plan (`plan`: the candidates' fields; `extra`: fixed plan fields)."""
+    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **(extra or {})), name=model.name)
 
 
 def _score(e: Estimate, objective: str) -> tuple[float, float]:
@@ -162,7 +168,9 @@ def plan_search(
     )
 
 
-def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants, progress):
+def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray, objective: str, top_k: int, max_exact: int,
+               model: ModelSpec, cluster: Cluster, training: TrainingSpec, extra: dict[str, Any], constants: Constants | None,
+               progress: bool | Progress) -> tuple[list[Estimate], int, list[str]]:
     """Exact estimates in screen order until the remaining lower bounds cannot beat the K-th best."""
     optimistic = np.maximum(scr["step_lb_s"], APPROX_TRUST * scr["step_s"])[order]
     suffix_min = np.minimum.accumulate(optimistic[::-1])[::-1]
@@ -186,7 +194,7 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
             if report:
                 report(f"{cluster.gpu.name}: exact estimate {evaluated} (at most {total})", 0.1 + 0.9 * evaluated / total)
             try:
-                e = estimate(_job(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
+                e = estimate(job_from_plan(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
             except ShardwiseError:
                 cands.rejected[REASONS["schedule"]] += 1
                 continue
@@ -203,7 +211,7 @@ def _exact_top(cands: Candidates, scr, order, objective, top_k, max_exact, model
         if bar:
             bar[0].stop()
     best = sorted(heap, key=lambda t: ((-t[0][0], -t[0][1]), -t[1]))
-    ranked = [estimate(_job(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
+    ranked = [estimate(job_from_plan(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
     if not ranked:
         raise ShardwiseError("no plan fits in memory after exact estimation; add GPUs, allow recompute or lower the batch")
     return ranked, evaluated, notes
@@ -216,7 +224,7 @@ def _key(plan: dict[str, Any]) -> tuple:
     return tuple(plan[k] for k in PLAN_KEYS)
 
 
-def _front(cands: Candidates, scr, training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
+def _front(cands: Candidates, scr: dict[str, np.ndarray], training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
     """Throughput vs peak-memory Pareto front over every plan that fits. Points carry screen values
     (`exact: false`) except the top-K plans, which carry their exact estimates."""
     exact = {_key(e.plan): e for e in top}
@@ -243,7 +251,7 @@ def _nothing_runs(c: Candidates) -> str:
     return f"no plan can run: all {c.considered} plans were rejected ({reasons}). Add GPUs, change the batch or free the fixed fields"
 
 
-def _progress(enabled: bool, total: int):
+def _progress(enabled: bool, total: int) -> tuple[RichProgress, TaskID] | None:
     if not enabled:
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -289,13 +297,13 @@ def plan_across_gpus(
         priced = [e for e in every if price[e.gpu] is not None]
         if not priced:
             raise ShardwiseError("--objective cost needs a price: none of the GPUs has a catalog price; set cluster.price_usd_per_gpu_hour")
-        key = lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s)
         every = priced
-    elif objective == "memory":
-        key = lambda e: (e.peak_memory_gib, e.step_time_s)
-    else:
-        key = lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib)
-    top = sorted(every, key=key)[:top_k]
+    keys: dict[str, Callable[[Estimate], tuple[float, float]]] = {
+        "cost": lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s),
+        "memory": lambda e: (e.peak_memory_gib, e.step_time_s),
+        "throughput": lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib),
+    }
+    top = sorted(every, key=keys.get(objective, keys["throughput"]))[:top_k]
     fronts = [p for r in results for p in r.front]
     if len(clusters) > 1:
         priced = [p for p in fronts if p["usd_per_million_tokens"] is not None]

@@ -36,6 +36,21 @@ def _plan_text(e: Estimate) -> str:
     return " ".join(parts)
 
 
+def _band_text(e: Estimate) -> str:
+    b = e.error_band
+    if not b:
+        return "unknown (no cross-validation stored)"
+    return f"±{b['pct']:.0%} (80% of {b['rows']} held-out {b['basis']} runs were within this)"
+
+
+def _stack_text(e: Estimate) -> str:
+    k = e.stack
+    if not k:
+        return ""
+    return (f"stack {k['name']}: attention {k['attention_kernel']}, {k['fusion']} kernels (elementwise traffic x{k['elementwise_traffic']:.2f}), "
+            f"TP overlap {k['tp_comm_overlap']:.2f}, DP overlap {k['dp_overlap']:.2f}, FSDP prefetch {k['fsdp_prefetch_overlap']:.2f}")
+
+
 def estimate_table(e: Estimate) -> Group:
     """Headline figures, then the time and memory breakdowns side by side."""
     head = Table(title=f"{e.name}: {e.model} on {e.num_gpus} x {e.gpu}", show_header=False, title_justify="left")
@@ -45,6 +60,7 @@ def estimate_table(e: Estimate) -> Group:
     rows = [
         ("plan", _plan_text(e) + f"  ({e.microbatches} micro-batches)"),
         ("step time", f"{e.step_time_s:.3f} s"),
+        ("error band", _band_text(e)),
         ("tokens/s per GPU", f"{e.tokens_per_s_per_gpu:,.0f}"),
         ("model TFLOP/s per GPU", f"{e.model_tflops_per_gpu:.1f}"),
         ("MFU (causal)", f"{e.mfu_causal:.1%}  ({CAUSAL_MFU})"),
@@ -77,6 +93,6 @@ def estimate_table(e: Estimate) -> Group:
 
     side = Table.grid(padding=(0, 4))
     side.add_row(time, mem)
-    parts = [head, side, Text(f"bubble measured on the {e.bubble_definition}", style="dim")]
+    parts = [head, side, Text(f"bubble measured on the {e.bubble_definition}", style="dim"), Text(_stack_text(e), style="dim")]
     parts += [Text(f"note: {n}", style="yellow") for n in e.notes]
     return Group(*parts)

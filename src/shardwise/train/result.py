@@ -42,6 +42,7 @@ class TimeBreakdown:
     bubble: float
     optimizer: float
     overhead: float
+    straggler: float = 0.0  # waiting for the slowest rank of a synchronous step
 
     @property
     def total(self) -> float:
@@ -76,6 +77,8 @@ class Estimate:
     days_to_train: float | None = None
     cost_usd: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    stack: dict[str, Any] = field(default_factory=dict)  # the software-stack knobs used
+    error_band: dict[str, Any] | None = None  # held-out error of comparable runs (train/error_band.py)
     memory_per_rank: tuple[MemoryBreakdown, ...] = ()  # every pipeline rank's breakdown (bytes)
     #: the pipeline simulation's inputs (``PipelineTiming.inputs``), to redraw its timeline as a trace
     pipeline_inputs: tuple = field(default=(), compare=False, repr=False)
@@ -133,4 +136,6 @@ class Estimate:
             "days_to_train": self.days_to_train,
             "cost_usd": self.cost_usd,
             "notes": list(self.notes),
+            "stack": dict(self.stack),
+            "error_band": self.error_band,
         }

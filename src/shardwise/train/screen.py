@@ -28,23 +28,17 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from shardwise.cost.activations import (
-    embedding_activation_bytes,
-    full_recompute_working_bytes,
-    layer_activation_bytes,
-    output_layer_activation_bytes,
-)
-from shardwise.cost.compute import Device
 from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
-from shardwise.cost.memory import model_state_bytes, optimizer_bytes_per_param
-from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
-from shardwise.cost.comm import group_collective_s
+from shardwise.cost.device import Device
+from shardwise.cost.layer import PassCost
+from shardwise.cost.overlap import exposed_layer_comm
+from shardwise.cost.stack import attention_kernel, stack_profile
+from shardwise.cost.step import straggler_factor
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.pipeline_timing import POST_VALIDATION, stage_layout
-from shardwise.train.result import GIB
+from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
 from shardwise.train.search_space import RECOMPUTE, Candidates
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -121,38 +115,26 @@ def screen(
     """Arrays (one per plan): step_lb_s, step_s (approximation), memory_bytes (peak per GPU)."""
     consts = constants or default_constants()
     gpu = cluster.gpu
-    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name))
-    seq, ab = training.seq_len, training.activation_bytes
+    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
+    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
     n = len(c)
     sp = (c["sp"] == 1) & (c["tp"] > 1)
     keys = np.stack([c["tp"], c["cp"], c["ep"], sp.astype(np.int64), c["rc"], c["mb"]], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
-    dense, moe, emb, head, acts = [], [], [], [], []
-    for tp, cp, ep, s, rc, mb in uniq.tolist():
-        groups = Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, tp))
-        tokens, rcn, s = mb * seq / cp, RECOMPUTE[rc], bool(s)
-        flash = flash_attention
-        d = transformer_layer(model, False, tokens, seq, s, rcn, flash, dev, groups, ab)
-        dense.append(d)
-        moe.append(transformer_layer(model, True, tokens, seq, s, rcn, flash, dev, groups, ab) if model.is_moe else d)
-        emb.append(embedding(model, tokens, s, dev, groups, ab))
-        head.append(lm_head(model, tokens, s, dev, groups, ab))
-        a_d = layer_activation_bytes(model, False, tokens, seq, tp, s, rcn, flash, ab)
-        a_m = layer_activation_bytes(model, True, tokens, seq, tp, s, rcn, flash, ab) if model.is_moe else a_d
-        extra = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, s, flash, ab) if rcn == "full" else 0.0
-        acts.append((a_d, a_m, embedding_activation_bytes(model, tokens, tp, s), output_layer_activation_bytes(model, tokens, tp, s, ab), extra))
-    tpo = consts.overlap.tp_backward_overlap
+    per_key = [blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb)
+               for tp, cp, ep, sp_, rc, mb in uniq.tolist()]
+    dense, moe = [b.dense for b in per_key], [b.moe for b in per_key]
+    emb, head = [b.embedding for b in per_key], [b.head for b in per_key]
+    acts = [(b.act_dense, b.act_moe, b.act_embedding, b.act_output, b.act_recompute) for b in per_key]
+    tpo = stack.tp_comm_overlap
     fiw = [np.stack(exposed_layer_comm(_stack(x), tpo)[:3])[:, inv] for x in (dense, moe, emb, head)]  # 4 x (3, n)
     act = np.array(acts)[inv]  # (n, 5)
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
-    opt_bpp = optimizer_bytes_per_param(training.precision)
-    wb, gb = training.weight_bytes, training.grad_bytes
     mc = consts.memory
-    hbm = gpu.hbm_bytes_s * dev.memory_efficiency
-    p2p = group_collective_s(cluster, "send_recv", c["mb"] * seq / c["cp"] * model.hidden * ab / c["tp"], 2, c["tp"] * c["cp"] * c["dp"])
-    p2p = np.where(c["pp"] > 1, p2p, 0.0)
+    straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
+    p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
     groups_key = np.stack([c["pp"], c["vpp"], c["sched"], c["tp"], c["ep"]], axis=1)
     gk, ginv = np.unique(groups_key, axis=0, return_inverse=True)
     ginv = ginv.ravel()
@@ -162,11 +144,11 @@ def screen(
         counts, params, first, last_rank = rank_layout(model, pp, vpp, name, tp, ep)
         per = [f[:, idx] for f in fiw]  # each (3, k)
         # Per rank per micro-batch F, I, W: counts (pp, 4) against per-block costs (4, 3, k).
-        blocks = np.stack(per)  # (4, 3, k)
-        rank_fiw = np.einsum("rb,bjk->rjk", counts, blocks)  # (pp, 3, k)
+        block_fiw = np.stack(per)  # (4, 3, k)
+        rank_fiw = np.einsum("rb,bjk->rjk", counts, block_fiw)  # (pp, 3, k)
         busy = rank_fiw.sum(axis=1)  # (pp, k)
         m = c["m"][idx]
-        fwd_first = np.einsum("sb,bk->sk", first, blocks[:, 0, :])  # (pp, k) forward of stages 0..pp-1
+        fwd_first = np.einsum("sb,bk->sk", first, block_fiw[:, 0, :])  # (pp, k) forward of stages 0..pp-1
         start = np.vstack([np.zeros((1, len(idx))), np.cumsum(fwd_first, axis=0)[:-1]])
         if name in POST_VALIDATION:
             pipe_lb = (m * busy).max(axis=0)
@@ -177,28 +159,18 @@ def screen(
         bubble = bubble_units(name, pp, vpp, m) * (stage_f + stage_i + stage_w) if pp > 1 else 0.0
         pipe = np.maximum(pipe_lb, m * busy.max(axis=0) + bubble) + 2 * (pp - 1) * p2p[idx]
         # Data parallelism, optimizer and memory per rank: arrays of shape (pp, k).
-        cp, dp, zero = c["cp"][idx], c["dp"][idx], c["zero"][idx]
-        dense_group, expert_group = dp * cp, np.maximum(1, dp * cp // ep)
-        fixed = (mc.cuda_context_gib + mc.comm_buffers_gib) * GIB
-        largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
-        fixed = fixed + np.where(zero >= 3, 2 * largest * wb, np.where(dense_group > 1, 2 * mc.dp_bucket_mib * 2**20, 0.0))
-        p_dense, p_exp = params[:, :1], params[:, 1:]
-        fwd, bwd = rank_fiw[:, 0], rank_fiw[:, 1] + rank_fiw[:, 2]
-        dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, m, tp, ep, p_dense, p_exp, dense_group, expert_group, wb, gb, fwd, bwd, consts.overlap)
-        shard = zero >= 1
-        opt_params = p_dense / np.where(shard, dense_group, 1) + p_exp / np.where(shard, expert_group, 1)
-        states = model_state_bytes(p_dense, dense_group, zero, wb, gb, opt_bpp).total
-        states = states + model_state_bytes(p_exp, expert_group, zero, wb, gb, opt_bpp).total
+        cp, dp = c["cp"][idx], c["dp"][idx]
+        tail = rank_tail(model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=c["zero"][idx],
+                         dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=m,
+                         p_dense=params[:, :1], p_exp=params[:, 1:], fwd_s=rank_fiw[:, 0], bwd_s=rank_fiw[:, 1] + rank_fiw[:, 2],
+                         layers=counts[:, :2].sum(axis=1, keepdims=True))
         stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
         units = np.stack([inflight_units(name, pp, vpp, m, r) for r in range(pp)])
         activations = units * stage_act + act[idx, 4]
         activations[last_rank] += act[idx, 3]
-        total = states + fixed + activations * (1 + mc.fragmentation)
-        worst_dp = np.max(dp_s, axis=0)
-        worst_opt = np.max(opt_params, axis=0) * consts.step.optimizer_bytes_per_param / hbm
-        worst_mem = np.max(total, axis=0)
-        tail = worst_dp + worst_opt + consts.step.step_overhead_s
-        lb[idx] = pipe_lb + tail
-        approx[idx] = pipe + tail
-        mem[idx] = worst_mem
+        total = tail.states.total + tail.fixed_bytes + activations * (1 + mc.fragmentation)
+        rest = np.max(tail.dp_s, axis=0) + np.max(tail.optimizer_s, axis=0) + consts.step.step_overhead_s
+        lb[idx] = pipe_lb * straggle + rest
+        approx[idx] = pipe * straggle + rest
+        mem[idx] = np.max(total, axis=0)
     return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}

@@ -15,13 +15,16 @@ import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.job import ClusterSpec
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 COLUMNS = ("job", "model", "gpu", "gpus", "seq_len", "global_batch", "tp", "pp", "vpp", "dp", "cp", "ep", "zero",
            "sequence_parallel", "recompute", "micro_batch", "schedule", "step_time_s", "tokens_per_s_per_gpu", "mfu",
@@ -94,7 +97,7 @@ def run_sweep(jobs: list[dict[str, Any]], backend: str = "local", address: str |
     return sorted(rows, key=lambda r: r["job"])
 
 
-def _bar(progress: bool, total: int):
+def _bar(progress: bool, total: int) -> tuple[Progress, TaskID]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn("planning jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=not progress)

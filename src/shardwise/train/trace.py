@@ -3,8 +3,8 @@
 One process per job. Per pipeline rank: its F/I/W actions with the estimated times (the TP/CP/EP
 communication the cost model leaves exposed is inside them), the point-to-point waits, the activations
 in flight in GiB (the estimate's per-stage activation bytes, counted as the simulator counts them), and
-after the rank's last action the rest of the step from the estimate's time breakdown: exposed
-data-parallel gradient reduction, optimizer step and the fixed step overhead (the largest over ranks,
+after the rank's last action the rest of the step from the estimate's time breakdown: the wait for the
+slowest node, exposed data-parallel gradient reduction, optimizer step and the fixed step overhead (the largest over ranks,
 as the step time uses them). Format: :mod:`shardwise.pipeline.trace`.
 """
 
@@ -15,8 +15,8 @@ from shardwise.train.pipeline_timing import simulate_pipeline
 from shardwise.train.result import GIB, Estimate
 
 #: (slice name, field of the time breakdown) of the step's tail, in order
-TAIL = (("data-parallel gradient reduce (exposed)", "dp_comm"), ("optimizer step", "optimizer"),
-        ("step overhead", "overhead"))
+TAIL = (("waiting for the slowest node", "straggler"), ("data-parallel gradient reduce (exposed)", "dp_comm"),
+        ("optimizer step", "optimizer"), ("step overhead", "overhead"))
 
 
 def estimate_events(est: Estimate, pid: int = 1, flow_id: int = 1) -> list[dict]:

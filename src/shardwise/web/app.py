@@ -271,7 +271,7 @@ def create_app(settings: WebSettings | None = None) -> FastAPI:
         if job is None:
             return _error(404, f"no job {job_id!r}")
 
-        async def stream():  # noqa: ANN202
+        async def stream():
             last = None
             while True:
                 snap = jobs.snapshot(job, with_result=False)

@@ -83,12 +83,11 @@ def _worker_main(conn: Any, memory_limit_gib: float | None) -> None:
 
         cap = int(memory_limit_gib * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    # Warm the imports a search needs, so the first job does not pay for them.
+    import shardwise.serve.planner
+    import shardwise.train.planner  # noqa: F401
     from shardwise.errors import ShardwiseError
     from shardwise.web.tasks import run_task
-
-    # Warm the imports a search needs, so the first job does not pay for them.
-    import shardwise.serve.planner  # noqa: F401
-    import shardwise.train.planner  # noqa: F401
 
     while True:
         try:
@@ -125,7 +124,7 @@ def _worker_main(conn: Any, memory_limit_gib: float | None) -> None:
                                      "per search; make it smaller or run the CLI"))
         except RecursionError:
             conn.send(("error", 422, "the request is nested too deeply"))
-        except Exception as exc:  # a bug: one line, no traceback, and the server goes on
+        except Exception as exc:  # noqa: BLE001 - a bug: one line, no traceback, and the server goes on
             conn.send(("error", 500, f"internal error in {task}: {type(exc).__name__}: {exc}"))
 
 
@@ -277,7 +276,7 @@ class JobQueue:
             try:
                 worker.ensure()
                 worker.conn.send((job.task, job.body, job.params, self.limits.time_limit_s))
-            except Exception as exc:  # could not start a worker or send it the job
+            except Exception as exc:  # noqa: BLE001 - could not start a worker or send it the job
                 worker.kill()
                 with self._lock:
                     self._finish(job, "failed", 503, f"the search worker could not start ({type(exc).__name__}: {exc}); retry")

@@ -1,0 +1,275 @@
+"""Fit the cost model's constants on the public measurements, with leave-one-source-out cross-validation.
+
+The fitted parameters (:data:`PARAMS`) are physical constants of the device model (GEMM and attention
+efficiency per GPU family, the fixed cost of a GEMM), of the software stacks (elementwise traffic of
+eager and compiled PyTorch, communication overlap shares) and of the step (per-step overhead, straggler
+jitter). Residuals are log(predicted / measured) of every dense BF16/FP16 throughput figure plus the
+measured layer times of Korthikanti et al. 2022 Table 4; each row is weighted 1/sqrt(rows of its source
+group) so that no single source dominates, with a robust (soft-L1, 10%) loss and a weak prior pulling
+each constant towards its cited starting value (so constants the data do not pin stay where the
+literature puts them, and are reported as not determined).
+
+Cross-validation holds out one source group at a time (sources that share authors' setups or data form
+one group: ``data/calibration_sources.yaml``), refits on the rest from the full fit, and predicts the
+held-out group. Fitting the whole set again per group is what makes the error "on runs never seen".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from shardwise.calibration.records import Case
+from shardwise.calibration.validate import signed_error
+from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants
+
+LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
+PRIOR_WEIGHT = 0.1  # weight of the prior residual (theta - start) / width: weak, so the data decide where they can
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted constant: where it lives in Constants, its starting (cited or assumed) value, its
+    physical bounds, the width of its prior, and which cases it can affect (for a fast Jacobian)."""
+
+    name: str
+    targets: tuple[str, ...]  # dotted paths, e.g. "per_gpu.H100-SXM.gemm_efficiency", "stacks.megatron.tp_comm_overlap"
+    start: float
+    lower: float
+    upper: float
+    width: float
+    applies: Callable[[Case], bool]
+
+
+def _any(_case: Case) -> bool:
+    return True
+
+
+def _family(name: str) -> Callable[[Case], bool]:
+    return lambda c: c.tags.get("gpu_family") == name or c.category == "time" and name == "A100-80GB"
+
+
+def _framework(*names: str) -> Callable[[Case], bool]:
+    return lambda c: c.tags.get("framework") in names
+
+
+def _fusion(kind: str) -> Callable[[Case], bool]:
+    return lambda c: c.tags.get("fusion") == kind
+
+
+FSDP_STACKS = ("fsdp", "torchtitan", "deepspeed", "maxtext", "megatron")
+
+PARAMS: tuple[Param, ...] = (
+    Param("A100 GEMM efficiency", ("per_gpu.A100-80GB.gemm_efficiency",), 0.70, 0.40, 0.95, 0.15, _family("A100-80GB")),
+    Param("H100 GEMM efficiency", ("per_gpu.H100-SXM.gemm_efficiency",), 0.70, 0.40, 0.95, 0.15, _family("H100-SXM")),
+    Param("B200 GEMM efficiency", ("per_gpu.B200.gemm_efficiency",), 0.70, 0.40, 0.95, 0.15, _family("B200")),
+    Param("MI300X GEMM efficiency", ("per_gpu.MI300X.gemm_efficiency",), 0.55, 0.25, 0.95, 0.15, _family("MI300X")),
+    Param("GEMM fixed cost (s)", ("compute.gemm_overhead_s",), 5e-6, 0.0, 40e-6, 10e-6, _any),
+    Param("HBM efficiency of memory-bound kernels", ("compute.memory_efficiency",), 0.85, 0.3, 0.95, 0.2, _any),
+    Param("kernel launch gap (s)", ("compute.kernel_overhead_s",), 4e-6, 0.0, 30e-6, 5e-6, _any),
+    Param("A100 FlashAttention-2 efficiency", ("per_gpu.A100-80GB.attention_efficiency",), 0.73, 0.30, 0.90, 0.15, _family("A100-80GB")),
+    Param("H100 FlashAttention-2 efficiency", ("per_gpu.H100-SXM.attention_efficiency",), 0.35, 0.20, 0.80, 0.15, _family("H100-SXM")),
+    Param("H100 FlashAttention-3/cuDNN efficiency", ("per_gpu.H100-SXM.fa3_attention_efficiency",), 0.75, 0.30, 0.90, 0.15, _family("H100-SXM")),
+    Param("eager elementwise traffic", ("fusion.eager_traffic",), 2.5, 1.0, 6.0, 1.0, _fusion("eager")),
+    Param("compiled elementwise traffic", ("fusion.compiled_traffic",), 1.2, 0.8, 3.0, 0.5, _fusion("compiled")),
+    Param("Megatron TP overlap", ("stacks.megatron.tp_comm_overlap",), 0.5, 0.0, 1.0, 0.3, _framework("megatron")),
+    Param("data-parallel overlap", tuple(f"stacks.{s}.dp_overlap" for s in FSDP_STACKS), 0.8, 0.0, 1.0, 0.3, _any),
+    *(Param(f"{s} FSDP prefetch overlap", (f"stacks.{s}.fsdp_prefetch_overlap",), 0.8, 0.0, 1.0, 0.3, _framework(s))
+      for s in ("fsdp", "torchtitan", "deepspeed", "maxtext")),
+    Param("straggler jitter (cv)", ("step.straggler_cv",), 0.01, 0.0, 0.10, 0.02, _any),
+    Param("per-step overhead (s)", ("step.step_overhead_s",), 0.02, 0.0, 0.5, 0.1, _any),
+)
+
+
+def base_constants() -> Constants:
+    """The cited and assumed starting point of every fit (no fitted values)."""
+    return Constants(families=dict(DEFAULT_FAMILIES), per_gpu={k: dict(v) for k, v in CITED_PER_GPU.items()})
+
+
+def in_fit_scope(case: Case) -> bool:
+    """Dense BF16/FP16 throughput figures and measured layer times (FP8 and MoE: their own issue)."""
+    if case.category == "time":
+        return True
+    return case.category == "throughput" and case.tags.get("precision") in ("bf16", "fp16") and not case.tags.get("moe")
+
+
+def apply(constants: Constants, values: dict[str, float]) -> Constants:
+    """`constants` with each named parameter's targets set to its value."""
+    by_section: dict[str, dict[str, Any]] = defaultdict(dict)
+    per_gpu = {k: dict(v) for k, v in constants.per_gpu.items()}
+    stacks = {k: dict(v) for k, v in constants.stacks.items()}
+    for p in PARAMS:
+        if p.name not in values:
+            continue
+        for target in p.targets:
+            section, *rest = target.split(".")
+            if section == "per_gpu":
+                per_gpu.setdefault(rest[0], {})[rest[1]] = values[p.name]
+            elif section == "stacks":
+                stacks.setdefault(rest[0], {})[rest[1]] = values[p.name]
+            else:
+                by_section[section][rest[0]] = values[p.name]
+    kwargs: dict[str, Any] = {"per_gpu": per_gpu, "stacks": stacks}
+    for section, fields in by_section.items():
+        kwargs[section] = replace(getattr(constants, section), **fields)
+    return replace(constants, **kwargs)
+
+
+def current_values(constants: Constants) -> dict[str, float]:
+    """The parameters' values in `constants` (their first target)."""
+    out = {}
+    for p in PARAMS:
+        section, *rest = p.targets[0].split(".")
+        if section == "per_gpu":
+            out[p.name] = constants.compute_for(rest[0]).__getattribute__(rest[1])
+        elif section == "stacks":
+            out[p.name] = constants.stacks.get(rest[0], {}).get(rest[1], p.start)
+        else:
+            out[p.name] = getattr(getattr(constants, section), rest[0])
+    return out
+
+
+@dataclass
+class FitResult:
+    values: dict[str, float]
+    cost: float
+    determined: dict[str, str]  # parameter -> "determined" or why not
+    stderr: dict[str, float]
+    rows: int
+
+
+class Problem:
+    """Residuals of a set of cases as a function of the parameter vector."""
+
+    def __init__(self, cases: list[Case], base: Constants, params: tuple[Param, ...] = PARAMS, prior_weight: float = PRIOR_WEIGHT):
+        self.prior_weight = prior_weight
+        self.cases = cases
+        self.base = base
+        self.params = params
+        counts: dict[str, int] = defaultdict(int)
+        for c in cases:
+            counts[c.group] += 1
+        self.weights = np.array([1.0 / math.sqrt(counts[c.group]) for c in cases])
+        self.affects = [np.array([p.applies(c) for c in cases]) for p in params]
+        self.start = np.array([p.start for p in params])
+        self.width = np.array([p.width for p in params])
+
+    def constants(self, x: np.ndarray) -> Constants:
+        return apply(self.base, {p.name: float(v) for p, v in zip(self.params, x, strict=True)})
+
+    def log_errors(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        consts = self.constants(x)
+        out = np.zeros(len(self.cases))
+        for i, case in enumerate(self.cases):
+            if mask is None or mask[i]:
+                out[i] = math.log(max(case.predict(consts), 1e-12) / case.measured)
+        return out
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        return np.concatenate([self.weights * self.log_errors(x), self.prior_weight * (x - self.start) / self.width])
+
+    def cost(self, x: np.ndarray) -> float:
+        """The objective least_squares minimises: 0.5 * f^2 * sum(rho((r / f)^2)), soft-L1
+        rho(z) = 2 (sqrt(1 + z) - 1) (scipy.optimize.least_squares documentation)."""
+        z = (self.residuals(x) / LOSS_SCALE) ** 2
+        return float(0.5 * LOSS_SCALE**2 * np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+    def jacobian(self, x: np.ndarray) -> np.ndarray:
+        """Forward differences, re-estimating only the cases each parameter can affect."""
+        base = self.log_errors(x)
+        jac = np.zeros((len(self.cases) + len(self.params), len(self.params)))
+        for j, p in enumerate(self.params):
+            step = 1e-3 * max(abs(x[j]), p.width)
+            if x[j] + step > p.upper:
+                step = -step
+            xj = x.copy()
+            xj[j] += step
+            mask = self.affects[j]
+            if mask.any():
+                moved = self.log_errors(xj, mask)
+                jac[: len(self.cases), j] = np.where(mask, self.weights * (moved - base) / step, 0.0)
+            jac[len(self.cases) + j, j] = self.prior_weight / p.width
+        return jac
+
+    def fit(self, x0: np.ndarray | None = None, max_nfev: int = 30, assess: bool = True) -> FitResult:
+        """Least squares from `x0` (default: the priors); `assess` adds what the data determine."""
+        lower = np.array([p.lower for p in self.params])
+        upper = np.array([p.upper for p in self.params])
+        x0 = np.clip(self.start if x0 is None else x0, lower, upper)
+        res = least_squares(self.residuals, x0, jac=self.jacobian, bounds=(lower, upper), loss="soft_l1",
+                            f_scale=LOSS_SCALE, x_scale=self.width, max_nfev=max_nfev)
+        determined, stderr = self.determinedness(res.x, self.jacobian(res.x), lower, upper) if assess else ({}, {})
+        return FitResult(
+            values={p.name: float(v) for p, v in zip(self.params, res.x, strict=True)},
+            cost=self.cost(res.x),
+            determined=determined,
+            stderr=stderr,
+            rows=len(self.cases),
+        )
+
+    def _posterior_sd(self, jac: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Gauss-Newton standard deviations with and without the data: (posterior, prior-only), from
+        (J^T J)^-1 s^2 where J includes the prior rows and s^2 is the weighted residual variance."""
+        n, k = len(self.cases), len(self.params)
+        r = self.residuals(x)[:n]
+        s2 = float(np.sum(r**2) / max(n - k, 1))
+        post = np.sqrt(np.diag(np.linalg.inv(jac.T @ jac)) * s2)
+        prior = self.width / self.prior_weight * math.sqrt(s2) if self.prior_weight else np.full(k, math.inf)
+        return post, prior
+
+    def determinedness(self, x, jac, lower, upper) -> tuple[dict[str, str], dict[str, float]]:
+        """A constant is determined by the data when some rows depend on it, it does not sit on a bound,
+        and the data shrink its uncertainty to under half of what the prior alone allows."""
+        post, prior = self._posterior_sd(jac, x)
+        out = {}
+        for j, p in enumerate(self.params):
+            span = upper[j] - lower[j]
+            if not self.affects[j].any():
+                out[p.name] = "not determined: no fitted row depends on it (prior value kept)"
+            elif min(x[j] - lower[j], upper[j] - x[j]) < 0.01 * span:
+                out[p.name] = "not determined: sits on its bound"
+            elif post[j] > 0.5 * prior[j]:
+                out[p.name] = f"not determined: the data leave {post[j] / prior[j]:.0%} of the prior's uncertainty"
+            else:
+                out[p.name] = f"determined: standard error {post[j]:.3g}"
+        return out, {p.name: float(v) for p, v in zip(self.params, post, strict=True)}
+
+
+def fit_cases(cases: list[Case], base: Constants, x0: np.ndarray | None = None, max_nfev: int = 30) -> tuple[FitResult, Constants]:
+    problem = Problem([c for c in cases if in_fit_scope(c)], base)
+    result = problem.fit(x0, max_nfev)
+    return result, apply(base, result.values)
+
+
+def held_out_rows(cases: list[Case], group: str, consts: Constants) -> list[dict[str, Any]]:
+    """Predictions of a group's throughput cases with the constants fitted without it."""
+    return [
+        {"id": c.record_id, "source": c.source, "metric": c.metric, "measured": c.measured,
+         "predicted": (pred := c.predict(consts)), "error": signed_error(c.metric, c.measured, pred),
+         "in_scope": in_fit_scope(c), "tags": c.tags}
+        for c in cases if c.group == group and c.category == "throughput"
+    ]
+
+
+def leave_one_group_out(cases: list[Case], base: Constants, full: FitResult, progress: Callable[[str], None] | None = None,
+                        max_nfev: int = 6) -> dict[str, dict[str, Any]]:
+    """For each source group with throughput rows: refit without it (from the full fit) and predict it.
+    Returns group -> {"values": the fold's constants, "rows": held-out rows (id, metric, measured,
+    predicted, error, tags)}."""
+    scoped = [c for c in cases if in_fit_scope(c)]
+    groups = sorted({c.group for c in cases if c.category == "throughput"})
+    x_full = np.array([full.values[p.name] for p in PARAMS])
+    out: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        if progress:
+            progress(g)
+        train = [c for c in scoped if c.group != g]
+        res = Problem(train, base).fit(x_full, max_nfev, assess=False) if len(train) < len(scoped) else full
+        out[g] = {"values": res.values, "rows": held_out_rows(cases, g, apply(base, res.values))}
+    return out

@@ -1,0 +1,173 @@
+"""`shardwise validate`: prediction error against public training measurements, per source.
+
+Error of one figure = predicted/measured - 1; per source and category the mean absolute percentage
+error (MAPE). Categories: throughput (step time, tokens/s, samples/s, TFLOP/s, MFU: one primary figure
+per run), memory, time (measured layer times), formula (reproductions of paper formulas, kept out of
+the throughput error). With ``cv`` the throughput error of each source is the one predicted by the
+constants fitted without it (:mod:`shardwise.calibration.fit`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardwise.calibration import Case, Skip, record_cases
+from shardwise.cost.constants import Constants
+from shardwise.errors import ShardwiseError
+from shardwise.specs._loading import data_path, read_document
+
+CATEGORIES = ("throughput", "time", "memory", "formula")
+
+
+def default_data_path() -> Path:
+    """The repository's copy of shared/calibration/training-measurements.json."""
+    return data_path("calibration/training-measurements.json")
+
+
+TIME_METRICS = frozenset({"iteration_s", "forward_ms", "backward_ms"})
+
+
+def signed_error(metric: str, measured: float, predicted: float) -> float:
+    """Relative error with + meaning "predicted faster (or larger) than measured": for times,
+    measured/predicted - 1; for everything else predicted/measured - 1."""
+    return measured / predicted - 1.0 if metric in TIME_METRICS else predicted / measured - 1.0
+
+
+@dataclass
+class Row:
+    case: Case
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return signed_error(self.case.metric, self.case.measured, self.predicted)
+
+
+def load_records(path: str | Path | None = None) -> list[dict[str, Any]]:
+    p = Path(path) if path else default_data_path()
+    data = read_document(p)
+    if not isinstance(data, list):
+        raise ShardwiseError(f"{p}: expected a JSON list of records")
+    return data
+
+
+def collect_cases(path: str | Path | None = None) -> tuple[list[Case], list[Skip]]:
+    """Every case of every applicable record, and the skipped records with their reasons."""
+    cases: list[Case] = []
+    skips: list[Skip] = []
+    for record in load_records(path):
+        if not isinstance(record, dict) or "id" not in record:
+            skips.append(Skip("?", "?", "malformed record (no id)"))
+            continue
+        try:
+            res = record_cases(record)
+        except (ShardwiseError, KeyError, TypeError, ValueError) as exc:
+            res = Skip(record["id"], str(record.get("source", "?"))[:40], f"cannot build a job: {exc}")
+        if isinstance(res, Skip):
+            skips.append(res)
+        else:
+            cases.extend(res)
+    return cases, skips
+
+
+def predict_rows(cases: list[Case], constants: Constants | None = None) -> list[Row]:
+    return [Row(c, c.predict(constants)) for c in cases]
+
+
+def run_validation(path: str | Path | None = None, constants: Constants | None = None) -> dict[str, Any]:
+    """Estimate every applicable record with `constants` (default: the fitted ones)."""
+    cases, skips = collect_cases(path)
+    rows = predict_rows(cases, constants)
+    return {"rows": rows, "skips": skips, "summary": summarise(rows, skips)}
+
+
+def mape(rows: list[Row]) -> float | None:
+    return sum(abs(r.error) for r in rows) / len(rows) if rows else None
+
+
+def summarise(rows: list[Row], skips: list[Skip]) -> dict[str, Any]:
+    by_source: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_source[r.case.source].append(r)
+    sources = {
+        source: {
+            "group": rs[0].case.group,
+            "figures": len(rs),
+            "mape": {c: mape([r for r in rs if r.case.category == c]) for c in CATEGORIES},
+        }
+        for source, rs in sorted(by_source.items())
+    }
+    reasons = Counter(s.reason for s in skips)
+    return {
+        "sources": sources,
+        "overall": {c: mape([r for r in rows if r.case.category == c]) for c in CATEGORIES},
+        "figures": len(rows),
+        "records": len({r.case.record_id for r in rows}),
+        "skipped_records": len({s.record_id for s in skips}),
+        "skip_reasons": dict(reasons.most_common()),
+    }
+
+
+def to_json(result: dict[str, Any]) -> dict[str, Any]:
+    rows = [
+        {
+            "id": r.case.record_id,
+            "source": r.case.source,
+            "group": r.case.group,
+            "metric": r.case.metric,
+            "category": r.case.category,
+            "measured": r.case.measured,
+            "predicted": r.predicted,
+            "error": r.error,
+            "assumptions": r.case.assumptions,
+            "tags": r.case.tags,
+        }
+        for r in result["rows"]
+    ]
+    skips = [{"id": s.record_id, "source": s.source, "reason": s.reason} for s in result["skips"]]
+    out = {"summary": result["summary"], "rows": rows, "skipped": skips}
+    if "cv" in result:
+        out["cv"] = result["cv"]
+    return out
+
+
+TARGET_MIN_ROWS = 5  # sources with at least this many dense BF16 throughput rows carry the accuracy target
+
+
+def cross_validation(path: str | Path | None = None) -> dict[str, Any]:
+    """Held-out error per source group: each group predicted with the constants fitted without it
+    (stored per fold by scripts/fit_constants.py; the predictions are recomputed with today's code)."""
+    from shardwise.calibration.fit import apply, base_constants, held_out_rows
+    from shardwise.cost.constants import fitted_data
+
+    folds = fitted_data().get("cv", {}).get("groups", {})
+    if not folds:
+        raise ShardwiseError("no cross-validation stored; run: python scripts/fit_constants.py")
+    cases, _ = collect_cases(path)
+    base = base_constants()
+    groups = {}
+    for group, fold in sorted(folds.items()):
+        rows = held_out_rows(cases, group, apply(base, fold["values"]))
+        dense = [abs(r["error"]) for r in rows if r["in_scope"]]
+        other = [abs(r["error"]) for r in rows if not r["in_scope"]]
+        groups[group] = {
+            "sources": sorted({r["source"] for r in rows}),
+            "rows": len(dense),
+            "mape": sum(dense) / len(dense) if dense else None,
+            "mean_error": sum(r["error"] for r in rows if r["in_scope"]) / len(dense) if dense else None,
+            "fp8_moe_rows": len(other),
+            "fp8_moe_mape": sum(other) / len(other) if other else None,
+            "target": len(dense) >= TARGET_MIN_ROWS,
+            "held_out": rows,
+        }
+    targeted = [g for g in groups.values() if g["target"]]
+    return {
+        "groups": groups,
+        "targeted_groups": len(targeted),
+        "within_10pct": sum(g["mape"] <= 0.10 for g in targeted),
+        "above_20pct": sum(g["mape"] > 0.20 for g in targeted),
+        "determined": fitted_data().get("fit", {}).get("determined", {}),
+    }

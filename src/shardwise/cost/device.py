@@ -1,0 +1,94 @@
+"""One device model for training and serving: the time of each kind of operation on one GPU.
+
+- GEMM (M x K) @ (K x N) of 2MNK FLOPs (roofline: Williams et al. 2009):
+  t = max(2MNK / (peak * eta_gemm), bytes / (HBM * eta_mem)) + t_gemm. eta_gemm is the fitted
+  asymptote of large GEMMs, t_gemm a fitted fixed cost per GEMM (launch): together they make small GEMMs
+  slower than large ones; short reductions (small K) become memory-bound through the bytes term. Wave quantisation with a fixed output tile (NVIDIA Deep
+  Learning Performance Guide, "Matrix Multiplication Background") is not applied: cuBLAS chooses tile
+  shapes and split-K per problem, and the calibration runs fit better without it (docs/fidelity.md).
+- fused attention (FlashAttention-style), forward or backward:
+  t = F / (peak_16bit * eta_attn * s / (s + s_half)) + t_kernel, saturating in the key length s
+  (for a causal mask the mean key length s/2). FA3 forward on H100 (head dim 128, B*S = 16k tokens)
+  runs 430, 517, 566, 590, 614, 621 TFLOP/s at s = 0.5k ... 16k (pytorch/benchmark commit ff65cb6):
+  s_half = 240 reproduces all six within 2% (derived). The backward runs at BACKWARD_ATTENTION_RATIO
+  of the forward's efficiency (Dao 2023, FlashAttention-2 Sec. 4.1: up to 73% of peak forward, 63%
+  backward on A100).
+- memory-bound kernels (norms, activations, RoPE, residual adds, casts, softmax):
+  t = bytes / (HBM * eta_mem) + kernels * t_kernel.
+
+Every function takes numbers or numpy arrays. Constants: :mod:`shardwise.cost.constants`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.cost.constants import ComputeConstants
+from shardwise.specs.hardware import GPU
+
+ATTENTION_SEQ_HALF = 240.0  # tokens; see the module docstring
+BACKWARD_ATTENTION_RATIO = 63.0 / 73.0  # FlashAttention-2 Sec. 4.1 (A100): backward vs forward efficiency
+# FlashAttention-1 reached 25-40% of A100 peak where FlashAttention-2 reaches 50-73% (Dao 2023, Sec. 1):
+# its efficiency relative to FA2's, at the top of both ranges (derived).
+FA1_RATIO = 40.0 / 73.0
+FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused attention kernels exist
+
+
+@dataclass(frozen=True)
+class Device:
+    """What op timing needs of one GPU at one precision (flat and hashable: on the hot path)."""
+
+    peak_flops: float  # dense tensor FLOP/s at the GEMM precision
+    attention_peak_flops: float  # attention runs in 16-bit even in fp8 recipes
+    hbm_bytes_s: float
+    gemm_efficiency: float
+    gemm_overhead_s: float
+    attention_efficiency: float  # forward asymptote of the attention kernel in use
+    memory_efficiency: float
+    kernel_overhead_s: float
+
+    @classmethod
+    def of(cls, gpu: GPU, precision: str, constants: ComputeConstants, attention_kernel: str = "fa2") -> Device:
+        """`attention_kernel`: "fa3" (FlashAttention-3 / cuDNN, Hopper and later; FA2 elsewhere), "fa2"
+        or "fa1"."""
+        fa3 = attention_kernel == "fa3" and gpu.arch in FA3_ARCHS
+        attention = constants.fa3_attention_efficiency if fa3 else constants.attention_efficiency
+        if attention_kernel == "fa1":
+            attention *= FA1_RATIO
+        return cls(
+            peak_flops=gpu.peak_flops(precision),
+            attention_peak_flops=gpu.peak_flops("bf16" if precision == "fp8" else precision),
+            hbm_bytes_s=gpu.hbm_bytes_s,
+            gemm_efficiency=constants.gemm_efficiency,
+            gemm_overhead_s=constants.gemm_overhead_s,
+            attention_efficiency=attention,
+            memory_efficiency=constants.memory_efficiency,
+            kernel_overhead_s=constants.kernel_overhead_s,
+        )
+
+    @property
+    def hbm_rate(self) -> float:
+        return self.hbm_bytes_s * self.memory_efficiency
+
+    def gemm_s(self, m, n, k, count=1, bytes_per_element: float = 2.0):
+        """`count` identical (or one grouped GEMM of `count`) (m x k) @ (k x n) GEMMs."""
+        flops = 2.0 * m * n * k
+        compute = flops / (self.peak_flops * self.gemm_efficiency)
+        memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
+        return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
+
+    def attention_s(self, flops, bytes_moved, seq_kv, causal: bool = True, backward: bool = False):
+        """A fused attention kernel doing `flops` (already halved for a causal mask) over keys of
+        length `seq_kv`."""
+        mean_keys = seq_kv * (0.5 if causal else 1.0)
+        eff = self.attention_efficiency * mean_keys / (mean_keys + ATTENTION_SEQ_HALF)
+        if backward:
+            eff = eff * BACKWARD_ATTENTION_RATIO
+        compute = flops / (self.attention_peak_flops * eff)
+        return np.maximum(compute, bytes_moved / self.hbm_rate) + self.kernel_overhead_s
+
+    def memory_s(self, bytes_moved, kernels=1):
+        """Memory-bound kernels moving `bytes_moved` in total."""
+        return bytes_moved / self.hbm_rate + kernels * self.kernel_overhead_s

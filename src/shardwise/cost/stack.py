@@ -1,0 +1,82 @@
+"""Software-stack profiles: the kernels, fusion and overlap of Megatron-LM, torchtitan, FSDP loops,
+DeepSpeed, Composer and MaxText, as a few explicit knobs (``data/stacks.yaml``, each tagged cited /
+assumed / fitted; fitted values are overlaid from :func:`shardwise.cost.constants.default_constants`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+from typing import Any
+
+from shardwise.cost.constants import Constants, default_constants
+from shardwise.errors import ShardwiseError
+from shardwise.specs._loading import data_path, load_yaml
+
+FITTED_KNOBS = ("tp_comm_overlap", "dp_overlap", "fsdp_prefetch_overlap")
+
+
+@dataclass(frozen=True)
+class StackProfile:
+    """What one software stack does to the per-op costs of a plan (see data/stacks.yaml)."""
+
+    name: str
+    attention_kernel: str  # "fa3" or "fa2" on this GPU generation
+    fusion: str  # "fused", "eager" or "compiled"
+    elementwise_traffic: float  # multiplier on the fused elementwise bytes
+    kernels_per_layer: float  # forward kernels of one layer (the backward launches twice as many)
+    selective_recompute_gemms: float
+    tp_comm_overlap: float
+    dp_overlap: float
+    fsdp_prefetch_overlap: float
+    zero3_unit: str = "layer"  # "layer" or "module": what one ZeRO-3 gather holds
+
+    def knobs(self) -> dict[str, Any]:
+        """The knobs as printed with an estimate."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@lru_cache(maxsize=1)
+def _raw() -> dict[str, dict[str, Any]]:
+    return load_yaml(data_path("stacks.yaml"))
+
+
+def framework_names() -> list[str]:
+    return list(_raw())
+
+
+def stack_profile(framework: str, arch: str, compile: bool | None = None, constants: Constants | None = None) -> StackProfile:
+    """The profile of `framework` on a GPU generation `arch`; `compile` overrides the stack's default."""
+    raw = _raw().get(framework)
+    if raw is None:
+        raise ShardwiseError(f"training.framework: unknown stack {framework!r}; use one of {', '.join(framework_names())}")
+    consts = constants or default_constants()
+    return _profile(framework, arch, compile, consts)
+
+
+def _profile(framework: str, arch: str, compile: bool | None, consts: Constants) -> StackProfile:
+    raw = _raw()[framework]
+    fusion = raw["fusion"]
+    if fusion != "fused" and (raw["compile"] if compile is None else compile):
+        fusion = "compiled"
+    fc = consts.fusion
+    traffic = {"fused": 1.0, "eager": fc.eager_traffic, "compiled": fc.compiled_traffic}[fusion]
+    kernels = {"fused": fc.fused_kernels_per_layer, "eager": fc.eager_kernels_per_layer, "compiled": fc.compiled_kernels_per_layer}[fusion]
+    profile = StackProfile(
+        name=framework,
+        attention_kernel=raw["attention"].get(arch, "fa2"),
+        fusion=fusion,
+        elementwise_traffic=traffic,
+        kernels_per_layer=kernels,
+        selective_recompute_gemms=float(raw["selective_recompute_gemms"]),
+        zero3_unit=raw.get("zero3_unit", "layer"),
+        **{k: float(raw[k]) for k in FITTED_KNOBS},
+    )
+    over = consts.stacks.get(framework, {})
+    return replace(profile, **{k: v for k, v in over.items() if k in FITTED_KNOBS}) if over else profile
+
+
+def attention_kernel(training, stack: StackProfile) -> str:
+    """The attention kernel a job runs: its own choice, else its stack's for the GPU generation."""
+    choice = getattr(training, "attention_kernel", "auto")
+    return stack.attention_kernel if choice == "auto" else choice

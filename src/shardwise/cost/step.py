@@ -1,0 +1,69 @@
+"""The per-step pieces outside the pipelined layer loop, written once for the exact estimate and the
+planner's vectorised screen (every argument may be a number or a numpy array, one plan per element).
+
+- model states per GPU by placement (:mod:`shardwise.cost.memory`), sharded over the ZeRO/FSDP shard
+  group; offloaded states live in host memory (Ren et al. 2021, ZeRO-Offload Sec. 4);
+- fixed memory: CUDA context, communication buffers, and either the gathered layers of ZeRO-3 (the
+  layer in use and the prefetched one) or the gradient-reduce buckets in flight;
+- the optimizer step: a memory-bound pass over the GPU's shard (fused Adam), or with the optimizer
+  offloaded, the gradients down and the parameters up over PCIe plus CPU Adam (ZeRO-Offload Sec. 4.2);
+- the straggler factor of a synchronous step: with per-node jitter of coefficient of variation cv (the
+  GPUs of a node share its host, network card and clocks), the expected slowest of N nodes is
+  ~ 1 + cv * sqrt(2 ln N) of the mean (the Gaussian extreme-value approximation; Dean & Barroso 2013,
+  "The Tail at Scale", for why the tail sets the pace). One node: no straggler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.cost.comm import where
+from shardwise.cost.constants import Constants
+from shardwise.cost.memory import ModelStateBytes, model_state_bytes
+
+GIB = 2**30
+# Host link per GPU, one direction (PCIe 4.0 x16 = 31.5 GB/s, PCIe 5.0 x16 = 63 GB/s: PCI-SIG specifications).
+HOST_LINK_GBYTE_S = {"ampere": 31.5, "ada": 31.5, "hopper": 63.0, "blackwell": 63.0, "cdna3": 63.0}
+
+
+def model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, weight_bytes, grad_bytes,
+                 optimizer_bytes, offload: str = "none") -> ModelStateBytes:
+    """Bytes of model states on one GPU: dense parameters sharded over `shard` ranks of their
+    data-parallel group, expert parameters over their whole (expert) data-parallel group."""
+    dense_shard = np.minimum(shard, dense_group)
+    states = (model_state_bytes(p_dense, dense_shard, zero, weight_bytes, grad_bytes, optimizer_bytes)
+              + model_state_bytes(p_exp, expert_group, zero, weight_bytes, grad_bytes, optimizer_bytes))
+    if offload == "none":
+        return states
+    weights = 0.0 * states.weights if offload == "optimizer+params" else states.weights
+    return ModelStateBytes(weights, states.grads, 0.0 * states.optimizer)
+
+
+def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_params, weight_bytes):
+    """Runtime memory outside states and activations; `largest_layer_params`: of one layer on this GPU."""
+    mc = consts.memory
+    fixed = (mc.cuda_context_gib + mc.comm_buffers_gib) * GIB
+    buckets = where(dense_group > 1, 2 * mc.dp_bucket_mib * 2**20, 0.0)
+    return fixed + where(zero >= 3, 2 * largest_layer_params * weight_bytes, buckets)
+
+
+def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none", arch: str = "ampere",
+                     weight_bytes: float = 2.0, grad_bytes: float = 4.0):
+    """Seconds of the optimizer step over the `params_local` parameters this GPU updates."""
+    if offload == "none":
+        return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
+    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+    transfers = params_local * (grad_bytes + weight_bytes) / link
+    return transfers + params_local * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
+
+
+def offload_params_s(consts: Constants, params_per_layer_pass, arch: str = "ampere", weight_bytes: float = 2.0):
+    """Host-to-device copy of offloaded parameters for one pass over one layer (ZeRO-Infinity style)."""
+    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+    return params_per_layer_pass * weight_bytes / link
+
+
+def straggler_factor(n_nodes, cv: float):
+    """Expected slowest-of-N-nodes over mean for per-node jitter cv (module docstring)."""
+    n = np.maximum(n_nodes, 1)
+    return 1.0 + cv * np.sqrt(2.0 * np.log(n))

@@ -1,0 +1,131 @@
+"""One assembly of a training step for the exact estimate and the planner's vectorised screen.
+
+Both call these functions — the per-layer costs and activation sizes of one (tp, cp, ep, sp,
+recompute, micro-batch) choice, and the per-rank model states, fixed memory, data-parallel
+communication and optimizer step — so a rule is written once; they differ only in how the pipeline
+is timed (the estimate simulates the schedule; the screen uses closed forms). Every argument of
+:func:`rank_tail` may be a number or a numpy array (one plan per element).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.cost.activations import (
+    embedding_activation_bytes,
+    full_recompute_working_bytes,
+    layer_activation_bytes,
+    output_layer_activation_bytes,
+    weight_gradient_bytes,
+)
+from shardwise.cost.comm import group_collective_s
+from shardwise.cost.constants import Constants
+from shardwise.cost.device import Device
+from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
+from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
+from shardwise.cost.overlap import dp_exposed_s
+from shardwise.cost.stack import StackProfile
+from shardwise.cost.step import fixed_memory_bytes, model_states, offload_params_s, optimizer_step_s
+from shardwise.specs.hardware import Cluster
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.training import TrainingSpec
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Costs of one micro-batch through each kind of block, and what each stores for the backward."""
+
+    dense: PassCost
+    moe: PassCost
+    embedding: PassCost
+    head: PassCost
+    act_dense: float  # bytes a dense layer keeps
+    act_moe: float
+    act_embedding: float  # first stage
+    act_output: float  # last stage: final norm, LM head input, logits
+    act_recompute: float  # transient working set of the layer being recomputed (full recompute)
+    w_retained: float  # share of a layer's activations held from its I pass to its W pass
+
+
+def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Device, stack: StackProfile,
+           tp: int, cp: int, ep: int, sp: bool, recompute: str, flash: bool, micro_batch: int) -> Blocks:
+    seq, ab = training.seq_len, training.activation_bytes
+    tokens = micro_batch * seq / cp
+    groups = Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, tp))
+    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, groups, stack, ab)
+    moe = transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab) if model.is_moe else dense
+    act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab)
+    act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab) if model.is_moe else act_dense
+    kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
+    full = recompute == "full"
+    return Blocks(
+        dense=dense,
+        moe=moe,
+        embedding=embedding(model, tokens, sp, dev, groups, ab),
+        head=lm_head(model, tokens, sp, dev, groups, stack, ab),
+        act_dense=act_dense,
+        act_moe=act_moe,
+        act_embedding=embedding_activation_bytes(model, tokens, tp, sp),
+        act_output=output_layer_activation_bytes(model, tokens, tp, sp, ab),
+        act_recompute=full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0,
+        w_retained=1.0 if full else min(1.0, kept / (act_moe if model.is_moe else act_dense)),
+    )
+
+
+def boundary_p2p_s(cluster: Cluster, model: ModelSpec, training: TrainingSpec, micro_batch, tp, cp, pp_stride):
+    """One stage-boundary send. Scatter/gather optimisation (Narayanan et al. 2021 Sec. 4.1): each TP
+    rank sends 1/t of the boundary activation; the receiver all-gathers it over the intra-node link."""
+    nbytes = micro_batch * training.seq_len / cp * model.hidden * training.activation_bytes / tp
+    return group_collective_s(cluster, "send_recv", nbytes, 2, pp_stride)
+
+
+def grad_bucket_params(dp_group):
+    """Parameters per gradient-reduction bucket: Megatron-LM's default grows with the data-parallel
+    size, max(40M, 1M x DP) (megatron/core/distributed/distributed_data_parallel.py), so the count of
+    collectives, and the latency they pay, stays bounded at scale."""
+    return np.maximum(40e6, 1e6 * dp_group)
+
+
+def gathers_per_layer(model: ModelSpec, stack: StackProfile) -> int:
+    """ZeRO-3 gathers per layer and pass: one per layer for FSDP-style units, one per module otherwise:
+    two norms, the attention projections (fused QKV in GeLU/Megatron-style models, separate Q, K, V in
+    SwiGLU/Hugging Face-style ones) and the MLP matrices (derived from the architecture)."""
+    if stack.zero3_unit == "layer":
+        return 1
+    qkv = 1 if model.mlp == "gelu" else 3
+    return 2 + qkv + 1 + (2 if model.mlp == "gelu" else 3)
+
+
+@dataclass(frozen=True)
+class RankTail:
+    states: ModelStateBytes
+    fixed_bytes: object  # float or array
+    dp_s: object
+    optimizer_s: object
+
+
+def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts: Constants, stack: StackProfile, dev: Device,
+              *, tp, cp, ep, dp, zero, dp_shard, offload: str, overlap_grad_reduce, microbatches,
+              p_dense, p_exp, fwd_s, bwd_s, layers=1) -> RankTail:
+    """Model states, fixed memory, exposed data-parallel communication and the optimizer step of a
+    pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP) in `layers` layers, whose
+    micro-batch forward and backward take `fwd_s` / `bwd_s`."""
+    wb, gb = training.weight_bytes, training.grad_bytes
+    dense_group = dp * cp
+    expert_group = np.maximum(1, dense_group // ep)
+    shard = np.minimum(dp_shard, dense_group)
+    largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
+    states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb,
+                          optimizer_bytes_per_param(training.precision), offload)
+    dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
+                        shard, wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
+                        layers=np.maximum(layers, 1) * gathers_per_layer(model, stack),
+                        bucket_bytes=grad_bucket_params(dense_group) * gb)
+    if offload == "optimizer+params":
+        dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
+    sharded = zero >= 1
+    opt_params = p_dense / np.where(sharded, shard, 1) + p_exp / np.where(sharded, expert_group, 1)
+    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb)
+    return RankTail(states, fixed_memory_bytes(consts, zero, dense_group, largest, wb), dp_s, optimizer_s)

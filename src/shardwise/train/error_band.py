@@ -1,0 +1,28 @@
+"""The error band an estimate carries: how far off the cross-validation found held-out runs on the same
+GPU family and software stack (written by ``scripts/fit_constants.py``; see
+:mod:`shardwise.calibration.bands`)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from shardwise.cost.constants import default_constants, fitted_data
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    return fitted_data().get("error_bands", {})
+
+
+def error_band(gpu_name: str, framework: str) -> dict[str, Any] | None:
+    """{"pct": 0.09, "rows": 31, "basis": "H100-SXM/megatron"} for the most specific key with enough
+    held-out runs, or None when no cross-validation has been run."""
+    table = _table()
+    bands = table.get("bands", {})
+    tags = {"gpu_family": default_constants().family(gpu_name), "framework": framework}
+    for level in table.get("levels", []):
+        key = "/".join(str(tags.get(k)) for k in level) or "all"
+        if key in bands:
+            return {**bands[key], "basis": key}
+    return None
