@@ -94,7 +94,7 @@ class PlanView:
         from shardwise.pipeline import resolve, schedule_info
 
         name = resolve(plan.schedule)
-        vpp = 2 if plan.pp > 1 and plan.vpp == 1 and schedule_info(name).placement == "v" else plan.vpp
+        vpp = schedule_info(name).vpp_rule.held(plan.pp, plan.vpp)
         one = lambda x: np.array([int(x)])  # noqa: E731
         return cls(one(plan.tp), one(plan.pp), one(vpp), one(plan.cp), one(plan.ep), one(plan.dp or 1),
                    one(plan.zero), one(plan.sp), one(RECOMPUTE.index(plan.recompute)), one(0), (name,), model,
