@@ -122,6 +122,8 @@ def generate_schedule(name: str, pp: int, microbatches: int, vpp: int | None = N
     unknown = set(kw) - info.parameters
     if unknown:
         raise ShardwiseError(f"schedule {info.name!r} takes no parameters {sorted(unknown)}")
+    if "placement" in info.parameters:  # auto: searched on the placement its record gives for this vpp
+        kw.setdefault("placement", info.placement_at(int(vpp)))
     return info.build(int(pp), int(microbatches), int(vpp), **kw)
 
 

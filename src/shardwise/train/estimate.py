@@ -112,7 +112,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     notes = []
     if timing.simulated_microbatches is not None:
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
-        searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
+        searched = " (auto: the schedule searched at that count)" if schedule_info(plan.schedule).takes_costs else ""
         notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")
