@@ -126,6 +126,6 @@ def test_stop_rule_heuristic_finds_the_exhaustive_best(gpus, seq, batch):
     res = plan_search(MODEL, cluster, training, top_k=3)
     c = enumerate_plans(MODEL, cluster, training)
     s = screen(c, MODEL, cluster, training)
-    fits = np.nonzero(s["memory_bytes"] <= cluster.gpu.memory_bytes)[0]
+    fits = np.nonzero(s["memory_bytes"] <= cluster.usable_memory_bytes)[0]
     best = min(estimate(job_from_plan(MODEL, cluster, training, c.plan_dict(i)), split_p2p=False).step_time_s for i in fits)
     assert res.top[0].step_time_s == pytest.approx(best, rel=1e-9)
