@@ -15,10 +15,11 @@ from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_toke
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
+from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
 from shardwise.train.error_band import error_band
-from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank, stage_layout
+from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -54,7 +55,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         acts.append(st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0))
 
     # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
-    s2r = stage_layout(plan.schedule, pp, vpp)
+    s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     mem_const, step_const = consts.memory, consts.step
     tails, known = [], {}
@@ -114,7 +115,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     notes = []
     if timing.simulated_microbatches is not None:
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
-        searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
+        searched = " (auto: the schedule searched at that count)" if schedule_info(plan.schedule).takes_costs else ""
         notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")
