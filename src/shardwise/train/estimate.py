@@ -105,7 +105,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     peak = gpu.peak_flops(training.precision)
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
-    hf = mf + recompute_flops_per_token(model, seq, rc) * tokens_step
+    # HFU: the FLOPs the GPUs execute, so causal attention is counted as done and recompute as the stack does it
+    hf = mf_causal + recompute_flops_per_token(model, seq, rc, causal=True, flash=flash,
+                                               gemm_share=stack.selective_recompute_gemms) * tokens_step
     days = cost = None
     if training.tokens:
         seconds = training.tokens / tokens_step * step

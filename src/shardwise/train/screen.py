@@ -42,6 +42,9 @@ from shardwise.train.search_space import RECOMPUTE, Candidates
 from shardwise.train.stages import stage_contents, stage_params
 
 FIELDS = [f for f in PassCost.__dataclass_fields__]
+# (rank kind, plan) rows per rank_tail call: enough to amortise numpy's per-call cost, small enough for the
+# temporaries to stay in cache (one call over every row of a large search is slower than per group).
+BATCH_ROWS = 32_768
 
 
 def _stack(costs: list[PassCost]) -> SimpleNamespace:
@@ -99,6 +102,28 @@ def screen(
     groups_key = np.stack([c["pp"], c["vpp"], c["sched"], c["tp"], c["ep"]], axis=1)
     gk, ginv = np.unique(groups_key, axis=0, return_inverse=True)
     ginv = ginv.ravel()
+
+    def finish(batch: list) -> None:
+        """Data parallelism, optimizer and memory of every (rank kind, plan) of `batch`'s groups at once."""
+        r = {k: np.concatenate([grp[6][k] for grp in batch]) for k in batch[0][6]}
+        cp, dp = r["cp"], r["dp"]
+        tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
+                         dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
+                         p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"])
+        rows_total = len(cp)
+        states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
+        dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
+        offset = 0
+        for idx, shape, rank_kind, pipe_lb, pipe, activations, _ in batch:
+            rows = slice(offset, offset + shape[0] * shape[1])
+            offset = rows.stop
+            total = states[rows].reshape(shape)[rank_kind] + activations * (1 + mc.fragmentation)
+            rest = dp_s[rows].reshape(shape).max(axis=0) + opt_s[rows].reshape(shape).max(axis=0) + consts.step.step_overhead_s
+            lb[idx] = pipe_lb * straggle + rest
+            approx[idx] = pipe * straggle + rest
+            mem[idx] = np.max(total, axis=0)
+
+    groups, pending = [], 0
     for g, (pp, vpp, si, tp, ep) in enumerate(gk.tolist()):
         idx = np.nonzero(ginv == g)[0]
         name = c.schedules[si]
@@ -120,19 +145,24 @@ def screen(
         stage_f, stage_i, stage_w = (rank_fiw[crit, j, np.arange(len(idx))] / vpp for j in range(3))
         bubble = info.bubble_units(pp, vpp, m) * (stage_f + stage_i + stage_w) if pp > 1 else 0.0
         pipe = np.maximum(pipe_lb, m * busy.max(axis=0) + bubble) + 2 * (pp - 1) * p2p[idx]
-        # Data parallelism, optimizer and memory per rank: arrays of shape (pp, k).
-        cp, dp = c["cp"][idx], c["dp"][idx]
-        tail = rank_tail(model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=c["zero"][idx],
-                         dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=m,
-                         p_dense=params[:, :1], p_exp=params[:, 1:], fwd_s=rank_fiw[:, 0], bwd_s=rank_fiw[:, 1] + rank_fiw[:, 2],
-                         layers=counts[:, :2].sum(axis=1, keepdims=True))
         stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
         units = np.stack([info.inflight(pp, vpp, m, r) for r in range(pp)])
         activations = units * stage_act + act[idx, 4]
         activations[last_rank] += act[idx, 3]
-        total = tail.states.total + tail.fixed_bytes + activations * (1 + mc.fragmentation)
-        rest = np.max(tail.dp_s, axis=0) + np.max(tail.optimizer_s, axis=0) + consts.step.step_overhead_s
-        lb[idx] = pipe_lb * straggle + rest
-        approx[idx] = pipe * straggle + rest
-        mem[idx] = np.max(total, axis=0)
+        # Ranks that hold the same layers share model states, DP time and optimizer step: one row each.
+        kinds, rank_kind = np.unique(np.hstack([counts, params]), axis=0, return_inverse=True)
+        kind_fiw = np.einsum("rb,bjk->rjk", kinds[:, :4], block_fiw)  # (kinds, 3, k)
+        shape = (len(kinds), len(idx))
+        ranks = {  # per (rank kind, plan) of this group, flattened: one rank_tail call serves a batch of groups
+            "tp": np.full(shape, tp), "ep": np.full(shape, ep), "cp": np.broadcast_to(c["cp"][idx], shape),
+            "dp": np.broadcast_to(c["dp"][idx], shape), "zero": np.broadcast_to(c["zero"][idx], shape),
+            "m": np.broadcast_to(m, shape), "p_dense": np.broadcast_to(kinds[:, 4:5], shape),
+            "p_exp": np.broadcast_to(kinds[:, 5:6], shape), "fwd": kind_fiw[:, 0], "bwd": kind_fiw[:, 1] + kind_fiw[:, 2],
+            "layers": np.broadcast_to(kinds[:, :2].sum(axis=1, keepdims=True), shape),
+        }
+        groups.append((idx, shape, rank_kind.ravel(), pipe_lb, pipe, activations, {k: np.ravel(v) for k, v in ranks.items()}))
+        pending += shape[0] * shape[1]
+        if pending >= BATCH_ROWS or g == len(gk) - 1:
+            finish(groups)
+            groups, pending = [], 0
     return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}
