@@ -66,18 +66,20 @@ def pipeline_timing(
     f_s: list[float],
     i_s: list[float],
     w_s: list[float],
-    p2p_s: float,
+    p2p_s: float | tuple[float, ...],
     activation: list[float],
     w_retained_fraction: float = 1.0,
     activation_cap: float | None = None,
     split_p2p: bool = True,
 ) -> PipelineTiming:
-    """Simulate `schedule` on per-virtual-stage costs. `activation_cap` (per rank, in the units of
+    """Simulate `schedule` on per-virtual-stage costs; `p2p_s` is one hop time or one per stage
+    boundary (links that differ, as between GPU groups). `activation_cap` (per rank, in the units of
     `activation`) is the memory limit the `auto` schedule is searched under. `split_p2p` runs a second
     simulation without transfers to tell point-to-point time from bubble (otherwise both are bubble).
     Pure, so cached: plans that differ only outside the pipeline (ZeRO stage, say) share one simulation."""
     cap = activation_cap if resolve(schedule) == "auto" else None
-    return _timed(resolve(schedule), pp, vpp, microbatches, tuple(f_s), tuple(i_s), tuple(w_s), float(p2p_s),
+    hops = tuple(float(x) for x in p2p_s) if isinstance(p2p_s, tuple | list) else float(p2p_s)
+    return _timed(resolve(schedule), pp, vpp, microbatches, tuple(f_s), tuple(i_s), tuple(w_s), hops,
                   tuple(activation), float(w_retained_fraction), cap, split_p2p)
 
 
@@ -88,7 +90,8 @@ def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s,
     if pp == 1 and name != "gpipe":
         name, vpp = "1f1b", 1
     if name == "auto":
-        sched = auto_schedule(pp, microbatches, vpp, f_s, i_s, w_s, p2p_s, mem_cap=activation_cap,
+        longest_hop = max(p2p_s, default=0.0) if isinstance(p2p_s, tuple) else p2p_s  # the search takes one hop time
+        sched = auto_schedule(pp, microbatches, vpp, f_s, i_s, w_s, longest_hop, mem_cap=activation_cap,
                               activation=activation, w_retained_fraction=w_retained_fraction,
                               placement="v" if vpp == 2 else "loop", objective="stage")
     else:
@@ -97,7 +100,7 @@ def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s,
 
 
 @lru_cache(maxsize=2048)
-def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float,
+def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float | tuple,
            activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
     inputs = (name, pp, vpp, microbatches, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
     if pp == 1:
@@ -108,7 +111,8 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
                               inputs)
     sched, res = simulate_pipeline(*inputs)
     span_rule = name in POST_VALIDATION
-    if p2p_s > 0 and split_p2p:
+    longest_hop = max(p2p_s, default=0.0) if isinstance(p2p_s, tuple) else p2p_s
+    if longest_hop > 0 and split_p2p:
         free = simulate(sched, f_s, i_s, w_s, 0.0, activation, w_retained_fraction)
         pp_comm = (res.stage_span - free.stage_span) if span_rule else (res.makespan - free.makespan)
     else:
