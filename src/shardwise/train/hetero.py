@@ -202,12 +202,15 @@ def _tail(job: HeteroJob, plan: TrainPlan, c: GroupCost, cluster: Cluster, pipe:
 
 
 def _time(timing: PipelineTiming, pipe: _Pipeline, m: int, straggler: float, dp_s: float, optimizer_s: float,
-          overhead: float) -> TimeBreakdown:
+          overhead: float) -> tuple[TimeBreakdown, float]:
+    """The critical rank's breakdown and the step, summed as :func:`shardwise.train.estimate.estimate` does
+    (same order, so one GPU type gives the same float)."""
     crit = timing.critical_rank
     comp = sum(pipe.parts[s][0] for s in pipe.mine[crit]) * m
     e_tp, e_cp, e_ep = (sum(pipe.parts[s][k] for s in pipe.mine[crit]) * m for k in (1, 2, 3))
-    return TimeBreakdown(compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
-                         bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler)
+    times = TimeBreakdown(compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
+                          bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler)
+    return times, timing.step_s + straggler + dp_s + optimizer_s + overhead
 
 
 def _memory(states: ModelStateBytes, fixed: float, activations: float, frag: float) -> MemoryBreakdown:
@@ -256,10 +259,10 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
     gpus = layout.gpus_per_group()
     nodes = sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in gpus.items())
     straggler = timing.step_s * (float(straggler_factor(nodes, consts.step.straggler_cv)) - 1.0)
-    times = _time(timing, pipe, m, straggler, dp_s, optimizer_s, consts.step.step_overhead_s)
+    times, step = _time(timing, pipe, m, straggler, dp_s, optimizer_s, consts.step.step_overhead_s)
     resolved = replace(layout, layer_split=tuple(split))
     crit_group = layout.stage_groups[timing.critical_rank]
-    return _result(job, resolved, times, crit_group, tuple(ranks), timing.bubble_fraction, {"pipeline": timing.inputs})
+    return _result(job, resolved, times, step, crit_group, tuple(ranks), timing.bubble_fraction, {"pipeline": timing.inputs})
 
 
 def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
@@ -336,17 +339,16 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
     nodes = sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in gpus.items())
     step_pipe = timed[crit].step_s
     straggler = step_pipe * (float(straggler_factor(nodes, consts.step.straggler_cv)) - 1.0)
-    times = _time(timed[crit], pipes[crit], split[names.index(crit)], straggler, max(dp_times), max(opt_times),
+    times, step = _time(timed[crit], pipes[crit], split[names.index(crit)], straggler, max(dp_times), max(opt_times),
                   consts.step.step_overhead_s)
     resolved = replace(layout, batch_split=tuple(split))
-    return _result(job, resolved, times, crit, tuple(ranks), timed[crit].bubble_fraction,
+    return _result(job, resolved, times, step, crit, tuple(ranks), timed[crit].bubble_fraction,
                    {g: timed[g].inputs for g in names})
 
 
-def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, crit: str, ranks: tuple[RankReport, ...],
+def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, step: float, crit: str, ranks: tuple[RankReport, ...],
             bubble: float, pipelines: dict[str, tuple]) -> HeteroEstimate:
     model, training, hc = job.model, job.training, job.cluster
-    step = times.total
     tokens = training.tokens_per_step
     gpus = layout.gpus_per_group()
     peak = sum(n * hc.group(g).gpu.peak_flops(training.precision) for g, n in gpus.items())
