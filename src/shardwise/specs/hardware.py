@@ -358,6 +358,8 @@ class GroupsSpec(BaseModel):
     inter_group_gbps: float | None = Field(
         default=None, gt=0, le=1e7, description="bandwidth of the links joining two groups, Gbit/s per direction, "
         "shared by every transfer between them; default: no limit beyond each group's NICs (one fabric)")
+    memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory a plan must leave "
+                                          "free to fit, in every group; default 0.05")
 
 
 @dataclass(frozen=True)
@@ -405,7 +407,7 @@ class HeteroCluster:
         return " + ".join(f"{g.num_gpus} x {g.gpu.name} ({g.name})" for g in self.groups)
 
 
-def group_cluster(spec: GroupSpec, where: str) -> Cluster:
+def group_cluster(spec: GroupSpec, where: str, memory_headroom: float | None = None) -> Cluster:
     """The homogeneous cluster of one group; `nic` fills the network's NIC fields."""
     net = dict((spec.network or NetworkSpec()).model_dump(exclude_none=True, exclude_defaults=True))
     if spec.nic is not None:
@@ -421,7 +423,8 @@ def group_cluster(spec: GroupSpec, where: str) -> Cluster:
         raise ShardwiseError(f"{where}.gpu: {exc}") from None
     per_node = spec.gpus_per_node or gpu.gpus_per_node
     try:
-        return make_cluster(gpu, spec.nodes * per_node, per_node, None, spec.price_usd_per_gpu_hour, net or None, spec.power_limit_w)
+        return make_cluster(gpu, spec.nodes * per_node, per_node, None, spec.price_usd_per_gpu_hour, net or None, spec.power_limit_w,
+                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom)
     except ShardwiseError as exc:  # the flat form's messages name `cluster.<field>`: name the group instead
         msg = str(exc)
         raise ShardwiseError(where + msg[len("cluster"):] if msg.startswith("cluster") else f"{where}: {msg}") from None
@@ -430,7 +433,7 @@ def group_cluster(spec: GroupSpec, where: str) -> Cluster:
 def make_hetero_cluster(spec: GroupsSpec, where: str = "cluster") -> Cluster | HeteroCluster:
     """The cluster of a `cluster.groups` section; a single group is the plain :class:`Cluster` the
     `{gpu, gpus}` form gives (same numbers)."""
-    clusters = [group_cluster(g, f"{where}.groups[{i}]") for i, g in enumerate(spec.groups)]
+    clusters = [group_cluster(g, f"{where}.groups[{i}]", spec.memory_headroom) for i, g in enumerate(spec.groups)]
     if len(clusters) == 1:
         if spec.inter_group_gbps is not None:
             raise ShardwiseError(f"{where}.inter_group_gbps: a single group has no links to other groups; remove it")

@@ -135,7 +135,7 @@ def layer_caps(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost], s2r: tup
                  + (1 + frag) * (c.blocks.act_recompute + (c.blocks.act_output if len(s2r) - 1 in ends else 0.0)
                                  + (units * c.blocks.act_embedding / vpp if 0 in ends else 0.0)))
         per_layer = per_layer_states + (1 + frag) * units / vpp * c.blocks.act_dense
-        caps.append(max(0, int((c.cluster.gpu.memory_bytes - extra) // per_layer)))
+        caps.append(max(0, int((c.cluster.usable_memory_bytes - extra) // per_layer)))
     return caps
 
 
@@ -235,7 +235,7 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
     tails = [_tail(job, plan, c, c.cluster, pipe, r, dp, m, consts)[0] for r, c in enumerate(costs)]
     extra_act = [c.blocks.act_recompute for c in costs]
     extra_act[s2r[-1]] += costs[s2r[-1]].blocks.act_output
-    cap = min((c.cluster.gpu.memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem.fragmentation) - extra_act[r]
+    cap = min((c.cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem.fragmentation) - extra_act[r]
               for r, (c, t) in enumerate(zip(costs, tails, strict=True)))
     hops = []
     for s in range(pp * vpp - 1):
@@ -253,7 +253,7 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
         ranks.append(RankReport(layout.stage_groups[r], c.cluster.gpu.name, r, dp * cp, split[r], m,
                                 m * sum(pipe.f[s] + pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
                                 _memory(t.states, float(t.fixed_bytes), acts, mem.fragmentation),
-                                c.cluster.gpu.memory_gib, 1.0 / (dp * cp) if plan.zero >= 1 else 1.0))
+                                c.cluster.usable_memory_bytes / GIB, 1.0 / (dp * cp) if plan.zero >= 1 else 1.0))
     dp_s = max(float(t.dp_s) for t in tails)
     optimizer_s = max(float(t.optimizer_s) for t in tails)
     gpus = layout.gpus_per_group()
@@ -315,7 +315,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
             extra = costs[g].blocks.act_recompute + (costs[g].blocks.act_output if s2r[-1] == r else 0.0)
             acts = timed[g].peak_activation[r] + extra
             own.append(kept.total + float(tail.fixed_bytes) + (1 + mem.fragmentation) * acts)
-            caps.append(costs[g].cluster.gpu.memory_bytes)
+            caps.append(costs[g].cluster.usable_memory_bytes)
             full_rep.append((tail, p_dense, p_exp, full, kept, acts))
         sharded = full_rep[0][3].total - full_rep[0][4].total
         shares = (state_shares(caps, own, sharded, n_ranks) if layout.state_split == "memory" and plan.zero >= 1
@@ -334,7 +334,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
             ranks.append(RankReport(g, costs[g].cluster.gpu.name, r, n_ranks[k], sum(contents[s].layers for s in pipe.mine[r]),
                                     mg, mg * sum(pipe.f[s] + pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
                                     _memory(states, float(tail.fixed_bytes), acts, mem.fragmentation),
-                                    costs[g].cluster.gpu.memory_gib, share if plan.zero >= 1 else 1.0 / sum(n_ranks)))
+                                    costs[g].cluster.usable_memory_bytes / GIB, share if plan.zero >= 1 else 1.0 / sum(n_ranks)))
     gpus = layout.gpus_per_group()
     nodes = sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in gpus.items())
     step_pipe = timed[crit].step_s

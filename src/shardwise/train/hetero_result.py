@@ -22,7 +22,7 @@ class RankReport:
     microbatches: int
     busy_s: float  # compute of the step on this rank: its micro-batches' F + I + W
     memory: MemoryBreakdown
-    capacity_gib: float
+    capacity_gib: float  # usable memory of its GPU (HBM less the cluster's headroom)
     state_share: float  # share of its data-parallel group's sharded states (1 / group size when even)
 
     @property
