@@ -320,16 +320,21 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
         sharded = full_rep[0][3].total - full_rep[0][4].total
         shares = (state_shares(caps, own, sharded, n_ranks) if layout.state_split == "memory" and plan.zero >= 1
                   else [1.0 / sum(n_ranks)] * len(names))
-        pad = max(shares) * sum(n_ranks)
+        even = max(shares) - min(shares) <= 1e-12 * max(shares)  # even shards: the homogeneous rule as it is
+        pad = 1.0 if even else max(shares) * sum(n_ranks)
         for k, (g, mg) in enumerate(zip(names, split, strict=True)):
             tail, p_dense, p_exp, full, kept, acts = full_rep[k]
             share = shares[k] if plan.zero >= 1 else 1.0
-            states = type(full)(*(kv + share * (fv - kv) for fv, kv in ((full.weights, kept.weights), (full.grads, kept.grads),
-                                                                          (full.optimizer, kept.optimizer))))
+            if even:
+                states, opt_s = tail.states, float(tail.optimizer_s)
+            else:
+                states = type(full)(*(kv + share * (fv - kv) for fv, kv in ((full.weights, kept.weights), (full.grads, kept.grads),
+                                                                              (full.optimizer, kept.optimizer))))
+                opt_s = float(optimizer_step_s(consts, (p_dense + p_exp) * share, costs[g].dev.hbm_rate, "none",
+                                               costs[g].cluster.gpu.arch, wb, gb))
             span_tail, _, _ = _tail(job, plan, costs[g], span, pipes[g], r, dp, mg, consts, pad)
             dp_times.append(float(span_tail.dp_s))
-            opt_times.append(float(optimizer_step_s(consts, (p_dense + p_exp) * share, costs[g].dev.hbm_rate, "none",
-                                                    costs[g].cluster.gpu.arch, wb, gb)))
+            opt_times.append(opt_s)
             pipe = pipes[g]
             ranks.append(RankReport(g, costs[g].cluster.gpu.name, r, n_ranks[k], sum(contents[s].layers for s in pipe.mine[r]),
                                     mg, mg * sum(pipe.f[s] + pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
