@@ -102,6 +102,9 @@ def config_from_job(
     """
     from shardwise.engines.support import require
     from shardwise.pipeline import generate_schedule, resolve
+    from shardwise.specs.hetero import one_gpu_type
+
+    one_gpu_type(job, "train run")
 
     p, m = job.plan, job.model
     dp = p.dp or 1

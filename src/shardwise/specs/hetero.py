@@ -129,6 +129,15 @@ class HeteroJob:
     name: str = "job"
 
 
+def one_gpu_type(job: Any, command: str) -> Any:
+    """`job` itself when its cluster is of one GPU type; otherwise the error `command` reports (it does
+    not take clusters with groups yet)."""
+    if isinstance(job, HeteroJob):
+        raise ShardwiseError(f"cluster.groups: {command} takes a cluster of one GPU type (gpu, gpus); "
+                             "`train estimate` and `train plan` take clusters with groups")
+    return job
+
+
 def _need(cond: bool, msg: str) -> None:
     if not cond:
         raise ShardwiseError(msg)

@@ -169,7 +169,7 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=str(doc.get("name", model.name)))
 
 
-def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob]:
+def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob | HeteroJob]:
     """Build and check the jobs of a parsed document: one job mapping or a list of them."""
     docs = doc if isinstance(doc, list) else [doc]
     if not docs:
@@ -177,6 +177,6 @@ def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob]:
     return [job_from_mapping(d, where=f"job[{i}]" if len(docs) > 1 else "job") for i, d in enumerate(docs)]
 
 
-def load_jobs(path: str | Path) -> list[TrainJob]:
-    """Read a YAML/JSON file holding one job or a list of jobs."""
+def load_jobs(path: str | Path) -> list[TrainJob | HeteroJob]:
+    """Read a YAML/JSON file holding one job or a list of jobs (a HeteroJob where the cluster has groups)."""
     return jobs_from_document(read_document(path), str(path))
