@@ -266,8 +266,10 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
 
 
 def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
-                  batch_split: tuple[int, ...] | None = None) -> HeteroEstimate:
-    """Data-parallel replicas across groups (module docstring); `batch_split` overrides the layout's."""
+                  batch_split: tuple[int, ...] | None = None, batch_options: int = 3) -> HeteroEstimate:
+    """Data-parallel replicas across groups (module docstring); `batch_split` overrides the layout's;
+    otherwise the `batch_options` integer splits nearest the equal-finish point are simulated and the
+    fastest kept."""
     consts = constants or default_constants()
     model, hc, training, layout = job.model, job.cluster, job.training, job.layout
     plan = _plan(layout)
@@ -292,7 +294,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
         busy = [[sum(pipes[g].f[s] + pipes[g].i[s] + pipes[g].w[s] for s in pipes[g].mine[r]) for r in range(pp)] for g in names]
         per_mb = [max(b) for b in busy]
         fill = [sum(b) - max(b) for b in busy]  # fill and drain of a classic schedule: the other stages once
-        options = batch_splits(total_mb, reps, per_mb, fill, keep=3)
+        options = batch_splits(total_mb, reps, per_mb, fill, keep=batch_options)
         if not options:
             raise ShardwiseError(f"parallel.replicas: no split of the {total_mb} micro-batches gives every replica of a group "
                                  f"the same count ({' + '.join(f'{d} x m_{g}' for g, d in layout.replicas)}); change the replicas "
@@ -377,11 +379,13 @@ def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, step: fl
         pipelines=pipelines)
 
 
-def hetero_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True) -> HeteroEstimate:
-    """Estimate a heterogeneous job (its layout must be given: `train plan` searches one)."""
+def hetero_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
+                    batch_options: int = 3) -> HeteroEstimate:
+    """Estimate a heterogeneous job (its layout must be given: `train plan` searches one);
+    `batch_options`: see :func:`data_estimate`."""
     if job.layout is None:
         raise ShardwiseError("parallel: a job on a cluster with groups needs a layout to estimate (stage_groups or "
                              "replicas); `shardwise train plan` searches one")
     if job.layout.kind == "pipeline":
         return pipeline_estimate(job, constants, split_p2p)
-    return data_estimate(job, constants, split_p2p)
+    return data_estimate(job, constants, split_p2p, batch_options=batch_options)
