@@ -1,4 +1,4 @@
-"""What `train estimate` prints for a job on a heterogeneous cluster: the headline figures, the step
+"""What `train estimate` and `train plan` print for a job on a heterogeneous cluster. Estimate: the headline figures, the step
 breakdown of the pipeline that sets the pace, and one row per pipeline rank of each GPU type (its layers,
 micro-batches, busy time and memory), where the imbalance between GPU types shows."""
 
@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from shardwise.train.hetero_plan import HeteroPlanResult
 from shardwise.train.hetero_result import HeteroEstimate
 from shardwise.train.result import GIB
 
@@ -56,4 +57,26 @@ def hetero_table(e: HeteroEstimate) -> Group:
     parts = [head, time, ranks, Text("idle: share of the step a rank of that group does no compute (the imbalance)",
                                      style="dim")]
     parts += [Text(f"note: {n}", style="yellow") for n in e.notes]
+    return Group(*parts)
+
+
+def hetero_plan_table(res: HeteroPlanResult) -> Group:
+    """`train plan` on a cluster with groups: the ranked plans, the comparison with one group alone, and
+    what the search rejected."""
+    t = Table(title=f"best plans by {res.objective} (each group alone, and laid over several groups)", title_justify="left")
+    for col in ("#", "plan", "GPUs per group", "tokens/s", "$ per M tokens", "memory used"):
+        t.add_column(col, justify="right" if col not in ("plan", "GPUs per group") else "left")
+    for i, o in enumerate(res.ranked, 1):
+        usd = "-" if o.usd_per_million_tokens is None else f"{o.usd_per_million_tokens:.3f}"
+        t.add_row(str(i), o.label, ", ".join(f"{n} {g}" for g, n in o.groups.items()), f"{o.tokens_per_s:,.0f}", usd,
+                  f"{o.memory_used_fraction:.0%}")
+    parts = [t, Text(res.comparison(), style="bold")]
+    alone = [f"{g}: {o.tokens_per_s:,.0f} tokens/s ({o.label.split(': ', 1)[1]})" if o else f"{g}: no plan fits"
+             for g, o in res.single.items()]
+    parts.append(Text("each group alone: " + "; ".join(alone), style="dim"))
+    parts.append(Text(f"{res.considered:,} plans and layouts considered, {res.exact_evaluations} layouts over several "
+                      "groups estimated exactly", style="dim"))
+    if res.rejected:
+        parts.append(Text("rejected: " + "; ".join(f"{k} ({n})" for k, n in sorted(res.rejected.items(), key=lambda kv: -kv[1])),
+                          style="dim"))
     return Group(*parts)
