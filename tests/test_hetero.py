@@ -2,6 +2,7 @@
 estimate (one GPU type in two groups gives exactly the homogeneous numbers)."""
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -231,3 +232,42 @@ def test_a_slow_inter_group_link_slows_gradient_reduction():
     fast, slow = hetero_estimate(mixed(knobs, inter=3200)), hetero_estimate(mixed(knobs, inter=10))
     assert slow.time_s.dp_comm > fast.time_s.dp_comm
     assert slow.step_time_s > fast.step_time_s
+
+
+# --- planner ----------------------------------------------------------------------------------------------------
+
+def _plan(groups, **kw):
+    from shardwise.specs.job import cluster_from_mapping
+    from shardwise.specs.model import load_model
+    from shardwise.specs.training import TrainingSpec
+    from shardwise.train.hetero_plan import hetero_plan
+
+    model, cluster = load_model("gpt-1.7b"), cluster_from_mapping({"groups": groups})
+    training = TrainingSpec(seq_len=2048, global_batch=64, precision="bf16")
+    res = hetero_plan(model, cluster, training, max_exact=6, per_group_exact=6, **kw)
+    return res, HeteroJob(model, cluster, training, None)
+
+
+def test_plan_mixes_groups_when_mixing_must_help():
+    # Two nodes of the same GPU on one fabric: both together must beat either alone.
+    res, job = _plan([{"name": "a", "gpu": "h100-sxm", "nodes": 1}, {"name": "b", "gpu": "h100-sxm", "nodes": 1}])
+    alone = max(o.tokens_per_s for o in res.single.values() if o)
+    assert res.best.mixed and res.best.tokens_per_s > 1.5 * alone
+    assert "adds" in res.comparison()
+    # The pick carries its split: `train estimate` of its layout gives the same step.
+    e = res.best.estimate
+    assert hetero_estimate(replace(job, layout=e.layout)).step_time_s == e.step_time_s
+
+
+@pytest.mark.parametrize("objective", ["throughput", "cost"])
+def test_plan_is_never_worse_than_one_group_alone(objective):
+    res, _ = _plan([{"name": "h100", "gpu": "h100-sxm", "nodes": 1},
+                 {"name": "a100", "gpu": "a100-80gb", "nodes": 2, "nic": {"count": 1, "gbps": 25, "kind": "roce"}}],
+                objective=objective)
+    singles = [o for o in res.single.values() if o]
+    if objective == "throughput":
+        assert res.best.tokens_per_s >= max(o.tokens_per_s for o in singles)
+    else:
+        assert res.best.usd_per_million_tokens <= min(o.usd_per_million_tokens for o in singles)
+    assert res.fastest_group == "h100" and res.largest_group == "a100"
+    assert all(o.estimate.fits for o in res.ranked)

@@ -7,8 +7,9 @@ The search runs in the planner's three steps:
    plan, screened, the best estimated exactly). The shared knobs of each group's best plans (tp, cp, pp,
    vpp, zero, recompute, micro-batch, schedule, ...) are then laid over every set of two or more groups
    in both heterogeneous layouts (:mod:`shardwise.specs.hetero`): data-parallel replicas in every group
-   (as many as each group holds), and pipelines whose ranks are shared out between the groups (every
-   split of pp ranks, the groups in both orders, as many replicas as the smallest share allows).
+   (as many as each group holds; the micro-batch halved until every replica gets one), and pipelines
+   whose ranks are shared out between the groups (every split of pp ranks, or of 2 pp, the groups in
+   both orders, as many replicas as the smallest share allows).
    Layouts whose tensor/context groups do not fit one node of a group, or whose batch does not split,
    are rejected with the reason.
 2. **Screen.** A layout's optimistic throughput: every GPU it uses at the per-GPU rate its knobs reached
@@ -168,12 +169,14 @@ def _layouts(knobs: dict[str, Any], hc: HeteroCluster, subset: tuple[str, ...], 
     tp, cp, pp, mb = knobs["tp"], knobs["cp"], knobs["pp"], knobs["micro_batch"]
     shared = {k: v for k, v in knobs.items() if k != "pp"}
     reps = {g: hc.group(g).num_gpus // (tp * cp * pp) for g in subset}
-    if all(d > 0 for d in reps.values()):
-        yield shared | {"pp": pp, "replicas": reps}
-    if pp < len(subset):
-        return
-    for order in (subset, subset[::-1]) if len(subset) == 2 else (subset,):
-        for counts in _compositions(pp, len(subset)):
+    data_mb = mb  # more replicas than one group's: halve the micro-batch until each replica gets one or more
+    while data_mb > 1 and global_batch // data_mb < sum(reps.values()):
+        data_mb //= 2
+    if all(d > 0 for d in reps.values()) and global_batch % data_mb == 0:
+        yield shared | {"pp": pp, "replicas": reps, "micro_batch": data_mb}
+    for order, total in itertools.product((subset, subset[::-1]) if len(subset) == 2 else (subset,),
+                                          sorted({max(pp, len(subset)), 2 * pp})):
+        for counts in _compositions(total, len(subset)):
             dp = min(hc.group(g).num_gpus // (tp * cp * n) for g, n in zip(order, counts, strict=True))
             while dp > 0 and global_batch % (mb * dp):
                 dp -= 1
@@ -191,8 +194,8 @@ def _screen(layout: dict[str, Any], rate: dict[str, float]) -> float:
 
 
 def _reason(msg: str) -> str:
-    """A rejection's reason: the field the message names (its text up to the first colon)."""
-    return msg.split(":", 1)[0][:60]
+    """A rejection's reason: the message's first clause (it names the field)."""
+    return msg.split(";", 1)[0][:100]
 
 
 def hetero_plan(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpec, objective: str = "throughput",
