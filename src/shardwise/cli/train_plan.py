@@ -33,7 +33,8 @@ def plan_cmd(
     precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
-    exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
+    exact_budget: int = typer.Option(None, "--exact-budget", help="Most exact estimates per GPU type (default 128; on a "
+                                     "cluster with groups 16 per group and 16 mixed layouts)."),
     memory_headroom: float = typer.Option(None, "--memory-headroom",
                                           help="Share of GPU memory a plan must leave free (default 0.05; a job's cluster.memory_headroom)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
@@ -79,7 +80,7 @@ def plan_cmd(
             return
     inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom)
     progress = format is Format.table and not no_progress
-    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget, progress,
+    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
                                      runnable_on=parse_engines(runnable_on) or parse_engines(export))
     spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
@@ -109,7 +110,7 @@ def plan_cmd(
         console.print(launch.script(), markup=False, highlight=False)
 
 
-def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int, format: Format, schedules: list[str] | None,
+def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, format: Format, schedules: list[str] | None,
                  max_memory_gib: float | None, no_progress: bool, **unsupported: object) -> None:
     """`train plan JOB` where the job's cluster has groups (:mod:`shardwise.train.hetero_plan`)."""
     from shardwise.errors import ShardwiseError
@@ -128,7 +129,8 @@ def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int, format:
     if format is Format.table and not no_progress:
         def progress(message: str, fraction: float) -> None:
             typer.echo(f"\r{message} ({fraction:.0%})".ljust(70), nl=False, err=True)
-    res = hetero_plan(base.model, base.cluster, base.training, objective, top_k=top, max_exact=exact_budget,
+    budget = exact_budget or 16
+    res = hetero_plan(base.model, base.cluster, base.training, objective, top_k=top, max_exact=budget, per_group_exact=budget,
                       schedules=tuple(split_list(schedules)) or None, max_memory_gib=max_memory_gib, progress=progress)
     if progress is not None:
         typer.echo("\r" + " " * 70 + "\r", nl=False, err=True)

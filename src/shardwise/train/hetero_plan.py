@@ -194,8 +194,9 @@ def _screen(layout: dict[str, Any], rate: dict[str, float]) -> float:
 
 
 def _reason(msg: str) -> str:
-    """A rejection's reason: the message's first clause (it names the field)."""
-    return msg.split(";", 1)[0][:100]
+    """A rejection's reason: the field the message names and what it says first."""
+    head = ": ".join(msg.split(";", 1)[0].split(": ")[:2])
+    return head if len(head) <= 100 else head[:99].rsplit(" ", 1)[0] + " ..."
 
 
 def hetero_plan(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpec, objective: str = "throughput",
