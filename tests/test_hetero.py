@@ -271,3 +271,17 @@ def test_plan_is_never_worse_than_one_group_alone(objective):
         assert res.best.usd_per_million_tokens <= min(o.usd_per_million_tokens for o in singles)
     assert res.fastest_group == "h100" and res.largest_group == "a100"
     assert all(o.estimate.fits for o in res.ranked)
+
+
+def test_trace_shows_the_imbalance_between_gpu_types():
+    from shardwise.train.hetero_trace import hetero_events
+
+    even = hetero_estimate(mixed(KNOBS | {"pp": 2, "replicas": {"h100": 1, "a100": 1}, "batch_split": {"h100": 32, "a100": 32}}))
+    events = hetero_events(even)
+    titles = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert any("replicas on h100" in t for t in titles) and any("replicas on a100" in t for t in titles)
+    waits = [e for e in events if e["name"] == "waiting for the slowest pipeline"]
+    h100_pid = next(e["pid"] for e in events if e.get("name") == "process_name" and "replicas on h100" in e["args"]["name"])
+    # On an even split every H100 rank waits for the A100s; the A100 rank that ends the step does not.
+    assert {e["tid"] for e in waits if e["pid"] == h100_pid} == {0, 1}
+    assert len([e for e in waits if e["pid"] != h100_pid]) < 2

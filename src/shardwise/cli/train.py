@@ -8,7 +8,6 @@ import typer
 
 from shardwise.cli.options import Format, format_option
 from shardwise.console import echo_json, make_console
-from shardwise.errors import ShardwiseError
 
 app = typer.Typer(help="""Training: estimate a plan, search plans, export a plan to an engine, run a plan, validate
 the model against public measurements.
@@ -46,12 +45,15 @@ def estimate_cmd(
     jobs = load_jobs(job)
     results = [hetero_estimate(j) if isinstance(j, HeteroJob) else estimate(j) for j in jobs]
     if trace is not None:
-        if any(isinstance(j, HeteroJob) for j in jobs):
-            raise ShardwiseError("--trace: traces of jobs on clusters with groups are not drawn yet; leave --trace out")
-        from shardwise.pipeline.trace import write_trace
-        from shardwise.train.trace import estimate_trace
+        from shardwise.pipeline.trace import trace_document, write_trace
+        from shardwise.train.hetero_trace import hetero_events
+        from shardwise.train.trace import estimate_events
 
-        write_trace(estimate_trace(results), trace)
+        events: list[dict] = []
+        for r in results:
+            make = estimate_events if isinstance(r, Estimate) else hetero_events
+            events += make(r, 1 + len({e["pid"] for e in events}), flow_id=1 + sum(e["ph"] == "s" for e in events))
+        write_trace(trace_document(events, source="shardwise train estimate", jobs=len(results)), trace)
         typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
         echo_json(estimate_json(results))

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import HeteroCluster
@@ -32,8 +32,8 @@ from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
 
-class HeteroLayoutSpec(TrainPlan):
-    """The `parallel` section of a job on a heterogeneous cluster: a plan plus its layout over groups."""
+class HeteroLayoutFields(BaseModel):
+    """What the `parallel` section adds on a cluster with groups: the layout over them."""
 
     stage_groups: list[str] | None = Field(
         default=None, description="pipeline across groups: the group of each pipeline rank, in pipeline order "
@@ -47,6 +47,10 @@ class HeteroLayoutSpec(TrainPlan):
     state_split: Literal["memory", "even"] = Field(
         default="memory", description="ZeRO/FSDP shares of the model states across groups: by free memory "
         "(Cephalo) or even")
+
+
+class HeteroLayoutSpec(TrainPlan, HeteroLayoutFields):
+    """The `parallel` section of a job on a heterogeneous cluster: a plan plus its layout over groups."""
 
 
 @dataclass(frozen=True)
