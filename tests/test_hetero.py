@@ -2,12 +2,16 @@
 estimate (one GPU type in two groups gives exactly the homogeneous numbers)."""
 
 import itertools
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardwise.cli.main import main
 from shardwise.cost.comm import spanning_network
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline.simulate import simulate
@@ -285,3 +289,38 @@ def test_trace_shows_the_imbalance_between_gpu_types():
     # On an even split every H100 rank waits for the A100s; the A100 rank that ends the step does not.
     assert {e["tid"] for e in waits if e["pid"] == h100_pid} == {0, 1}
     assert len([e for e in waits if e["pid"] != h100_pid]) < 2
+
+
+# --- command line -------------------------------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hetero-h100-a100.yaml"
+
+
+def test_cli_estimate_of_the_example(capsys, tmp_path):
+    assert main(["train", "estimate", str(EXAMPLE), "--trace", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline ranks per GPU type" in out and "A100-80GB" in out
+    assert main(["train", "estimate", str(EXAMPLE), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kind"] == "data" and d["gpus_per_group"] == {"h100": 64, "a100": 128} and d["fits"]
+    h100, a100 = d["layout"]["batch_split"]["h100"], d["layout"]["batch_split"]["a100"]
+    assert 2 * h100 + 4 * a100 == 512 and h100 > a100
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_cli_plan_on_groups(capsys, tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"model": "gpt-1.7b", "training": {"seq_len": 2048, "global_batch": 64},
+                                   "cluster": {"groups": SAME}}))
+    assert main(["train", "plan", str(job), "--format", "json", "--exact-budget", "4"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["top"][0]["groups"] == {"a": 16, "b": 16} and "adds" in d["comparison"]
+    assert main(["train", "plan", str(job), "--gpu", "h100"]) == 2
+    assert "error: --gpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["train", "export", "--to", "megatron"]])
+def test_commands_for_one_gpu_type_refuse_groups(capsys, command):
+    assert main([*command[:2], str(EXAMPLE), *command[2:]]) == 2
+    err = capsys.readouterr().err
+    assert "error: cluster.groups: train export takes a cluster of one GPU type" in err
