@@ -323,4 +323,4 @@ def test_cli_plan_on_groups(capsys, tmp_path):
 def test_commands_for_one_gpu_type_refuse_groups(capsys, command):
     assert main([*command[:2], str(EXAMPLE), *command[2:]]) == 2
     err = capsys.readouterr().err
-    assert "error: cluster.groups: train export takes a cluster of one GPU type" in err
+    assert "error: cluster.groups: train export takes a cluster of one GPU type" in err and "train run" in err

@@ -138,7 +138,7 @@ def one_gpu_type(job: Any, command: str) -> Any:
     not take clusters with groups yet)."""
     if isinstance(job, HeteroJob):
         raise ShardwiseError(f"cluster.groups: {command} takes a cluster of one GPU type (gpu, gpus); "
-                             "`train estimate` and `train plan` take clusters with groups")
+                             "`train estimate`, `train plan` and `train run` take clusters with groups")
     return job
 
 
