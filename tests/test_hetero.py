@@ -324,3 +324,17 @@ def test_commands_for_one_gpu_type_refuse_groups(capsys, command):
     assert main([*command[:2], str(EXAMPLE), *command[2:]]) == 2
     err = capsys.readouterr().err
     assert "error: cluster.groups: train export takes a cluster of one GPU type" in err and "train run" in err
+
+
+def test_estimated_layer_split_is_the_brute_force_best_of_the_simulation():
+    from shardwise.train.hetero import pipeline_estimate
+
+    job = mixed(KNOBS | {"stage_groups": ["h100", "a100"], "dp": 2})
+    chosen = hetero_estimate(job)
+    steps = {}
+    for first in range(1, 32):
+        e = pipeline_estimate(job, layer_split=(first, 32 - first))
+        if e.fits:
+            steps[first] = e.step_time_s
+    assert chosen.step_time_s == min(steps.values())
+    assert chosen.layout.layer_split[0] > 16  # the H100 takes more layers

@@ -22,6 +22,7 @@ Straggler wait, optimizer step and step overhead as in :func:`shardwise.train.es
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -41,10 +42,13 @@ from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainPlan
 from shardwise.train.assembly import Blocks, RankTail, blocks, boundary_p2p_s, rank_tail, stage_work
 from shardwise.train.hetero_result import HeteroEstimate, RankReport
-from shardwise.train.hetero_split import balanced_layer_split, batch_splits, state_shares
+from shardwise.train.hetero_split import balanced_layer_split, batch_splits, refine_split, state_shares
 from shardwise.train.pipeline_timing import PipelineTiming, pipeline_timing, stage_layout
 from shardwise.train.result import GIB, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import StageContent, stage_contents, stage_params
+
+#: Pipelines up to this many ranks get their layer split refined on the simulation (each move costs one).
+REFINE_MAX_RANKS = 8
 
 
 @dataclass(frozen=True)
@@ -219,10 +223,28 @@ def _memory(states: ModelStateBytes, fixed: float, activations: float, frag: flo
 
 
 def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
-                      layer_split: tuple[int, ...] | None = None) -> HeteroEstimate:
-    """Pipeline stages across groups (module docstring); `layer_split` overrides the layout's."""
+                      layer_split: tuple[int, ...] | None = None, refine: bool = True) -> HeteroEstimate:
+    """Pipeline stages across groups (module docstring); `layer_split` overrides the layout's. Without
+    either, the split balanced by speed is refined on the schedule simulation itself (`refine`, up to
+    REFINE_MAX_RANKS pipeline ranks): one layer moved at a time while the step shortens and the plan
+    still fits (:func:`shardwise.train.hetero_split.refine_split`)."""
     consts = constants or default_constants()
     model, hc, training, layout = job.model, job.cluster, job.training, job.layout
+    if refine and layer_split is None and layout.layer_split is None and layout.plan.pp <= REFINE_MAX_RANKS:
+        start = pipeline_estimate(job, constants, split_p2p, refine=False)
+
+        def step_s(split: tuple[int, ...]) -> float:
+            if split == start.layout.layer_split:
+                return start.step_time_s if start.fits else math.inf
+            try:
+                e = pipeline_estimate(job, constants, split_p2p, layer_split=split)
+            except ShardwiseError:
+                return math.inf
+            return e.step_time_s if e.fits else math.inf
+
+        best, best_s = refine_split(start.layout.layer_split, step_s)
+        return start if best == start.layout.layer_split or not math.isfinite(best_s) else \
+            pipeline_estimate(job, constants, split_p2p, layer_split=best)
     plan = _plan(layout)
     pp, vpp, tp, cp, dp = plan.pp, plan.vpp, plan.tp, plan.cp, plan.dp or 1
     m = training.global_batch // (plan.micro_batch * dp)
@@ -380,12 +402,12 @@ def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, step: fl
 
 
 def hetero_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
-                    batch_options: int = 3) -> HeteroEstimate:
+                    batch_options: int = 3, refine: bool = True) -> HeteroEstimate:
     """Estimate a heterogeneous job (its layout must be given: `train plan` searches one);
-    `batch_options`: see :func:`data_estimate`."""
+    `batch_options`: see :func:`data_estimate`; `refine`: see :func:`pipeline_estimate`."""
     if job.layout is None:
         raise ShardwiseError("parallel: a job on a cluster with groups needs a layout to estimate (stage_groups or "
                              "replicas); `shardwise train plan` searches one")
     if job.layout.kind == "pipeline":
-        return pipeline_estimate(job, constants, split_p2p)
+        return pipeline_estimate(job, constants, split_p2p, refine=refine)
     return data_estimate(job, constants, split_p2p, batch_options=batch_options)

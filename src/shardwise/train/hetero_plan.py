@@ -255,7 +255,7 @@ def hetero_plan(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpec
             progress(f"exact estimate {exact + 1} of at most {max_exact}", (len(names) + exact / max_exact) / (len(names) + 1))
         exact += 1
         try:
-            e = hetero_estimate(HeteroJob(model, cluster, training, job_layout, model.name), batch_options=1)
+            e = hetero_estimate(HeteroJob(model, cluster, training, job_layout, model.name), batch_options=1, refine=False)
         except ShardwiseError as exc:
             rejected[_reason(str(exc))] += 1
             continue
