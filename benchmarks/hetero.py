@@ -2,12 +2,14 @@
 """Heterogeneous clusters: how the answer changes with the links between the groups, and how long the
 search takes.
 
-    python benchmarks/hetero.py [--gbps 100,400,1600,6400] [--skip-large]
+    python benchmarks/hetero.py [--gbps 100,400,1600,6400] [--skip-large] [--plot docs/img/hetero-pipeline.png]
 
 (a) For examples/hetero-h100-a100.yaml (Llama-3.1-70B, 64 H100 + 128 A100) at each inter_group_gbps:
     the estimate of the example's layout (step, share of it in data-parallel communication) and the
     planner's pick with its comparison against the best plan on the H100s alone.
 (b) `train plan` search time on 2 groups x 200 GPUs (H100 and A100, Llama-3.1-70B). Target: <= 20 s.
+(c) with --plot: the timeline of a small pipeline across groups (Llama-3.1-8B, 2 H100 + 2 A100 ranks of
+    tp 8, 16 micro-batches, layers balanced by speed) and its layer split, per-rank busy time.
 """
 
 from __future__ import annotations
@@ -57,14 +59,36 @@ def large() -> None:
     print(f"    pick: {res.best.label} ({res.best.tokens_per_s:,.0f} tokens/s); {res.comparison()}")
 
 
+def plot(path: str) -> None:
+    from shardwise.pipeline.plot import plot_timeline
+    from shardwise.train.pipeline_timing import simulate_pipeline
+
+    groups = [{"name": "h100", "gpu": "h100-sxm", "nodes": 2, "nic": {"count": 8, "gbps": 400, "kind": "ib"}},
+              {"name": "a100", "gpu": "a100-80gb", "nodes": 2, "nic": {"count": 4, "gbps": 100, "kind": "roce"}}]
+    job = job_from_mapping({"model": "llama-3.1-8b", "cluster": {"groups": groups, "inter_group_gbps": 400},
+                            "training": {"seq_len": 4096, "global_batch": 16},
+                            "parallel": {"tp": 8, "stage_groups": ["h100", "h100", "a100", "a100"], "micro_batch": 1,
+                                         "schedule": "1f1b", "recompute": "selective"}})
+    e = hetero_estimate(job)
+    _, res = simulate_pipeline(*e.pipelines["pipeline"])
+    title = f"{e.label()}: ranks 0-1 H100, 2-3 A100 (step {e.step_time_s:.2f} s)"
+    plot_timeline(res, path, title=title)
+    print(f"(c) {path}: {e.label()}; busy s per rank " + ", ".join(f"{r.group} {r.busy_s:.2f}" for r in e.ranks))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--gbps", default="100,400,1600,6400", help="inter_group_gbps values (comma-separated)")
     ap.add_argument("--skip-large", action="store_true", help="skip the 2 x 200 GPU timing")
+    ap.add_argument("--skip-sweep", action="store_true", help="skip the bandwidth sweep")
+    ap.add_argument("--plot", help="write the timeline of a small pipeline across groups (.png/.svg)")
     args = ap.parse_args()
-    sweep([float(x) for x in args.gbps.split(",")])
+    if not args.skip_sweep:
+        sweep([float(x) for x in args.gbps.split(",")])
     if not args.skip_large:
         large()
+    if args.plot:
+        plot(args.plot)
 
 
 if __name__ == "__main__":
