@@ -338,3 +338,29 @@ def test_estimated_layer_split_is_the_brute_force_best_of_the_simulation():
             steps[first] = e.step_time_s
     assert chosen.step_time_s == min(steps.values())
     assert chosen.layout.layer_split[0] > 16  # the H100 takes more layers
+
+
+@settings(max_examples=100, deadline=None)
+@given(cap=st.lists(st.floats(10, 200), min_size=2, max_size=4), data=st.data())
+def test_state_shares_sum_to_one_and_level_the_memory(cap, data):
+    n = len(cap)
+    own = data.draw(st.lists(st.floats(0, 50), min_size=n, max_size=n))
+    ranks = data.draw(st.lists(st.integers(1, 16), min_size=n, max_size=n))
+    sharded = data.draw(st.floats(1, 500))
+    s = state_shares(cap, own, sharded, ranks)
+    assert sum(k * x for k, x in zip(ranks, s, strict=True)) == pytest.approx(1.0)
+    used = [(u + x * sharded) / c for u, x, c in zip(own, s, cap, strict=True)]
+    level = max(used[i] for i in range(n) if s[i] > 0)
+    for i in range(n):  # every group holding a share is at the level; one holding none is already at or above it
+        assert used[i] == pytest.approx(level) if s[i] > 0 else used[i] >= level - 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(total=st.integers(1, 10_000), reps=st.lists(st.integers(1, 64), min_size=1, max_size=4), data=st.data())
+def test_equal_finish_split_adds_up_and_finishes_together(total, reps, data):
+    g = len(reps)
+    per = data.draw(st.lists(st.floats(0.01, 10), min_size=g, max_size=g))
+    fixed = data.draw(st.lists(st.floats(0, 5), min_size=g, max_size=g))
+    t, m = continuous_batch_split(total, reps, per, fixed)
+    assert sum(d * x for d, x in zip(reps, m, strict=True)) == pytest.approx(total)
+    assert [a + x * c for a, x, c in zip(fixed, m, per, strict=True)] == pytest.approx([t] * g)
