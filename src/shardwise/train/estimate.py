@@ -14,10 +14,11 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
+from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail, stage_work
 from shardwise.train.error_band import error_band
-from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank, stage_layout
+from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -48,7 +49,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         acts.append(act)
 
     # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
-    s2r = stage_layout(plan.schedule, pp, vpp)
+    s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     mem_const, step_const = consts.memory, consts.step
     tails, known = [], {}
@@ -98,7 +99,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     peak = gpu.peak_flops(training.precision)
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
-    hf = mf + recompute_flops_per_token(model, seq, rc) * tokens_step
+    # HFU: the FLOPs the GPUs execute, so causal attention is counted as done and recompute as the stack does it
+    hf = mf_causal + recompute_flops_per_token(model, seq, rc, causal=True, flash=flash,
+                                               gemm_share=stack.selective_recompute_gemms) * tokens_step
     days = cost = None
     if training.tokens:
         seconds = training.tokens / tokens_step * step
@@ -108,7 +111,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     notes = []
     if timing.simulated_microbatches is not None:
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
-        searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
+        searched = " (auto: the schedule searched at that count)" if schedule_info(plan.schedule).takes_costs else ""
         notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")

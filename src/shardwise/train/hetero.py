@@ -35,7 +35,6 @@ from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.stack import StackProfile, attention_kernel, stack_profile
 from shardwise.cost.step import model_states, optimizer_step_s, straggler_factor
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import schedule_info
 from shardwise.specs.hardware import Cluster, HeteroCluster, group_shape
 from shardwise.specs.hetero import HeteroJob, HeteroLayout
 from shardwise.specs.model import ModelSpec
@@ -43,7 +42,7 @@ from shardwise.specs.training import TrainPlan
 from shardwise.train.assembly import Blocks, RankTail, blocks, boundary_p2p_s, rank_tail, stage_work
 from shardwise.train.hetero_result import HeteroEstimate, RankReport
 from shardwise.train.hetero_split import balanced_layer_split, batch_splits, refine_split, state_shares
-from shardwise.train.pipeline_timing import PipelineTiming, pipeline_timing, stage_layout
+from shardwise.train.pipeline_timing import PipelineTiming, pipeline_timing, plan_stages_per_rank, stage_layout
 from shardwise.train.result import GIB, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import StageContent, stage_contents, stage_params
 
@@ -104,9 +103,7 @@ def virtual_counts(split: tuple[int, ...], stage_to_rank: tuple[int, ...]) -> tu
 
 def _plan(layout: HeteroLayout) -> TrainPlan:
     plan = layout.plan
-    if plan.vpp == 1 and plan.pp > 1 and schedule_info(plan.schedule).placement == "v":
-        plan = plan.model_copy(update={"vpp": 2})  # V-shaped schedules hold two stages per rank
-    return plan
+    return plan.model_copy(update={"vpp": plan_stages_per_rank(plan)})  # V-shaped schedules hold two
 
 
 def _bytes_per_param(job: HeteroJob) -> tuple[float, float, float]:
