@@ -35,6 +35,7 @@ from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.stack import StackProfile, attention_kernel, stack_profile
 from shardwise.cost.step import model_states, optimizer_step_s, straggler_factor
 from shardwise.errors import ShardwiseError
+from shardwise.pipeline import schedule_info
 from shardwise.specs.hardware import Cluster, HeteroCluster, group_shape
 from shardwise.specs.hetero import HeteroJob, HeteroLayout
 from shardwise.specs.model import ModelSpec
@@ -42,7 +43,7 @@ from shardwise.specs.training import TrainPlan
 from shardwise.train.assembly import Blocks, RankTail, blocks, boundary_p2p_s, rank_tail, stage_work
 from shardwise.train.hetero_result import HeteroEstimate, RankReport
 from shardwise.train.hetero_split import balanced_layer_split, batch_splits, refine_split, state_shares
-from shardwise.train.pipeline_timing import PipelineTiming, pipeline_timing, plan_stages_per_rank, stage_layout
+from shardwise.train.pipeline_timing import PipelineTiming, pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import StageContent, stage_contents, stage_params
 
@@ -116,16 +117,14 @@ def layer_caps(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost], s2r: tup
                consts: Constants) -> list[int]:
     """Most layers each pipeline rank can hold in memory: its GPU less buffers, embedding or LM head and
     the recompute working set, over one layer's states and in-flight activations (the screen's in-flight
-    counts per schedule, :func:`shardwise.train.screen.inflight_units`)."""
-    from shardwise.train.screen import inflight_units
-
+    counts per schedule, the record's ``inflight``: :class:`shardwise.pipeline.schedule_info.ScheduleInfo`)."""
     model, pp, vpp = job.model, plan.pp, plan.vpp
     wb, gb, ob = _bytes_per_param(job)
     frag = consts.memory.fragmentation
     per_layer_states = model_states(model.layer_params_dense / plan.tp, 0.0, dp_group, dp_group, plan.zero, dp_group, wb, gb, ob).total
     caps = []
     for r, c in enumerate(costs):
-        units = float(inflight_units(plan.schedule, pp, vpp, np.array([m]), r)[0])
+        units = float(np.asarray(schedule_info(plan.schedule).inflight(pp, vpp, np.array([m]), r)).ravel()[0])
         tail = rank_tail(model, job.training, c.cluster, consts, c.stack, c.dev, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                          dp=dp_group // plan.cp, zero=plan.zero, dp_shard=dp_group, offload="none",
                          overlap_grad_reduce=plan.overlap_grad_reduce, microbatches=m, p_dense=0.0, p_exp=0.0,
@@ -247,7 +246,7 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
     m = training.global_batch // (plan.micro_batch * dp)
     by_name = {g: group_cost(job, g, plan, consts) for g in dict.fromkeys(layout.stage_groups)}
     costs = [by_name[g] for g in layout.stage_groups]
-    s2r = stage_layout(plan.schedule, pp, vpp)
+    s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     split = layer_split or layout.layer_split or default_layer_split(job, plan, costs, s2r, m, consts)
     pipe = _stages(model, plan, costs, stage_contents(model, pp * vpp, virtual_counts(split, s2r)), s2r)
     mem = consts.memory
@@ -295,7 +294,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
     pp, vpp, tp, cp, dp = plan.pp, plan.vpp, plan.tp, plan.cp, plan.dp or 1
     names = [g for g, _ in layout.replicas]
     reps = [d for _, d in layout.replicas]
-    s2r = stage_layout(plan.schedule, pp, vpp)
+    s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     contents = stage_contents(model, pp * vpp)
     costs = {g: group_cost(job, g, plan, consts) for g in names}
     pipes = {g: _stages(model, plan, [costs[g]] * pp, contents, s2r) for g in names}
