@@ -22,7 +22,8 @@ from pydantic_core import PydanticUndefined
 from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJobSpec, SLOSpec
 from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.workload import WorkloadSpec
-from shardwise.specs.hardware import NetworkSpec
+from shardwise.specs.hardware import GroupSpec, GroupsSpec, NetworkSpec, NicSpec
+from shardwise.specs.hetero import HeteroLayoutFields
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
@@ -35,6 +36,10 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "train-network": (NetworkSpec, "network"),
     "train-training": (TrainingSpec, "training"),
     "train-parallel": (TrainPlan, "parallel"),
+    "train-groups": (GroupsSpec, "cluster with groups"),
+    "train-group": (GroupSpec, "group"),
+    "train-nic": (NicSpec, "nic"),
+    "train-layout": (HeteroLayoutFields, "parallel on a cluster with groups"),
     "serve-job": (ServeJobSpec, "serve job"),
     "serve-deployment": (DeploymentSpec, "deployment"),
     "serve-pool": (PoolSpec, "pool"),
@@ -57,7 +62,7 @@ TYPE_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
 }
 
 #: The files holding generated tables, relative to the repository root.
-DOC_FILES = ("README.md", "docs/serving.md")
+DOC_FILES = ("README.md", "docs/serving.md", "docs/hetero.md")
 
 _BLOCK = re.compile(r"(<!-- job-docs: ([a-z-]+) -->\n)(.*?)(<!-- /job-docs -->)", re.S)
 

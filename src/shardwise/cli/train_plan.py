@@ -33,7 +33,8 @@ def plan_cmd(
     precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
-    exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
+    exact_budget: int = typer.Option(None, "--exact-budget", help="Most exact estimates per GPU type (default 128; on a "
+                                     "cluster with groups 16 per group and 16 mixed layouts)."),
     memory_headroom: float = typer.Option(None, "--memory-headroom",
                                           help="Share of GPU memory a plan must leave free (default 0.05; a job's cluster.memory_headroom)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
@@ -72,9 +73,14 @@ def plan_cmd(
         from shardwise.specs._loading import read_document
 
         doc = read_document(job)
+        if isinstance(doc, dict) and isinstance(doc.get("cluster"), dict) and "groups" in doc["cluster"]:
+            _hetero_plan(doc, objective, top, exact_budget, format, gpu=gpu, gpus=gpus, model=model, seq_len=seq_len,
+                         global_batch=global_batch, runnable_on=runnable_on, export=export, plot=plot,
+                         schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress)
+            return
     inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom)
     progress = format is Format.table and not no_progress
-    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget, progress,
+    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
                                      runnable_on=parse_engines(runnable_on) or parse_engines(export))
     spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
@@ -102,6 +108,36 @@ def plan_cmd(
         console.print(f"[bold]launch of plan #1 in {launch.engine} {launch.version}[/bold] "
                       "(shardwise train export writes it to a file):")
         console.print(launch.script(), markup=False, highlight=False)
+
+
+def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, format: Format, schedules: list[str] | None,
+                 max_memory_gib: float | None, no_progress: bool, **unsupported: object) -> None:
+    """`train plan JOB` where the job's cluster has groups (:mod:`shardwise.train.hetero_plan`)."""
+    from shardwise.errors import ShardwiseError
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.hetero_plan import hetero_plan
+    from shardwise.train.hetero_report import hetero_plan_table
+    from shardwise.train.plan_inputs import split_list
+
+    given = [k for k, v in unsupported.items() if v]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ShardwiseError(f"{flag}: not taken with a job whose cluster has groups (the job file gives the model, "
+                             "GPUs and batch; engines and plots are for one GPU type); leave it out")
+    base = job_from_mapping(doc, require_plan=False)
+    progress = None
+    if format is Format.table and not no_progress:
+        def progress(message: str, fraction: float) -> None:
+            typer.echo(f"\r{message} ({fraction:.0%})".ljust(70), nl=False, err=True)
+    budget = exact_budget or 16
+    res = hetero_plan(base.model, base.cluster, base.training, objective, top_k=top, max_exact=budget, per_group_exact=budget,
+                      schedules=tuple(split_list(schedules)) or None, max_memory_gib=max_memory_gib, progress=progress)
+    if progress is not None:
+        typer.echo("\r" + " " * 70 + "\r", nl=False, err=True)
+    if format is Format.json:
+        echo_json(res.to_dict())
+        return
+    make_console().print(hetero_plan_table(res))
 
 
 def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:

@@ -25,12 +25,13 @@ from shardwise.cost.constants import Constants
 from shardwise.cost.device import Device
 from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
-from shardwise.cost.overlap import dp_exposed_s
+from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.cost.stack import StackProfile
 from shardwise.cost.step import fixed_memory_bytes, model_states, offload_params_s, optimizer_step_s
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
+from shardwise.train.stages import StageContent
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,19 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
         act_recompute=full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0,
         w_retained=1.0 if full else min(1.0, kept / (act_moe if model.is_moe else act_dense)),
     )
+
+
+def stage_work(b: Blocks, st: StageContent, tp_overlap: float):
+    """One micro-batch through one virtual stage: (F, I, W, (compute, exposed TP, CP, EP), activation
+    bytes it keeps), the layer-like blocks of `st` costed by `b` with what TP comm stays exposed."""
+    cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
+    if st.embedding:
+        cost = cost + b.embedding
+    if st.lm_head:
+        cost = cost + b.head
+    f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, tp_overlap)
+    act = st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0)
+    return f, i, w, (cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep), act
 
 
 def boundary_p2p_s(cluster: Cluster, model: ModelSpec, training: TrainingSpec, micro_batch, tp, cp, pp_stride):

@@ -12,12 +12,11 @@ from __future__ import annotations
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
-from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
-from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
+from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail, stage_work
 from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
@@ -42,17 +41,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     stages = stage_contents(model, pp * vpp)
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
     for st in stages:
-        cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
-        if st.embedding:
-            cost = cost + b.embedding
-        if st.lm_head:
-            cost = cost + b.head
-        f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, stack.tp_comm_overlap)
+        f, i, w, parts, act = stage_work(b, st, stack.tp_comm_overlap)
         f_s.append(f)
         i_s.append(i)
         w_s.append(w)
-        exposed.append((cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep))
-        acts.append(st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0))
+        exposed.append(parts)
+        acts.append(act)
 
     # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)

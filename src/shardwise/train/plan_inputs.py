@@ -41,6 +41,9 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
         raise ShardwiseError(f"--memory-headroom must be in [0, 1), got {memory_headroom}")
     if doc is not None:
         base = job_from_mapping(doc, require_plan=False)
+        if not isinstance(base.cluster, Cluster):
+            raise ShardwiseError("cluster.groups: this search takes GPUs of one type; search a cluster with groups "
+                                 "with `shardwise train plan JOB` (shardwise.train.hetero_plan.hetero_plan)")
         fixed = dict(doc.get("parallel") or {})
         training, clusters, spec = base.training, [base.cluster], base.model
         if memory_headroom is not None:
