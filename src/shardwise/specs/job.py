@@ -112,6 +112,8 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
         )
     if p.offload != "none" and p.zero == 0:
         raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
+    if training.adapter is not None:
+        training.adapter.shapes(model)  # adapters need a dense, standard-attention model with those layers
     per_step = p.micro_batch * dp
     if training.global_batch % per_step:
         raise ShardwiseError(

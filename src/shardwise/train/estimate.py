@@ -9,6 +9,7 @@ communication and the optimizer step per pipeline rank; memory by placement (:mo
 
 from __future__ import annotations
 
+from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note, paged_optimizer
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
@@ -72,16 +73,29 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         ))
     extra_act = [b.act_recompute] * pp
     extra_act[s2r[-1]] += b.act_output
-    cap = min((cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
+    lora = training.adapter
+    paged = lora is not None and bool(lora.paged_optimizer)
+    cap = min((cluster.usable_memory_bytes - t.states.total + (t.states.optimizer if paged else 0.0) - t.fixed_bytes)
+              / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
     p2p_s = boundary_p2p_s(cluster, model, training, plan.micro_batch, tp, cp, plan.stride("pp")) if pp > 1 else 0.0
     timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p)
 
-    ranks = []
+    ranks, paged_gib = [], 0.0
     for r, t in enumerate(tails):
         activations = timing.peak_activation[r] + extra_act[r]
         overheads = float(t.fixed_bytes) + mem_const.fragmentation * activations
-        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), float(t.states.optimizer), activations, overheads)
-        ranks.append((mem, float(t.dp_s), float(t.optimizer_s)))
+        optimizer, paging_s = float(t.states.optimizer), 0.0
+        if paged:
+            _, pages, paging = paged_optimizer(t.states, t.fixed_bytes, activations + mem_const.fragmentation * activations,
+                                               cluster.usable_memory_bytes, consts, gpu.arch)
+            if pages:  # the peak is the larger of the backward (optimizer paged out) and the update (no activations)
+                paging_s, paged_gib = float(paging), max(paged_gib, optimizer / GIB)
+                if optimizer > activations + mem_const.fragmentation * activations:
+                    activations, overheads = 0.0, float(t.fixed_bytes)
+                else:
+                    optimizer = 0.0
+        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations, overheads)
+        ranks.append((mem, float(t.dp_s), float(t.optimizer_s) + paging_s))
 
     peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)
     dp_s = max(x[1] for x in ranks)
@@ -102,6 +116,11 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
     hf = mf + recompute_flops_per_token(model, seq, rc) * tokens_step
+    if lora is not None:  # frozen weights skip their weight gradients (cost/adapters.py)
+        hf = hf - mf
+        mf = adapter_model_flops_per_token(model, lora, mf / tokens_step) * tokens_step
+        mf_causal = adapter_model_flops_per_token(model, lora, mf_causal / tokens_step) * tokens_step
+        hf = hf + mf
     days = cost = None
     if training.tokens:
         seconds = training.tokens / tokens_step * step
@@ -113,6 +132,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
         searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
         notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
+    if lora is not None:
+        notes.append(adapter_note(model, training, lora, paged_gib))
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")
     return Estimate(

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.layer import PassCost
@@ -132,6 +133,7 @@ def screen(
     act = np.array(acts)[inv]  # (n, 5)
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
+    paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     mc = consts.memory
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
     p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
@@ -169,7 +171,12 @@ def screen(
         activations = units * stage_act + act[idx, 4]
         activations[last_rank] += act[idx, 3]
         total = tail.states.total + tail.fixed_bytes + activations * (1 + mc.fragmentation)
-        rest = np.max(tail.dp_s, axis=0) + np.max(tail.optimizer_s, axis=0) + consts.step.step_overhead_s
+        optimizer_s = tail.optimizer_s
+        if paged:
+            total, _, paging_s = paged_optimizer(tail.states, tail.fixed_bytes, activations * (1 + mc.fragmentation),
+                                                 cluster.usable_memory_bytes, consts, gpu.arch)
+            optimizer_s = optimizer_s + paging_s
+        rest = np.max(tail.dp_s, axis=0) + np.max(optimizer_s, axis=0) + consts.step.step_overhead_s
         lb[idx] = pipe_lb * straggle + rest
         approx[idx] = pipe * straggle + rest
         mem[idx] = np.max(total, axis=0)
