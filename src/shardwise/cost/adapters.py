@@ -30,9 +30,9 @@ said), so the exact estimate and the planner's screen share it.
   gradient and, with dropout, the dropped copy of x with its 1-byte mask (PEFT applies a separate
   dropout to each adapted module). Without dropout A's input is the layer input already kept.
 - Memory held outside states and activations: a bf16 copy of the largest dequantized matrix.
-- Paged optimizer (QLoRA Sec. 3, NVIDIA unified memory): Adam states page out to host memory when the
-  forward and backward need the room and back for the update, so the peak is weights + gradients +
-  the larger of (activations, optimizer states); a step that pages moves the states out and back.
+- Paged optimizer (QLoRA Sec. 3, NVIDIA unified memory): Adam states are evicted to host memory when
+  the GPU runs out and paged back when the update touches them, page by page. So they only take the
+  room the rest leaves; what does not fit crosses the host link twice a step (out, then back in).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ FORMAT_BITS = {"int8": 8.0, "fp8": 8.0}
 COLUMN_PARALLEL = ("q", "k", "v", "gate", "up")
 ADAM_MOMENTS_BYTES = 8.0  # fp32 m and v per trainable parameter
 ADAPTER_DTYPE_BYTES = {"bf16": 2.0, "fp32": 4.0}
+UVM_PAGE_BYTES = 2 * 2**20  # unified memory migrates in pages of up to 2 MiB (CUDA programming guide, UVM)
 
 
 def base_bits_per_weight(base_format: str | None, double_quant: bool = True, working_bytes: float = 2.0) -> float:
@@ -177,18 +178,20 @@ def adapter_model_flops_per_token(model: ModelSpec, lora: LoraSpec, base_flops: 
 
 
 def paged_optimizer(states: ModelStateBytes, fixed, activations, usable, consts: Constants, arch: str):
-    """(peak bytes, whether the optimizer pages, seconds of paging per step) of a rank whose optimizer
-    states are paged (module docstring): they page out only when the resident total exceeds `usable`,
-    and then move out and back over the host link. `activations` include fragmentation; arrays allowed."""
-    resident = states.total + fixed + activations
-    pages = resident > usable
-    peak = np.where(pages, states.weights + states.grads + fixed + np.maximum(activations, states.optimizer), resident)
+    """(peak bytes, optimizer bytes resident on the GPU, seconds of paging per step) of a rank whose
+    optimizer states are paged (module docstring): the states keep the room the weights, gradients,
+    fixed memory and `activations` (with fragmentation) leave of `usable`; the rest lives in host memory
+    and crosses the host link twice a step (evicted for the next forward, paged in for the update).
+    Arrays allowed."""
+    others = states.weights + states.grads + fixed + activations
+    free_pages = np.floor(np.maximum(usable - others, 0.0) / UVM_PAGE_BYTES)  # whole pages, so the peak stays <= usable
+    resident = np.minimum(free_pages * UVM_PAGE_BYTES, states.optimizer)
     link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
-    return peak, pages, np.where(pages, 2.0 * states.optimizer / link, 0.0)
+    return others + resident, resident, 2.0 * (states.optimizer - resident) / link
 
 
 def adapter_note(model: ModelSpec, training: TrainingSpec, lora: LoraSpec, paged_gib: float = 0.0) -> str:
-    """One line for an estimate: what the adapters and the frozen base are, and whether the optimizer paged."""
+    """One line for an estimate: what the adapters and the frozen base are, and what the optimizer pages."""
     targets = ", ".join(lora.shapes(model))
     trainable = model.layers * adapter_params(model, lora)
     bits = base_bits_per_weight(lora.base_format, lora.double_quant, training.weight_bytes)
@@ -197,5 +200,5 @@ def adapter_note(model: ModelSpec, training: TrainingSpec, lora: LoraSpec, paged
     line = (f"{training.method}: frozen base in {base} ({bits:.3f} bits per linear weight, no gradients or optimizer "
             f"state); {trainable / 1e6:,.1f}M adapter parameters (rank {lora.rank} on {targets})")
     if paged_gib:
-        line += f"; {paged_gib:.2f} GiB of optimizer states paged to host during forward and backward"
+        line += f"; {paged_gib:.2f} GiB of optimizer states live in host memory (paged optimizer)"
     return line

@@ -86,14 +86,10 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         overheads = float(t.fixed_bytes) + mem_const.fragmentation * activations
         optimizer, paging_s = float(t.states.optimizer), 0.0
         if paged:
-            _, pages, paging = paged_optimizer(t.states, t.fixed_bytes, activations + mem_const.fragmentation * activations,
-                                               cluster.usable_memory_bytes, consts, gpu.arch)
-            if pages:  # the peak is the larger of the backward (optimizer paged out) and the update (no activations)
-                paging_s, paged_gib = float(paging), max(paged_gib, optimizer / GIB)
-                if optimizer > activations + mem_const.fragmentation * activations:
-                    activations, overheads = 0.0, float(t.fixed_bytes)
-                else:
-                    optimizer = 0.0
+            _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations + mem_const.fragmentation * activations,
+                                                  cluster.usable_memory_bytes, consts, gpu.arch)
+            paged_gib = max(paged_gib, (optimizer - float(resident)) / GIB)
+            optimizer, paging_s = float(resident), float(paging)
         mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations, overheads)
         ranks.append((mem, float(t.dp_s), float(t.optimizer_s) + paging_s))
 

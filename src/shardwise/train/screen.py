@@ -173,7 +173,7 @@ def screen(
         total = tail.states.total + tail.fixed_bytes + activations * (1 + mc.fragmentation)
         optimizer_s = tail.optimizer_s
         if paged:
-            total, _, paging_s = paged_optimizer(tail.states, tail.fixed_bytes, activations * (1 + mc.fragmentation),
+            total, _resident, paging_s = paged_optimizer(tail.states, tail.fixed_bytes, activations * (1 + mc.fragmentation),
                                                  cluster.usable_memory_bytes, consts, gpu.arch)
             optimizer_s = optimizer_s + paging_s
         rest = np.max(tail.dp_s, axis=0) + np.max(optimizer_s, axis=0) + consts.step.step_overhead_s
