@@ -20,7 +20,7 @@ from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.plan_report import plan_label
 from shardwise.train.planner import job_from_plan
-from shardwise.train.result import GIB
+from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
 from shardwise.train.search_space import DEFAULT_SCHEDULES, enumerate_plans
 
@@ -50,7 +50,7 @@ def _counts(limit: int) -> list[int]:
     return out
 
 
-def _breakdown(e) -> str:
+def _breakdown(e: Estimate) -> str:
     m = e.memory
     parts = [("weights", m.params), ("gradients", m.grads), ("optimizer", m.optimizer),
              ("activations", m.activations), ("runtime", m.overheads)]
