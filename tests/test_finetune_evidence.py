@@ -29,7 +29,7 @@ def test_every_record_names_its_source():
 
 
 def test_qlora_65b_on_one_48gb_gpu_with_the_guanaco_script_settings():
-    """scripts/finetune_guanaco_65b.sh: micro-batch 4, 16 + 512 tokens, gradient checkpointing, paged AdamW."""
+    """finetune_guanaco_65b.sh (artidoro/qlora): micro-batch 4, 16 + 512 tokens, gradient checkpointing, paged AdamW."""
     r = RECORDS["qlora_65b_48gb"]
     e = estimate(job(r["model"], "L40S", "qlora", micro_batch=r["setting"]["micro_batch"], seq_len=r["setting"]["max_tokens"]))
     assert e.fits and e.memory.total <= r["measured"]["gpu_memory_gb_at_most"] * GB

@@ -27,7 +27,7 @@ def split_list(values: str | list[str] | tuple[str, ...] | None) -> list[str]:
 
 # A fine-tune's sequence and batch when the options leave them out: 2,048 tokens (the common fine-tuning
 # cut-off, e.g. torchtune's and axolotl's example configs) and 16 sequences (QLoRA's Guanaco runs:
-# micro-batch 4 x 4 accumulation steps, artidoro/qlora scripts/finetune_guanaco_65b.sh).
+# micro-batch 4 x 4 accumulation steps, artidoro/qlora finetune_guanaco_65b.sh).
 FINE_TUNE_DEFAULTS = {"seq_len": 2048, "global_batch": 16}
 
 
