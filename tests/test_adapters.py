@@ -235,5 +235,7 @@ def test_models_adapters_do_not_cover_are_refused():
         estimate(job(model="mixtral-8x7b", gpu="H100-SXM", gpus=8, method="lora"))
     with pytest.raises(ShardwiseError, match="training.lora.targets.*gate"):
         estimate(job(model="gpt-1.7b", gpu="A100-80GB", method="lora", lora={"targets": ["gate"]}))
+    with pytest.raises(ShardwiseError, match="parallel.offload"):
+        job(model="llama-2-7b", gpu="A100-80GB", gpus=2, method="lora", zero=1, offload="optimizer+params")
     assert TrainingSpec(seq_len=8, global_batch=1).adapter is None
     assert TrainingSpec(seq_len=8, global_batch=1, method="qlora").adapter.base_format == "nf4"
