@@ -20,7 +20,8 @@ said), so the exact estimate and the planner's screen share it.
   embed_tokens and lm_head in bf16).
 - Time: base GEMMs run in 16 bits on weights dequantized just before use (bitsandbytes dequantizes a
   4-bit weight to bf16 for every matmul of more than one token): a memory-bound pass reading the packed
-  weight and writing the bf16 copy, in the forward, in the input-gradient pass and in each recompute.
+  weight and writing the bf16 copy, in the forward, in the input-gradient pass and in each recompute
+  (int8 and fp8 bases are timed the same way: their own low-precision GEMMs are not modelled).
   Frozen weights need no weight-gradient GEMMs, so W holds only the adapters' (zero-bubble schedules,
   which fill bubbles with W passes, have almost nothing left to move). Adapter work per target and
   micro-batch of T tokens: x A then (xA) B, 2Tr(in + out) FLOPs, and as much again for the input
@@ -28,7 +29,11 @@ said), so the exact estimate and the planner's screen share it.
   its output are memory-bound.
 - Activations LoRA adds per target (derived from what autograd keeps): xA (T x r) for B's weight
   gradient and, with dropout, the dropped copy of x with its 1-byte mask (PEFT applies a separate
-  dropout to each adapted module). Without dropout A's input is the layer input already kept.
+  dropout to each adapted module). Without dropout A's input is the layer input already kept. The base
+  layer's own activations are counted as in a full fine-tune (cost/activations.py): an upper bound,
+  since autograd need not keep the inputs of a frozen linear layer whose input is not adapted.
+- Model FLOPs (the MFU numerator): 4 per frozen weight and token (forward and input gradient, no weight
+  gradient), 6 per adapter parameter, attention as for a full fine-tune.
 - Memory held outside states and activations: a bf16 copy of the largest dequantized matrix.
 - Paged optimizer (QLoRA Sec. 3, NVIDIA unified memory): Adam states are evicted to host memory when
   the GPU runs out and paged back when the update touches them, page by page. So they only take the
