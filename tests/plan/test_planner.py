@@ -102,3 +102,30 @@ def test_front_contains_the_best_plan(result):
     mems = [p["peak_memory_gib"] for p in result.front]
     tputs = [p["tokens_per_s_per_gpu"] for p in result.front]
     assert mems == sorted(mems) and tputs == sorted(tputs)
+
+
+def test_screen_memory_is_exact_where_the_inflight_count_is():
+    """GPipe and 1F1B with one stage per rank: the in-flight counts are exact closed forms and the
+    screen's memory assembly is the estimate's (train/assembly.py), so the two agree to rounding."""
+    cluster, training = make_cluster("A100-80GB", 16), TrainingSpec(seq_len=4096, global_batch=64)
+    c = enumerate_plans(MODEL, cluster, training, schedules=("gpipe", "1f1b"))
+    s = screen(c, MODEL, cluster, training)
+    picked = [i for i in range(len(c)) if c["vpp"][i] == 1][:: max(1, len(c) // 60)]
+    assert len(picked) >= 20
+    for i in picked:
+        e = estimate(job_from_plan(MODEL, cluster, training, c.plan_dict(i)))
+        assert s["memory_bytes"][i] == pytest.approx(e.memory.total, rel=1e-9), c.plan_dict(i)
+
+
+@pytest.mark.parametrize("gpus, seq, batch", [(8, 4096, 32), (16, 8192, 64)])
+def test_stop_rule_heuristic_finds_the_exhaustive_best(gpus, seq, batch):
+    """The planner stops once max(lower bound, APPROX_TRUST x approximation) cannot beat its K-th best:
+    a heuristic, not a bound. Against estimating every plan that fits exactly, its best plan is the best
+   ."""
+    cluster, training = make_cluster("A100-80GB", gpus), TrainingSpec(seq_len=seq, global_batch=batch)
+    res = plan_search(MODEL, cluster, training, top_k=3)
+    c = enumerate_plans(MODEL, cluster, training)
+    s = screen(c, MODEL, cluster, training)
+    fits = np.nonzero(s["memory_bytes"] <= cluster.usable_memory_bytes)[0]
+    best = min(estimate(job_from_plan(MODEL, cluster, training, c.plan_dict(i)), split_p2p=False).step_time_s for i in fits)
+    assert res.top[0].step_time_s == pytest.approx(best, rel=1e-9)

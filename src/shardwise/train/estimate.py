@@ -58,19 +58,22 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     s2r = stage_layout(plan.schedule, pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     mem_const, step_const = consts.memory, consts.step
-    tails = []
+    tails, known = [], {}
     for r in range(pp):
         p_dense = p_exp = 0.0
         for s in mine[r]:
             d, e = stage_params(model, stages[s], tp, ep)
             p_dense, p_exp = p_dense + d, p_exp + e
-        tails.append(rank_tail(
-            model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
-            dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
-            microbatches=m, p_dense=p_dense, p_exp=p_exp,
-            fwd_s=sum(f_s[s] for s in mine[r]), bwd_s=sum(i_s[s] + w_s[s] for s in mine[r]),
-            layers=sum(stages[s].layers for s in mine[r]),
-        ))
+        fwd_s, bwd_s = sum(f_s[s] for s in mine[r]), sum(i_s[s] + w_s[s] for s in mine[r])
+        layers = sum(stages[s].layers for s in mine[r])
+        key = (p_dense, p_exp, fwd_s, bwd_s, layers)  # ranks holding the same stages share one tail
+        if key not in known:
+            known[key] = rank_tail(
+                model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
+                dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
+                microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers,
+            )
+        tails.append(known[key])
     extra_act = [b.act_recompute] * pp
     extra_act[s2r[-1]] += b.act_output
     lora = training.adapter

@@ -7,7 +7,9 @@ Three stages (deterministic: ties break on enumeration order):
    approximation of the step time, and the peak memory; drop plans that do not fit;
 3. run the exact estimate (with the schedule simulator) in order of the approximation, keeping the
    best K, and stop as soon as no remaining plan can beat the K-th best exact time: neither its lower
-   bound nor APPROX_TRUST of its approximation. For the memory objective the screen's memory orders
+   bound nor APPROX_TRUST of its approximation. The lower bound is a bound; the APPROX_TRUST rule is a
+   heuristic (a plan whose approximation errs by more than 10% could be skipped); tests compare it with
+   estimating every plan that fits on small cases. For the memory objective the screen's memory orders
    the exact evaluations.
 """
 
