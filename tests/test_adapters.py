@@ -239,3 +239,16 @@ def test_models_adapters_do_not_cover_are_refused():
         job(model="llama-2-7b", gpu="A100-80GB", gpus=2, method="lora", zero=1, offload="optimizer+params")
     assert TrainingSpec(seq_len=8, global_batch=1).adapter is None
     assert TrainingSpec(seq_len=8, global_batch=1, method="qlora").adapter.base_format == "nf4"
+
+
+def test_tensor_and_pipeline_parallelism_split_the_frozen_base():
+    kw = dict(model="llama-3.1-70b", gpu="H100-SXM", gpus=8, micro_batch=1, seq_len=2048, global_batch=16, method="qlora")
+    one = estimate(job(**kw, zero=0))
+    tp = estimate(job(**kw, tp=8, zero=0, sequence_parallel=True))
+    pp = estimate(job(**kw, pp=8, zero=0, schedule="1f1b"))
+    # TP splits every frozen weight (and the embedding and LM head); adapters keep A or B whole (docstring).
+    model, lora = load_model("llama-3.1-70b"), LoraSpec()
+    frozen = one.memory.params - 2 * 80 * adapter_params(model, lora)
+    assert tp.memory.params == pytest.approx(frozen / 8 + 2 * 80 * adapter_params(model, lora, tp=8), rel=1e-9)
+    assert max(pp.memory_per_rank_gib) < one.peak_memory_gib / 4
+    assert tp.time_s.tp_comm > 0 and pp.time_s.bubble > 0
