@@ -6,14 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import generate_schedule, simulate
+from shardwise.pipeline import generate_schedule, schedule_info, simulate
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.model import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import bubble_units, inflight_units, screen
+from shardwise.train.screen import screen
 from shardwise.train.search_space import enumerate_plans
 
 MODEL, CLUSTER, TRAINING = load_model("llama-3.1-8b"), make_cluster("H100", 8), TrainingSpec(seq_len=4096, global_batch=32)
@@ -63,7 +63,7 @@ def test_inflight_closed_forms_never_below_the_simulator(name, pp, m_mult):
         return
     sim = simulate(sched, 1.0, 1.0, 1.0, 0.0)
     for r in range(pp):
-        closed = float(inflight_units(name, pp, v, np.array([m]), r)[0])
+        closed = float(schedule_info(name).inflight(pp, v, np.array([m]), r)[0])
         assert closed >= sim.peak_activation_microbatches[r] - 1e-9
         assert closed <= 1.5 * sim.peak_activation_microbatches[r] + 1
 
@@ -77,7 +77,7 @@ def test_bubble_units_match_the_simulator(name, v):
             per_rank = v if name not in ("zbv",) else 2
             time = sim.stage_span if name in ("zb-h1", "zb-h2", "zbv") else sim.makespan
             measured = (time - m * 3 * per_rank) / 3
-            assert float(bubble_units(name, pp, v, np.array([m]))[0]) == pytest.approx(measured, abs=0.35 * pp)
+            assert float(schedule_info(name).bubble_units(pp, v, np.array([m]))[0]) == pytest.approx(measured, abs=0.35 * pp)
 
 
 def test_pareto_front_hand_example():

@@ -16,10 +16,11 @@ from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_toke
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
+from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
 from shardwise.train.error_band import error_band
-from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank, stage_layout
+from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -55,7 +56,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         acts.append(st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0))
 
     # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
-    s2r = stage_layout(plan.schedule, pp, vpp)
+    s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     mem_const, step_const = consts.memory, consts.step
     tails, known = [], {}
@@ -114,12 +115,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     peak = gpu.peak_flops(training.precision)
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
-    hf = mf + recompute_flops_per_token(model, seq, rc) * tokens_step
     if lora is not None:  # frozen weights skip their weight gradients (cost/adapters.py)
-        hf = hf - mf
         mf = adapter_model_flops_per_token(model, lora, mf / tokens_step) * tokens_step
         mf_causal = adapter_model_flops_per_token(model, lora, mf_causal / tokens_step) * tokens_step
-        hf = hf + mf
+    # HFU: the FLOPs the GPUs execute, so causal attention is counted as done and recompute as the stack does it
+    hf = mf_causal + recompute_flops_per_token(model, seq, rc, causal=True, flash=flash,
+                                               gemm_share=stack.selective_recompute_gemms) * tokens_step
     days = cost = None
     if training.tokens:
         seconds = training.tokens / tokens_step * step
@@ -129,7 +130,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     notes = []
     if timing.simulated_microbatches is not None:
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
-        searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
+        searched = " (auto: the schedule searched at that count)" if schedule_info(plan.schedule).takes_costs else ""
         notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
     if lora is not None:
         notes.append(adapter_note(model, training, lora, paged_gib))

@@ -34,7 +34,7 @@ from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
-from shardwise.train.search_space import DEFAULT_SCHEDULES, REASONS, Candidates, enumerate_plans
+from shardwise.train.search_space import REASONS, Candidates, enumerate_plans
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
@@ -103,7 +103,7 @@ def plan_search(
     cluster: Cluster,
     training: TrainingSpec,
     objective: str = "throughput",
-    schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
+    schedules: tuple[str, ...] | None = None,
     fixed: dict[str, Any] | None = None,
     max_memory_gib: float | None = None,
     top_k: int = 5,
