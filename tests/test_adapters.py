@@ -202,7 +202,7 @@ def test_adapters_never_need_more_memory_than_a_full_finetune(p):
     assert qlora.memory.params < lora.memory.params
     assert full.memory.params <= lora.memory.params < 1.1 * full.memory.params  # the same base plus adapters
     assert lora.memory.grads + lora.memory.optimizer < 0.1 * (full.memory.grads + full.memory.optimizer)
-    assert 0 < lora.mfu <= lora.hfu <= 1
+    assert 0 < lora.mfu_causal <= lora.hfu <= 1
     assert lora.time_s.total == pytest.approx(lora.step_time_s, rel=1e-9)
 
 

@@ -22,7 +22,7 @@ from shardwise.train.plan_report import plan_label
 from shardwise.train.planner import job_from_plan
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
-from shardwise.train.search_space import DEFAULT_SCHEDULES, enumerate_plans
+from shardwise.train.search_space import enumerate_plans
 
 MAX_SMALLEST_GPUS = 4096
 
@@ -58,7 +58,7 @@ def _breakdown(e: Estimate) -> str:
 
 
 def smallest_fit(model: ModelSpec, gpu: str, training: TrainingSpec, max_gpus: int = 1024,
-                 memory_headroom: float | None = None, schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
+                 memory_headroom: float | None = None, schedules: tuple[str, ...] | None = None,
                  constants: Constants | None = None) -> tuple[int | None, list[CountVerdict]]:
     """(smallest GPU count in 1, 2, 4, ... up to `max_gpus` with a plan that fits, or None; a verdict per
     count tried)."""
