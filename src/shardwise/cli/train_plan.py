@@ -43,6 +43,10 @@ def plan_cmd(
                                                "torchtitan, megatron, deepspeed (comma-separated)."),
     export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
                                "runs and print the best one's launch script."),
+    method: str = typer.Option(None, "--method", help="full | lora | qlora (adapters on a frozen, for qlora NF4, base). "
+                               "A fine-tune without --gpus finds the smallest GPU count that fits; --seq-len and "
+                               "--global-batch default to 2048 and 16."),
+    max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest count tried when looking for the smallest that fits."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them.
     Each plan says which engines run it as is.
@@ -54,6 +58,8 @@ def plan_cmd(
       shardwise train plan --model llama-3.1-8b --gpu h100,a100-80gb --gpus 64 --seq-len 4096 --global-batch 256 --objective cost
 
       shardwise train plan job.yaml --runnable-on megatron --format json > plans.json
+
+      shardwise train plan --model llama-3.1-70b --method qlora --gpu l40s --tokens 1e8
     """
     from shardwise.engines.support import parse_engines
     from shardwise.train.plan_inputs import plan_inputs, run_plan
@@ -78,7 +84,10 @@ def plan_cmd(
                          global_batch=global_batch, runnable_on=runnable_on, export=export, plot=plot,
                          schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress)
             return
-    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom)
+    verdicts = None
+    if doc is None and gpus is None and method in ("lora", "qlora"):
+        gpus, verdicts = _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus)
+    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
     progress = format is Format.table and not no_progress
     results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
                                      runnable_on=parse_engines(runnable_on) or parse_engines(export))
@@ -89,12 +98,18 @@ def plan_cmd(
         plot_front(results, fronts, best, plot)
     if format is Format.json:
         out = plan_json(objective, results, best, fronts, inputs)
+        if verdicts is not None:
+            out["smallest_gpus"] = {"gpus": gpus, "counts": [v.to_dict() for v in verdicts]}
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}
         echo_json(out)
         return
     console = make_console()
+    if verdicts is not None:
+        console.print(f"[bold]smallest count that fits: {gpus} x {clusters[0].gpu.name}[/bold]")
+        for v in verdicts:
+            console.print(f"  {v.gpus:>4} GPU{'s' if v.gpus > 1 else ' '}: {v.reason}", highlight=False)
     labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]
     console.print(top_table(results, best, objective, labels))
     if note:
@@ -138,6 +153,21 @@ def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, 
         echo_json(res.to_dict())
         return
     make_console().print(hetero_plan_table(res))
+def _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus):
+    """(smallest GPU count that fits the fine-tune, the verdict of each count tried)."""
+    from shardwise.errors import ShardwiseError
+    from shardwise.train.plan_inputs import plan_inputs, split_list
+    from shardwise.train.smallest import smallest_fit
+
+    names = split_list(gpu)
+    if len(names) != 1:
+        raise ShardwiseError("--gpus: give a count, or a single --gpu type to find the smallest count that fits")
+    probe = plan_inputs(None, model, names, 1, seq_len, global_batch, tokens, precision, memory_headroom, method)
+    count, verdicts = smallest_fit(probe.model, names[0], probe.training, max_gpus, memory_headroom)
+    if count is None:
+        last = verdicts[-1]
+        raise ShardwiseError(f"--max-gpus: no count up to {max_gpus} fits {probe.model.name}; at {last.gpus}: {last.reason}")
+    return count, verdicts
 
 
 def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:

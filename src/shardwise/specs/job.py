@@ -119,6 +119,11 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
         )
     if p.offload != "none" and p.zero == 0:
         raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
+    if training.adapter is not None:
+        training.adapter.shapes(model)  # adapters need a dense, standard-attention model with those layers
+        if p.offload == "optimizer+params":
+            raise ShardwiseError("parallel.offload: an adapter fine-tune keeps its frozen base on the GPU; use offload: "
+                                 "optimizer (or training.lora.paged_optimizer) for the adapters' optimizer states")
     per_step = p.micro_batch * dp
     if check_batch and training.global_batch % per_step:
         raise ShardwiseError(

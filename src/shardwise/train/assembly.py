@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.cost import adapters
 from shardwise.cost.activations import (
     embedding_activation_bytes,
     full_recompute_working_bytes,
@@ -61,16 +62,27 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab) if model.is_moe else act_dense
     kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
     full = recompute == "full"
+    emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, stack, ab)
+    act_recompute = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0
+    lora = training.adapter
+    if lora is not None:  # frozen base + adapters (dense models only: LoraSpec.shapes)
+        extra = adapters.adapter_layer_cost(model, lora, tokens, tp, dev, ab, recompute, stack.selective_recompute_gemms)
+        dense = moe = adapters.frozen_layer(dense, extra)
+        emb, head = adapters.frozen_block(emb), adapters.frozen_block(head)
+        act_dense += adapters.adapter_activation_bytes(model, lora, tokens, tp, recompute, ab)
+        act_moe = act_dense
+        if full:
+            act_recompute += adapters.adapter_working_bytes(model, lora, tokens, tp, ab)
     return Blocks(
         dense=dense,
         moe=moe,
-        embedding=embedding(model, tokens, sp, dev, groups, ab),
-        head=lm_head(model, tokens, sp, dev, groups, stack, ab),
+        embedding=emb,
+        head=head,
         act_dense=act_dense,
         act_moe=act_moe,
         act_embedding=embedding_activation_bytes(model, tokens, tp, sp),
         act_output=output_layer_activation_bytes(model, tokens, tp, sp, ab),
-        act_recompute=full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0,
+        act_recompute=act_recompute,
         w_retained=1.0 if full else min(1.0, kept / (act_moe if model.is_moe else act_dense)),
     )
 
@@ -131,15 +143,25 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     expert_group = np.maximum(1, dense_group // ep)
     shard = np.minimum(dp_shard, dense_group)
     largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
-    states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb,
-                          optimizer_bytes_per_param(training.precision), offload)
+    fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb)
+    opt_bytes, frozen = optimizer_bytes_per_param(training.precision), 0.0
+    lora = training.adapter
+    if lora is not None:  # the trainable parameters are the adapters; the frozen base has weights only
+        frozen = adapters.frozen_weight_bytes(model, lora, p_dense, layers, tp, wb)
+        layer_bytes = adapters.frozen_weight_bytes(model, lora, model.layer_params_dense / tp, 1, tp, wb)
+        fixed = fixed_memory_bytes(consts, zero, dense_group, layer_bytes, 1.0) + adapters.dequant_buffer_bytes(model, lora, tp)
+        p_dense = layers * adapters.adapter_params(model, lora, tp)
+        wb, gb, opt_bytes = adapters.adapter_state_bytes(lora)
+    states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb, opt_bytes, offload)
+    if lora is not None:
+        states = model_states(frozen, 0.0, dense_group, expert_group, zero, shard, 1.0, 0.0, 0.0, offload) + states
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
                         shard, wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
                         layers=np.maximum(layers, 1) * gathers_per_layer(model, stack),
-                        bucket_bytes=grad_bucket_params(dense_group) * gb)
+                        bucket_bytes=grad_bucket_params(dense_group) * gb, frozen_bytes=frozen)
     if offload == "optimizer+params":
         dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
     sharded = zero >= 1
     opt_params = p_dense / np.where(sharded, shard, 1) + p_exp / np.where(sharded, expert_group, 1)
     optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb)
-    return RankTail(states, fixed_memory_bytes(consts, zero, dense_group, largest, wb), dp_s, optimizer_s)
+    return RankTail(states, fixed, dp_s, optimizer_s)
