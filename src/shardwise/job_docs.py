@@ -25,7 +25,7 @@ from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs.hardware import NetworkSpec
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import TrainingSpec, TrainPlan
+from shardwise.specs.training import MoeSpec, TrainingSpec, TrainPlan
 
 #: key -> (model, what a reader calls it). Training jobs: model, cluster, training, parallel; serve jobs:
 #: the top level and its blocks.
@@ -34,6 +34,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "train-cluster": (ClusterSpec, "cluster"),
     "train-network": (NetworkSpec, "network"),
     "train-training": (TrainingSpec, "training"),
+    "train-moe": (MoeSpec, "moe"),
     "train-parallel": (TrainPlan, "parallel"),
     "serve-job": (ServeJobSpec, "serve job"),
     "serve-deployment": (DeploymentSpec, "deployment"),

@@ -22,7 +22,7 @@ from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import TrainingSpec, TrainPlan
+from shardwise.specs.training import MoeSpec, TrainingSpec, TrainPlan
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -48,6 +48,8 @@ class TrainJobFile(BaseModel):
     model: ModelRef
     cluster: ClusterSpec
     training: TrainingSpec
+    moe: MoeSpec | None = Field(default=None, description="MoE routing knobs (capacity factor or dropless imbalance, "
+                                "dispatcher); the same as training.moe")
     parallel: ParallelSection | None = Field(
         default=None, description="required by train estimate, export and run; train plan searches what is left out")
 
