@@ -194,6 +194,22 @@ def _seq_len(record: dict[str, Any], facts: dict[str, Any], assumptions: list[st
     raise ShardwiseError("sequence length not stated exactly")
 
 
+# Scaling recipes named in records' precision text (first match wins) -> TrainingSpec.fp8_recipe.
+RECIPES = [(r"nvfp4", "nvfp4"), (r"mxfp4", "mxfp4"), (r"mxfp8", "mxfp8"), (r"rowwise", "rowwise"),
+           (r"blockwise|block scaling|1x128", "blockwise"), (r"tensorwise|current scaling", "tensorwise"),
+           (r"delayed", "delayed")]
+
+
+def _precision(text: str, facts: dict[str, Any]) -> tuple[str, str]:
+    """(precision, fp8_recipe) of a record's precision text; the source's `fp8_recipe` fact where the
+    text names no recipe, else the stack's default ("auto")."""
+    low = text.lower()
+    if not re.search(r"fp8|float8|fp4", low):
+        return ("fp16" if "fp16" in low and "bf16" not in low else "bf16"), "auto"
+    recipe = next((r for pattern, r in RECIPES if re.search(pattern, low)), facts.get("fp8_recipe", "auto"))
+    return ("fp4" if recipe in ("nvfp4", "mxfp4") else "fp8"), recipe
+
+
 def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) -> TrainJob:
     """The job of a throughput record, or a ShardwiseError saying what the record does not determine."""
     facts = source.record_facts(record["id"])
@@ -252,10 +268,9 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
     )
     gbps = facts.get("inter_node_gbps")
     cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps)
-    precision = str(record.get("precision") or "bf16").lower()
+    precision, recipe = _precision(str(record.get("precision") or "bf16"), facts)
     training = TrainingSpec(
-        seq_len=seq, global_batch=int(gb),
-        precision="fp8" if re.search(r"fp8|float8|mxfp8|nvfp4|fp4", precision) else "fp16" if "fp16" in precision and "bf16" not in precision else "bf16",
+        seq_len=seq, global_batch=int(gb), precision=precision, fp8_recipe=recipe,
         framework=facts.get("framework", "megatron"), compile=facts.get("compile"),
         attention_kernel=facts.get("attention", "auto"),
     )

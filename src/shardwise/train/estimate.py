@@ -10,14 +10,14 @@ communication and the optimizer step per pipeline rank; memory by placement (:mo
 from __future__ import annotations
 
 from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.device import Device
+from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
-from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
+from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail
 from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
@@ -36,9 +36,10 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
+    dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     seq, sp, rc, flash = training.seq_len, plan.sp, plan.recompute, plan.flash_attention
-    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch)
+    groups = layer_groups(cluster, tp, cp, ep, plan.expert_tp, plan.cp_comm, plan.cp_a2a)
+    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch, lowp, groups, consts.moe)
 
     stages = stage_contents(model, pp * vpp)
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
@@ -70,7 +71,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
             dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
             microbatches=m, p_dense=p_dense, p_exp=p_exp,
             fwd_s=sum(f_s[s] for s in mine[r]), bwd_s=sum(i_s[s] + w_s[s] for s in mine[r]),
-            layers=sum(stages[s].layers for s in mine[r]),
+            layers=sum(stages[s].layers for s in mine[r]), lowp=lowp,
         ))
     extra_act = [b.act_recompute] * pp
     extra_act[s2r[-1]] += b.act_output
@@ -100,7 +101,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler,
     )
     tokens_step = training.tokens_per_step
-    peak = gpu.peak_flops(training.precision)
+    peak = gpu.peak_flops("bf16" if training.low_precision else training.precision)  # MFU of fp8/fp4 runs: vs the BF16 peak
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
     hf = mf + recompute_flops_per_token(model, seq, rc) * tokens_step

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.device import Device
+from shardwise.cost.lowp import job_device
 from shardwise.cost.layer import PassCost
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
@@ -116,13 +116,14 @@ def screen(
     consts = constants or default_constants()
     gpu = cluster.gpu
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
+    dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     n = len(c)
     sp = (c["sp"] == 1) & (c["tp"] > 1)
     keys = np.stack([c["tp"], c["cp"], c["ep"], sp.astype(np.int64), c["rc"], c["mb"]], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
-    per_key = [blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb)
+    per_key = [blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb, lowp,
+                      moe_consts=consts.moe)
                for tp, cp, ep, sp_, rc, mb in uniq.tolist()]
     dense, moe = [b.dense for b in per_key], [b.moe for b in per_key]
     emb, head = [b.embedding for b in per_key], [b.head for b in per_key]
@@ -163,7 +164,7 @@ def screen(
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=c["zero"][idx],
                          dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=m,
                          p_dense=params[:, :1], p_exp=params[:, 1:], fwd_s=rank_fiw[:, 0], bwd_s=rank_fiw[:, 1] + rank_fiw[:, 2],
-                         layers=counts[:, :2].sum(axis=1, keepdims=True))
+                         layers=counts[:, :2].sum(axis=1, keepdims=True), lowp=lowp)
         stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
         units = np.stack([inflight_units(name, pp, vpp, m, r) for r in range(pp)])
         activations = units * stage_act + act[idx, 4]
