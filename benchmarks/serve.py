@@ -42,7 +42,7 @@ def bench_simulator(n: int, repeat: int) -> None:
         write_trace(trace, n, rate=40.0)
         cases = {
             "8B, 4x H100 tp1, v1 chunked": {"gpu": "h100", "replicas": 4, "engine": {"chunked_prefill": True}},
-            "8B, 4x H100 tp1, v0 prefill-first": {"gpu": "h100", "replicas": 4, "engine": {"chunked_prefill": False, "max_num_batched_tokens": 8192}},
+            "8B, 4x H100 tp1, v0 prefill-first": {"gpu": "h100", "replicas": 4, "engine": {"chunked_prefill": False, "max_num_batched_tokens": 8192, "version": "vllm-0.6.0"}},
             "8B, disaggregated 2 prefill + 4 decode H100": {"prefill": {"gpu": "h100", "replicas": 2}, "decode": {"gpu": "h100", "replicas": 4}},
         }
         print(f"simulator: {n:,}-request trace (Azure layout, 40 req/s), llama-3.1-8b, best of {repeat}")

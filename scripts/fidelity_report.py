@@ -17,10 +17,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation  # noqa: E402
-from shardwise.cost.constants import fitted_data  # noqa: E402
+from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation
+from shardwise.cost.constants import fitted_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fidelity.md"

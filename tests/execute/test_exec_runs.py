@@ -159,6 +159,19 @@ def test_cli_zbv_with_calibration_timeline_plot_and_trace(tmp_path, capsys, load
         <= {"P2P_POST", "P2P_WAIT", "REDUCE_GRAD"}
 
 
+def test_cli_without_calibration_says_the_prediction_is_not_calibrated(tmp_path, capsys):
+    from shardwise.cli.main import main
+
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"model": MODEL, "cluster": {"gpu": "H100-SXM", "gpus": 2},
+                                "training": {"seq_len": 16, "global_batch": 4, "precision": "fp32"},
+                                "parallel": {"pp": 2, "schedule": "1f1b", "recompute": "none"}}))
+    code = main(["train", "run", str(path), "--nproc", "2", "--steps", "1", "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and not out["makespan"]["calibrated"]
+    assert any("not calibrated" in n for n in out["notes"])
+
+
 def test_a_failing_worker_raises_its_error_and_stops_the_others():
     cfg = config_from_job(job(2, dp=2), steps=1, fault="crash-last-rank", timeout_s=120)
     with pytest.raises(ShardwiseError, match=r"rank 1 of 2 failed: RuntimeError: injected fault: rank 1 crashed"):

@@ -87,7 +87,7 @@ def test_stage_on_two_ranks_is_rejected():
 
 
 def test_missing_csv_file_is_a_clear_error(tmp_path):
-    with pytest.raises(ShardwiseError, match="cannot read"):
+    with pytest.raises(ShardwiseError, match="schedule CSV not found"):
         load_csv(tmp_path / "nope.csv")
 
 

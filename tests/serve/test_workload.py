@@ -100,7 +100,7 @@ def test_azure_trace_layout(tmp_path):
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,12\n", "line 2: expected 3 columns"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,12,3\nyesterday,4,4\n", "line 3: bad timestamp"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,12.5,3\n", "line 2: input tokens must be a non-negative whole number"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,abc,3\n", "line 2: input tokens must be a whole number"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,abc,3\n", "line 2: input tokens must be a non-negative whole number"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,0,3\n", "line 2: a request needs at least 1 input token"),
     ],
 )

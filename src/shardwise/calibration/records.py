@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardwise.calibration.sources import Source, source_of
+from shardwise.calibration.sources import Source
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.flops import megatron_gpt_flops, model_flops_per_token, recompute_flops_per_token
 from shardwise.errors import ShardwiseError

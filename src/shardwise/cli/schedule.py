@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shardwise.cli.options import Format, format_option
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 
 if TYPE_CHECKING:
     from shardwise.pipeline import SimResult
@@ -93,7 +92,7 @@ def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | N
 
         write_trace(simulation_trace(sched, res, w_retained_fraction=rho), trace)
     if fmt is Format.json:
-        typer.echo(json.dumps(res.to_dict(), indent=1))
+        echo_json(res.to_dict(), indent=1)
         return
     console = _console()
     _print_result(res, console)
@@ -220,7 +219,7 @@ def compare_cmd(
     rows = compare_schedules(pp, microbatches, vpp, parse_times(f, "f"), parse_times(i, "i"), parse_times(w, "w"), comm,
                              mem_cap, w_retained, names)
     if format is Format.json:
-        typer.echo(json.dumps(rows, indent=1))
+        echo_json(rows, indent=1)
         return
     table = Table(title=f"schedules at pp={pp}, microbatches={microbatches} (times per rank slice F={f} I={i} "
                         f"W={w}, comm={comm})")

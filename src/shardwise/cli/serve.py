@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+import numpy as np
 import typer
 
 from shardwise.cli.options import Format, format_option, gpu_mix_option
+from shardwise.console import echo_json, watch
 
 app = typer.Typer(help="""Serving: simulate a deployment, plan the cheapest one under SLOs, validate, export to vLLM/SGLang.
 
@@ -37,13 +38,20 @@ def simulate(
     from shardwise.serve.report import simulation_report
 
     spec = load_serve_job(job)
-    result, metrics = simulation_report(spec)
+    tables: list = []
+
+    def done() -> float:  # first tokens and completions so far, in requests (half each)
+        t = tables[-1] if tables else None
+        return 0.0 if t is None else (np.isfinite(t.first_s).sum() + np.isfinite(t.finish_s).sum()) / 2
+
+    with watch("simulating requests", done, total=spec.workload.num_requests):
+        result, metrics = simulation_report(spec, tables)
     if plot_cdf is not None:
         from shardwise.serve.plots import plot_latency_cdfs
 
         plot_latency_cdfs(result, plot_cdf, f"{spec.name}: {'; '.join(metrics['deployment'])}", spec.slo)
     if format is Format.json:
-        typer.echo(json.dumps(metrics, indent=2))
+        echo_json(metrics)
         return
     from shardwise.serve.report import metrics_tables, print_tables
 
@@ -88,14 +96,20 @@ def plan(
     request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, mix_text, workload, precision, num_requests)
     if note:
         typer.echo(f"note: {note}", err=True)
-    result = run_plan(request, disaggregation=disaggregation, mix=mix)
+    done = [0.0]  # percent of the search, as the planner reports it
+
+    def report(message: str, fraction: float) -> None:
+        done[0] = 100.0 * fraction
+
+    with watch("serve plan: searching (%)", lambda: done[0], total=100):
+        result = run_plan(request, disaggregation=disaggregation, mix=mix, progress=report)
     if plot is not None:
         from shardwise.serve.planner import cost_curves
         from shardwise.serve.plots import plot_cost_vs_rate
 
         plot_cost_vs_rate(cost_curves(result), plot, f"{request.model.name}: cost vs rate under the SLOs", request.rate)
     if format is Format.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        echo_json(result.to_json())
         return
     print_plan(result)
     if plot is not None:
@@ -119,7 +133,7 @@ def validate(
 
     rows = run_validation(split=split)
     if format is Format.json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     print_validation(rows)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from shardwise.cli.options import Format, format_option
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 
 app = typer.Typer(help="""Training: estimate a plan, search plans, export a plan to an engine, run a plan, validate
 the model against public measurements.
@@ -47,7 +46,7 @@ def estimate_cmd(
         write_trace(estimate_trace(results), trace)
         typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
-        typer.echo(json.dumps(estimate_json(results), indent=2))
+        echo_json(estimate_json(results))
         return
 
     console = make_console()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from shardwise.cli.options import Format, format_option
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 
 if TYPE_CHECKING:
     from shardwise.handoff import Export
@@ -35,6 +34,8 @@ def plan_cmd(
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
     exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
+    memory_headroom: float = typer.Option(None, "--memory-headroom",
+                                          help="Share of GPU memory a plan must leave free (default 0.05; a job's cluster.memory_headroom)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
     runnable_on: list[str] = typer.Option(None, "--runnable-on",
                                           help="Only plans one of these engines runs as is: torch (train run), "
@@ -71,7 +72,7 @@ def plan_cmd(
         from shardwise.specs._loading import read_document
 
         doc = read_document(job)
-    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision)
+    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom)
     progress = format is Format.table and not no_progress
     results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget, progress,
                                      runnable_on=parse_engines(runnable_on) or parse_engines(export))
@@ -85,7 +86,7 @@ def plan_cmd(
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}
-        typer.echo(json.dumps(out, indent=2, default=float))
+        echo_json(out)
         return
     console = make_console()
     labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from shardwise.cli.options import Format, format_option
+from shardwise.console import echo_json, json_text
 from shardwise.errors import CheckFailed, ShardwiseError
 
 
@@ -58,7 +58,7 @@ def run_cmd(
     report = run_plan(cfg)
     if timeline is not None:
         timeline.parent.mkdir(parents=True, exist_ok=True)
-        timeline.write_text(json.dumps(timeline_json(report), indent=1))
+        timeline.write_text(json_text(timeline_json(report), indent=1))
     if trace is not None:
         from shardwise.pipeline.trace import write_trace
 
@@ -71,7 +71,7 @@ def run_cmd(
         plot_measured_vs_predicted(tl["measured"], tl["predicted"], plot,
                                    title=f"{report['layout']}: measured vs predicted ({costs})")
     if format is Format.json:
-        typer.echo(json.dumps(report_json(report), indent=2))
+        echo_json(report_json(report))
     else:
         from shardwise.console import make_console
 

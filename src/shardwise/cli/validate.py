@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from shardwise.cli.train import Format
-from shardwise.console import make_console
+from shardwise.console import echo_json, make_console
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -48,7 +47,7 @@ def validate(
 
     result = run_validation(path)
     if format is Format.json:
-        typer.echo(json.dumps(to_json(result), indent=2))
+        echo_json(to_json(result))
         return
     s = result["summary"]
     console = make_console()
@@ -81,7 +80,7 @@ def _cross_validation(path: Path | None, format: Format, details: bool) -> None:
     result = cross_validation(path)
     if format is Format.json:
         slim = {**result, "groups": {g: {k: v for k, v in info.items() if details or k != "held_out"} for g, info in result["groups"].items()}}
-        typer.echo(json.dumps(slim, indent=2, default=str))
+        echo_json(slim)
         return
     console = make_console()
     table = Table(title="Leave-one-source-out: error of each source predicted by constants fitted without it",
@@ -121,7 +120,7 @@ def _validate_comm(path: Path | None, format: Format, details: bool, cv: bool, p
 
         plot_busbw(result, plot)
     if format is Format.json:
-        typer.echo(json.dumps(to_json(result), indent=2))
+        echo_json(to_json(result))
         return
     console = make_console()
     table = Table(title="Network model: mean absolute error of bus bandwidth (>= 1 MiB) per source", title_justify="left")

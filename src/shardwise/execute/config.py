@@ -8,9 +8,12 @@ errors before any process starts) and handed to every worker. Rank layout follow
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from shardwise.errors import ShardwiseError
+from shardwise.limits import MAX_RUN_PARAMS, MAX_RUN_PROCESSES, MAX_RUN_STEPS
 from shardwise.specs.job import TrainJob
 from shardwise.specs.model import ModelSpec
 
@@ -112,7 +115,14 @@ def config_from_job(
           f"--nproc {nproc} does not match cluster.gpus {job.cluster.num_gpus} of the job (tp*pp*dp = "
           f"{p.tp}*{p.pp}*{dp}); set cluster.gpus: {nproc} in the job file or pass --nproc {job.cluster.num_gpus}")
     _need(nproc == world, f"--nproc {nproc} is not tp*pp*dp = {world}; change the plan or --nproc")
-    _need(steps >= 1, f"--steps must be >= 1, got {steps}")
+    _need(nproc <= MAX_RUN_PROCESSES, f"--nproc {nproc} exceeds the limit of {MAX_RUN_PROCESSES} local processes (see Limits "
+          "in the README): train run checks a plan at small scale; shrink the job's degrees")
+    _need(1 <= steps <= MAX_RUN_STEPS, f"--steps must be in 1..{MAX_RUN_STEPS:,}, got {steps}")
+    _need(seed >= 0, f"--seed must be a non-negative integer, got {seed}")
+    _need(math.isfinite(timeout_s) and timeout_s > 0, f"--timeout must be a positive number of seconds, got {timeout_s}")
+    _need(m.params_total <= MAX_RUN_PARAMS,
+          f"model: {m.params_total / 1e9:.2f}B parameters exceed the limit of {MAX_RUN_PARAMS / 1e6:.0f}M for train run, which "
+          "builds the model for real on this machine (see Limits in the README); use an inline mapping of a small model")
     _need(backend in ("gloo", "nccl"), f"--backend must be gloo or nccl, got {backend!r}")
     _need(fault is None or fault in FAULTS, f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
     notes: list[str] = []

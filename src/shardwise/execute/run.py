@@ -93,6 +93,10 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
     # calibration and measurement from the simulator's own error
     inrun = predict(sched, stage_costs(steps_rows, sched.num_stages), p2p_s, action_overhead_s(steps_rows))
     notes = list(cfg.notes)
+    if not cfg.calibrate:
+        notes.append("the prediction is not calibrated: without --calibrate it reuses the measured steps' own stage "
+                     "costs and no point-to-point time (p2p 0), so its error is not an independent check; "
+                     "run with --calibrate to time the stages first")
     cores = os.cpu_count() or 1
     if cfg.backend == "gloo" and cfg.world_size > cores:
         notes.append(f"{cfg.world_size} processes on {cores} CPU cores: ranks share cores, so measured times "

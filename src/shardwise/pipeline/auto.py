@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline.ir import Schedule, loop_placement, make_schedule, v_placement
+from shardwise.pipeline.ir import Schedule, check_schedule_size, loop_placement, make_schedule, v_placement
 from shardwise.pipeline.listsched import Policy, greedy_order
 from shardwise.pipeline.simulate import DEFAULT_W_RETAINED_FRACTION, _per_stage, simulate
 
@@ -51,6 +51,7 @@ def auto_schedule(
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"auto objective must be one of {OBJECTIVES}; got {objective!r}")
     S = pp * vpp
+    check_schedule_size(pp, vpp, 3 * S * microbatches, "schedule 'auto'")
     s2r = v_placement(pp) if placement == "v" else loop_placement(pp, vpp)
     f = _per_stage(f_s, S, "forward time f_s")
     i = _per_stage(i_s, S, "input-gradient time i_s")
@@ -126,8 +127,10 @@ def compare_schedules(
     Peak activation is in micro-batches of a rank's slice (1F1B's rank 0 = pp). A schedule that does
     not admit the configuration gets a row with ``error`` set instead of figures.
     """
-    from shardwise.pipeline.registry import generate_schedule, list_schedules, schedule_info
+    from shardwise.pipeline.registry import check_counts, generate_schedule, list_schedules, schedule_info
 
+    check_counts(pp=pp, microbatches=microbatches, vpp=vpp)
+    check_schedule_size(pp, max(vpp, 2), 3 * pp * max(vpp, 2) * microbatches, "schedule compare")
     rows = []
     for name in names or list_schedules():
         info = schedule_info(name)

@@ -15,8 +15,9 @@ import io
 import re
 from pathlib import Path
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, clip
 from shardwise.pipeline.ir import Action, Schedule, parse_action, schedule_from_rows
+from shardwise.specs._loading import read_text_file
 
 _OVERLAP_RE = re.compile(r"^\((.*)\)OVERLAP_F_B$")
 
@@ -63,7 +64,7 @@ def read_csv_text(text: str, name: str = "imported", microbatches: int | None = 
                 acts.extend(_cell_actions(cell, rank, col))
             rows.append(acts)
     except csv.Error as exc:
-        raise ShardwiseError(f"malformed CSV schedule: {exc}") from None
+        raise ShardwiseError(f"malformed CSV schedule: {clip(exc, 120)}") from None
     while rows and not rows[-1]:
         rows.pop()
     if not rows:
@@ -74,8 +75,5 @@ def read_csv_text(text: str, name: str = "imported", microbatches: int | None = 
 def load_csv(path: str | Path, name: str | None = None, microbatches: int | None = None) -> Schedule:
     """Read a schedule CSV written by :func:`dump_csv` or PyTorch's ``_dump_csv``."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ShardwiseError(f"cannot read schedule CSV {str(p)!r}: {exc.strerror}") from None
-    return read_csv_text(text, name=name or p.stem, microbatches=microbatches)
+    text = read_text_file(p, "schedule CSV")
+    return read_csv_text(text, name=name or p.stem[:40], microbatches=microbatches)

@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_PIPELINE_RANKS, MAX_SCHEDULE_ACTIONS
 
 
 class Kind(str, Enum):
@@ -45,6 +46,7 @@ KIND_CODE: dict[Kind, int] = {k: i for i, k in enumerate(KINDS)}
 F_CODE, I_CODE, W_CODE, B_CODE = 0, 1, 2, 3
 COMPUTE_CODES = (F_CODE, I_CODE, W_CODE, B_CODE)
 
+_MAX_INDEX_DIGITS = len(str(MAX_SCHEDULE_ACTIONS))
 _ACTION_RE = re.compile(r"^(\d+)(F|I|W|B|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)$")
 
 
@@ -65,13 +67,19 @@ def parse_action(text: str) -> Action:
     m = _ACTION_RE.match(text.strip())
     if m is None:
         raise ShardwiseError(
-            f"cannot parse schedule action {text!r}: expected [stage][kind][microbatch] such as '0F3', "
+            f"cannot parse schedule action {shorten(text)}: expected [stage][kind][microbatch] such as '0F3', "
             "'1I3', '1W3' or '0B3' (kinds F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, "
             "REDUCE_GRAD)"
         )
     stage, kind, mb = m.groups()
     if kind in ("F", "I", "W", "B") and mb == "":
-        raise ShardwiseError(f"schedule action {text!r} has no micro-batch index: write e.g. '{stage}{kind}0'")
+        raise ShardwiseError(f"schedule action {shorten(text)} has no micro-batch index: write e.g. '{stage[:8]}{kind}0'")
+    for label, digits in (("stage", stage), ("micro-batch", mb)):
+        if len(digits.lstrip("0")) > _MAX_INDEX_DIGITS:  # checked before int(): no 5,000-digit conversions
+            raise ShardwiseError(
+                f"schedule action {shorten(text)}: {label} index too large (at most {MAX_SCHEDULE_ACTIONS:,}, "
+                "the most actions one schedule may hold); fix the index"
+            )
     return Action(int(stage), int(mb) if mb else -1, Kind(kind))
 
 
@@ -160,6 +168,21 @@ class Schedule:
         )
 
 
+def check_schedule_size(pp: int, stages_per_rank: int, actions: int, what: str) -> None:
+    """Refuse, before any work, a schedule beyond MAX_PIPELINE_RANKS ranks or MAX_SCHEDULE_ACTIONS actions."""
+    if pp > MAX_PIPELINE_RANKS:
+        raise ShardwiseError(
+            f"{what} has pp={shorten(pp)} pipeline ranks; the limit is {MAX_PIPELINE_RANKS} (see Limits in the README): "
+            "use fewer pipeline ranks"
+        )
+    if actions > MAX_SCHEDULE_ACTIONS:
+        raise ShardwiseError(
+            f"{what} would hold {actions:,} compute actions ({pp} ranks x {stages_per_rank} stage(s) per rank); the limit is "
+            f"{MAX_SCHEDULE_ACTIONS:,} (see Limits in the README): use fewer micro-batches, stages or ranks — the steady state "
+            "repeats, so a few hundred micro-batches show every effect (`train estimate` extrapolates by itself)"
+        )
+
+
 def make_schedule(
     name: str,
     pp: int,
@@ -217,14 +240,21 @@ def schedule_from_rows(
 
     ``microbatches`` defaults to the largest micro-batch index + 1; ``stage_to_rank`` is inferred.
     """
+    pp = len(rows)
+    if pp == 0:
+        raise ShardwiseError("the schedule has no ranks: give one row of actions per pipeline rank")
+    check_schedule_size(pp, 1, sum(len(row) for row in rows), "the schedule")
     if stage_to_rank is None:
         stage_to_rank = infer_stage_to_rank(rows)
     mbs = [a.microbatch for row in rows for a in row if a.microbatch >= 0]
     if microbatches is None:
         microbatches = max(mbs) + 1 if mbs else 0
-    pp = len(rows)
-    if pp == 0:
-        raise ShardwiseError("the schedule has no ranks: give one row of actions per pipeline rank")
+    if microbatches * len(stage_to_rank) > MAX_SCHEDULE_ACTIONS:
+        raise ShardwiseError(
+            f"the schedule names micro-batch {microbatches - 1:,} on {len(stage_to_rank)} stage(s): a complete schedule would "
+            f"hold {microbatches * len(stage_to_rank):,} forward actions, beyond the limit of {MAX_SCHEDULE_ACTIONS:,} "
+            "(see Limits in the README); fix the micro-batch indices"
+        )
     if max(stage_to_rank) >= pp:
         raise ShardwiseError(
             f"stage-to-rank map names rank {max(stage_to_rank)} but the schedule has only {pp} rows (ranks)"

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_PIPELINE_RANKS
 from shardwise.pipeline import gen_classic, gen_dualpipe, gen_v
-from shardwise.pipeline.ir import Schedule, loop_placement, make_schedule, v_placement
+from shardwise.pipeline.ir import Schedule, check_schedule_size, loop_placement, make_schedule, v_placement
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,10 @@ def register(info: ScheduleInfo, aliases: tuple[str, ...] = ()) -> None:
 
 def resolve(name: str) -> str:
     """Canonical name for ``name`` (case-insensitive, aliases accepted)."""
-    canon = _ALIASES.get(_key(name))
+    canon = _ALIASES.get(_key(name)) if isinstance(name, str) else None
     if canon is None:
         raise ShardwiseError(
-            f"unknown schedule {name!r}; choose one of {', '.join(list_schedules())} "
+            f"unknown schedule {shorten(name)}; choose one of {', '.join(list_schedules())} "
             f"(aliases: {', '.join(sorted(a for a in _ALIASES if a not in _REGISTRY))})"
         )
     return canon
@@ -59,6 +60,17 @@ def schedule_info(name: str) -> ScheduleInfo:
     return _REGISTRY[resolve(name)]
 
 
+def stages_per_rank(name: str, pp: int, vpp: int | None) -> int:
+    """Stages each rank holds when ``name`` runs with ``vpp`` (None or 1 = not set): V-shaped schedules hold 2
+    (with pp > 1), interleaved defaults to 2; raises :class:`ShardwiseError` for a vpp the schedule does not
+    admit (e.g. a V-shaped schedule with vpp 3)."""
+    info = schedule_info(name)
+    if vpp is None:
+        vpp = 2 if info.vpp_rule == ">=2" else 1
+    _check_vpp(info.name, info.vpp_rule, int(vpp))
+    return 2 if info.placement == "v" and pp > 1 else int(vpp)
+
+
 def _check_vpp(name: str, rule: str, vpp: int) -> None:
     ok = {"1": vpp == 1, ">=2": vpp >= 2, ">=1": vpp >= 1, "2": vpp in (1, 2)}[rule]
     if not ok:
@@ -71,6 +83,15 @@ def _check_vpp(name: str, rule: str, vpp: int) -> None:
         raise ShardwiseError(f"schedule {name!r} does not admit vpp={vpp}: {hint}")
 
 
+def check_counts(**counts: object) -> None:
+    """Each of pp, microbatches, vpp must be a positive integer (pp within MAX_PIPELINE_RANKS)."""
+    for label, val in counts.items():
+        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
+            raise ShardwiseError(f"{label} must be a positive integer; got {shorten(val)}")
+    if counts.get("pp", 1) > MAX_PIPELINE_RANKS:  # type: ignore[operator]
+        check_schedule_size(int(counts["pp"]), 1, 0, "the schedule")  # type: ignore[arg-type]
+
+
 def generate_schedule(name: str, pp: int, microbatches: int, vpp: int | None = None, **kw: Any) -> Schedule:
     """Build the named schedule's IR for ``pp`` ranks and ``microbatches`` micro-batches.
 
@@ -81,14 +102,12 @@ def generate_schedule(name: str, pp: int, microbatches: int, vpp: int | None = N
     schedule does not admit.
     """
     info = schedule_info(name)
-    for label, val in (("pp", pp), ("microbatches", microbatches)):
-        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
-            raise ShardwiseError(f"{label} must be a positive integer; got {val!r}")
     if vpp is None:
         vpp = 2 if info.vpp_rule == ">=2" else 1
-    if not isinstance(vpp, (int, np.integer)) or isinstance(vpp, bool) or vpp < 1:
-        raise ShardwiseError(f"vpp must be a positive integer; got {vpp!r}")
+    check_counts(pp=pp, microbatches=microbatches, vpp=vpp)
     _check_vpp(info.name, info.vpp_rule, int(vpp))
+    per_rank = 2 if info.placement == "v" else int(vpp)
+    check_schedule_size(int(pp), per_rank, 3 * int(pp) * per_rank * int(microbatches), f"schedule {info.name!r}")
     unknown = set(kw) - ({"f_s", "i_s", "w_s", "p2p_s", "mem_cap", "activation", "w_retained_fraction",
                           "placement", "objective"} if info.name == "auto" else set())
     if unknown:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_ACTION_TIME
 from shardwise.pipeline.engine import blocked_actions, compile_schedule, run
 from shardwise.pipeline.ir import KINDS, Schedule
 
@@ -55,6 +56,8 @@ class SimResult:
     ends: list[np.ndarray] = field(repr=False)
     actions: list[np.ndarray] = field(repr=False)  # per rank (n, 3): stage, mb, kind code (compute only)
     p2p_s: float = 0.0
+    extrapolated_from: int | None = None  # micro-batches actually simulated (see pipeline.steady), None: all
+    exact: bool = True  # False only when a steady state did not settle within the simulation budget
 
     @property
     def stage_span(self) -> float:
@@ -113,8 +116,8 @@ def _per_stage(value: float | Sequence[float], S: int, what: str) -> np.ndarray:
             f"{what} must be one number or {S} per-stage values (the schedule has {S} stages); got "
             f"{arr.size} values"
         )
-    if not np.all(np.isfinite(arr)) or (arr < 0).any():
-        raise ShardwiseError(f"{what} must be finite and >= 0; got {arr.tolist()}")
+    if not np.all(np.isfinite(arr)) or (arr < 0).any() or (arr > MAX_ACTION_TIME).any():
+        raise ShardwiseError(f"{what} must be finite, >= 0 and at most {MAX_ACTION_TIME:g}; got {shorten(arr.tolist())}")
     return arr
 
 
@@ -141,8 +144,8 @@ def simulate(
     i = _per_stage(i_s, S, "input-gradient time i_s")
     w = _per_stage(w_s, S, "weight-gradient time w_s")
     b = i + w if b_s is None else _per_stage(b_s, S, "full-backward time b_s")
-    if not (np.isfinite(p2p_s) and p2p_s >= 0):
-        raise ShardwiseError(f"p2p_s (seconds per cross-rank hop) must be finite and >= 0; got {p2p_s}")
+    if not (np.isfinite(p2p_s) and 0 <= p2p_s <= MAX_ACTION_TIME):
+        raise ShardwiseError(f"p2p_s (seconds per cross-rank hop) must be finite, >= 0 and at most {MAX_ACTION_TIME:g}; got {p2p_s}")
     if not 0.0 <= w_retained_fraction <= 1.0:
         raise ShardwiseError(f"w_retained_fraction must be in [0, 1]; got {w_retained_fraction}")
     a = np.ones(S) if activation is None else _per_stage(activation, S, "activation")

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_SEQUENCE_TOKENS, MAX_SERVE_ENGINES
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.model import ModelSpec, load_model
@@ -29,7 +30,7 @@ def parse_block(cls: type[M], data: Any, where: str) -> M:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ShardwiseError(f"{where} must be a mapping, got {type(data).__name__}: {data!r}")
+        raise ShardwiseError(f"{where or 'the job'} must be a mapping, got {type(data).__name__}: {shorten(data)}")
     try:
         return cls(**data)
     except ValidationError as exc:
@@ -55,22 +56,22 @@ class EngineSpec(BaseModel):
     """Engine knobs, named as vLLM's engine arguments. Current vLLM (V1) behaviour unless ``version``
     names an older release to replay."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     version: str | None = Field(default=None, description="engine release to replay (vllm-0.6.0, sglang-0.3.0); "
                                 "default: current vLLM V1")
-    max_num_seqs: int = Field(default=256, gt=0, description="most requests running at once")
-    max_num_batched_tokens: int = Field(default=8192, gt=0, description="token budget of one iteration "
+    max_num_seqs: int = Field(default=256, gt=0, le=MAX_NUM_SEQS, description="most requests running at once")
+    max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_SEQUENCE_TOKENS, description="token budget of one iteration "
                                         "(decode tokens + prompt tokens)")
     chunked_prefill: bool = Field(default=True, description="true: mixed batches of decodes and prompt chunks "
                                   "(vLLM V1); false: prefill-first batches (vLLM V0, SGLang; needs version)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="share of GPU memory the engine "
                                           "takes; the KV cache gets what weights and activations leave")
-    block_size: int = Field(default=16, gt=0, description="tokens per KV-cache block")
+    block_size: int = Field(default=16, gt=0, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
     prefix_caching: bool = Field(default=False, description="reuse the KV blocks of a shared prompt prefix "
                                  "(workload.prefix_len)")
-    num_scheduler_steps: int = Field(default=1, gt=0, description="vLLM v0 multi-step: decode steps per scheduling round")
-    max_model_len: int | None = Field(default=None, gt=1, description="cap on prompt + output tokens; longer "
+    num_scheduler_steps: int = Field(default=1, gt=0, le=1024, description="vLLM v0 multi-step: decode steps per scheduling round")
+    max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_SEQUENCE_TOKENS, description="cap on prompt + output tokens; longer "
                                       "requests are truncated")
 
     @model_validator(mode="after")
@@ -100,7 +101,7 @@ class EngineSpec(BaseModel):
 class LengthClass(BaseModel):
     """Requests with input in [lo, hi] and output in [lo, hi] tokens (bounds inclusive)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     input: tuple[int, int] = Field(default=(1, 10**9), description="[lowest, highest] prompt tokens")
     output: tuple[int, int] = Field(default=(1, 10**9), description="[lowest, highest] output tokens")
@@ -110,12 +111,12 @@ class LengthClass(BaseModel):
 class PoolSpec(BaseModel):
     """Identical replicas of one GPU type and parallel layout."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml")
     tp: int = Field(default=1, gt=0, description="tensor-parallel GPUs per replica")
     pp: int = Field(default=1, gt=0, description="pipeline stages per replica")
-    replicas: int = Field(default=1, gt=0, description="identical replicas (data parallel)")
+    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES, description="identical replicas (data parallel)")
     engine: dict[str, Any] | None = Field(default=None, description="engine knobs of this pool, over the "
                                           "deployment's `engine`")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
@@ -127,12 +128,12 @@ class PoolSpec(BaseModel):
 class DeploymentSpec(BaseModel):
     """Colocated replicas (gpu/tp/pp/replicas), a prefill/decode split, or several pools."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu: str | None = Field(default=None, description="colocated: GPU type (a name or alias from data/gpus.yaml)")
     tp: int = Field(default=1, gt=0, description="colocated: tensor-parallel GPUs per replica")
     pp: int = Field(default=1, gt=0, description="colocated: pipeline stages per replica")
-    replicas: int = Field(default=1, gt=0, description="colocated: identical replicas behind the router")
+    replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES, description="colocated: identical replicas behind the router")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="colocated: $ per GPU-hour; "
                                                  "default: the GPU's list price")
     engine: dict[str, Any] | None = Field(default=None, description="engine knobs shared by every pool")
@@ -165,7 +166,7 @@ class DeploymentSpec(BaseModel):
 class SLOSpec(BaseModel):
     """Per-request latency targets, as `vllm bench serve --goodput ttft:X tpot:Y e2el:Z` (ms)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     ttft_ms: float | None = Field(default=None, gt=0, description="time to first token, ms")
     tpot_ms: float | None = Field(default=None, gt=0, description="time per output token after the first, ms")
@@ -182,7 +183,7 @@ class SLOSpec(BaseModel):
 class ServeJobSpec(BaseModel):
     """A serve job file."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str | dict[str, Any] = Field(description="a preset name, a path to a Hugging Face config.json, or "
                                         "the architecture as a mapping")
@@ -191,6 +192,13 @@ class ServeJobSpec(BaseModel):
     workload: WorkloadSpec = Field(description="arrivals and lengths of the requests")
     slo: SLOSpec | None = Field(default=None, description="latency targets (goodput and attainment)")
     name: str | None = Field(default=None, description="label in reports; default: the model's name")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: Any) -> Any:
+        if not isinstance(v, str | dict) or isinstance(v, str) and not v.strip():
+            raise ValueError(f"give a preset name, a config.json path or a mapping, got {shorten(v)}")
+        return v
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,7 @@ def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job")
     missing = [k for k in ("model", "deployment", "workload") if k not in data]
     if missing:
         raise ShardwiseError(f"{where}: missing {', '.join(missing)}; a serve job needs model, deployment and workload")
-    spec = parse_block(ServeJobSpec, data, where)
+    spec = parse_block(ServeJobSpec, data, "")
     model = load_model(spec.model)
     dep = spec.deployment
     engine_spec(dep.engine)  # validate the shared engine block early
@@ -244,4 +252,4 @@ def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job")
 def load_serve_job(path: str | Path) -> ServeJob:
     """Read a YAML/JSON serve job file."""
     p = Path(path)
-    return parse_serve_job(read_document(p), base_dir=p.expanduser().resolve().parent, where=str(p))
+    return parse_serve_job(read_document(p), base_dir=p.expanduser().resolve().parent)

@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardwise.errors import ShardwiseError
+from shardwise.limits import MAX_SEQUENCE_TOKENS
 
 # Log-normal (median, sigma) of the ShareGPT stand-in; the medians are chosen so the filtered means
 # are ~230 input and ~200 output tokens (tests/serve/test_workload.py checks the means).
@@ -31,16 +32,16 @@ SHAREGPT_MIN = 4
 class LengthSpec(BaseModel):
     """A number of tokens (`value`), or a distribution."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     dist: Literal["fixed", "uniform", "sharegpt", "lognormal", "trace"] = Field(default="fixed", description="fixed "
         "(value), uniform (min..max), sharegpt (the built-in ShareGPT stand-in), lognormal (median, sigma, "
         "optional max), trace (the trace's own lengths)")
-    value: int | None = Field(default=None, ge=1, description="fixed: tokens")
-    min: int | None = Field(default=None, ge=1, description="uniform: fewest tokens")
-    max: int | None = Field(default=None, ge=1, description="uniform: most tokens; lognormal: cap")
-    median: float | None = Field(default=None, gt=0, description="lognormal: median tokens")
-    sigma: float | None = Field(default=None, ge=0, description="lognormal: sigma of log(tokens)")
+    value: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS, description="fixed: tokens")
+    min: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS, description="uniform: fewest tokens")
+    max: int | None = Field(default=None, ge=1, le=MAX_SEQUENCE_TOKENS, description="uniform: most tokens; lognormal: cap")
+    median: float | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS, description="lognormal: median tokens")
+    sigma: float | None = Field(default=None, ge=0, le=10, description="lognormal: sigma of log(tokens)")
 
     @model_validator(mode="after")
     def _check(self) -> LengthSpec:
@@ -56,8 +57,20 @@ class LengthSpec(BaseModel):
         return self
 
 
+def describe_lengths(spec: LengthSpec) -> str:
+    """How a length was drawn, for the report: 'trace', 'sharegpt', 'fixed 512', 'uniform 512-2048', ..."""
+    if spec.dist == "fixed":
+        return f"fixed {spec.value}"
+    if spec.dist == "uniform":
+        return f"uniform {spec.min}-{spec.max}"
+    if spec.dist == "lognormal":
+        return f"lognormal median {spec.median:g} sigma {spec.sigma:g}" + (f" max {spec.max}" if spec.max else "")
+    return spec.dist
+
+
 def _lognormal(median: float, sigma: float, n: int, rng: np.random.Generator) -> np.ndarray:
-    return np.maximum(1, np.rint(rng.lognormal(np.log(median), sigma, n))).astype(np.int64)
+    """Log-normal token counts, rounded and kept within 1..MAX_SEQUENCE_TOKENS (no int64 overflow)."""
+    return np.clip(np.rint(rng.lognormal(np.log(median), sigma, n)), 1, MAX_SEQUENCE_TOKENS).astype(np.int64)
 
 
 def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator, what: str = "length") -> np.ndarray:

@@ -121,5 +121,7 @@ def compute_metrics(result: SimResult, slo: SLOSpec | None = None) -> dict[str, 
         m["slo_attainment"] = int(good.sum()) / n if n else 0.0
         m["slo"] = {k: v for k, v in slo.model_dump().items() if v is not None}
         m["slo_met"] = m["slo_attainment"] >= slo.attainment
+    if r.lengths:
+        m["lengths"] = dict(r.lengths)  # where the token counts came from: 'trace', 'sharegpt', 'fixed 512', ...
     m.update(result.extra)
     return m

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Any
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PLAN_REQUESTS
 from shardwise.serve.config import SLOSpec, parse_block, parse_serve_job
 from shardwise.serve.planner import PlanRequest, PlanResult
 from shardwise.serve.workload import WorkloadSpec
-from shardwise.specs._loading import read_document
+from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.hardware import get_gpu
 from shardwise.specs.model import ModelSpec, load_model
 
@@ -27,10 +30,14 @@ def parse_gpu_mix(text: str) -> dict[str, int]:
         try:
             n = int(count) if count else DEFAULT_GPUS_PER_TYPE
         except ValueError:
-            raise ShardwiseError(f"--gpu-mix: bad count in {item!r}; write TYPE:COUNT, e.g. h100:8") from None
-        if n <= 0:
-            raise ShardwiseError(f"--gpu-mix: the count of {name} must be positive, got {n}")
-        out[get_gpu(name).name] = out.get(get_gpu(name).name, 0) + n
+            raise ShardwiseError(f"--gpu-mix: bad count in {shorten(item)}; write TYPE:COUNT, e.g. h100:8") from None
+        if not 0 < n <= MAX_CLUSTER_GPUS:
+            raise ShardwiseError(f"--gpu-mix: the count of {shorten(name)} must be positive and at most {MAX_CLUSTER_GPUS:,}, got {shorten(n)}")
+        try:
+            gpu = get_gpu(name).name
+        except ShardwiseError as exc:
+            raise ShardwiseError(f"--gpu-mix: {exc}") from None
+        out[gpu] = out.get(gpu, 0) + n
     if not out:
         raise ShardwiseError("--gpu-mix must name at least one GPU type with a count, e.g. h100:8,a100-80gb:16")
     return out
@@ -41,9 +48,9 @@ def _workload_file(path: Path) -> WorkloadSpec:
         return parse_block(WorkloadSpec, {"arrival": "trace", "path": str(path.resolve())}, "workload")
     doc = read_document(path)
     block = doc.get("workload", doc) if isinstance(doc, dict) else doc
-    if isinstance(block, dict) and block.get("arrival") == "trace" and block.get("path") and not Path(block["path"]).is_absolute():
+    if isinstance(block, dict) and block.get("arrival") == "trace" and isinstance(block.get("path"), str) and not Path(block["path"]).is_absolute():
         block = {**block, "path": str((path.parent / block["path"]).resolve())}
-    return parse_block(WorkloadSpec, block, f"{path}: workload")
+    return parse_block(WorkloadSpec, block, "workload")
 
 
 def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: float | None, tpot: float | None,
@@ -64,7 +71,7 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
     data: dict[str, Any] = {}
     if doc is not None:
         if not isinstance(doc, dict):
-            raise ShardwiseError(f"{where}: a serve job must be a mapping")
+            raise ShardwiseError(f"{display_path(where)}: a serve job must be a mapping")
         doc = {"deployment": {"gpu": "h100"}, **doc}
         parsed = parse_serve_job(doc, base_dir=base, where=where)
         data = {"model": parsed.model, "precision": parsed.precision, "workload": parsed.workload, "slo": parsed.slo}
@@ -75,6 +82,8 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
     target = rate if rate is not None else (wl.rate if wl.rate is not None else None)
     if target is None:
         raise ShardwiseError("serve plan needs --rate (req/s) or a workload with a rate")
+    if not (math.isfinite(target) and target > 0):
+        raise ShardwiseError(f"--rate must be a positive, finite number of requests/s, got {target}")
     slo = data.get("slo")
     fields = {"ttft_ms": ttft if ttft is not None else (slo.ttft_ms if slo else None),
               "tpot_ms": tpot if tpot is not None else (slo.tpot_ms if slo else None),
@@ -84,10 +93,15 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
     slo_spec = parse_block(SLOSpec, {k: v for k, v in fields.items() if v is not None}, "slo")
     prec = precision or data.get("precision") or "bf16"
     if prec not in ("bf16", "fp16", "fp8"):
-        raise ShardwiseError(f"--precision must be bf16, fp16 or fp8, got {prec!r}")
-    n = num_requests or 600
+        raise ShardwiseError(f"--precision must be bf16, fp16 or fp8, got {shorten(prec)}")
+    n = 600 if num_requests is None else num_requests
     if n < 50:
         raise ShardwiseError(f"--num-requests must be at least 50 for stable percentiles, got {n}")
+    if n > MAX_PLAN_REQUESTS:
+        raise ShardwiseError(
+            f"--num-requests {shorten(n)} exceeds the limit of {MAX_PLAN_REQUESTS:,} (see Limits in the README): the planner "
+            "runs hundreds of simulations of this size; the default 600 gives stable p90s"
+        )
     return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base)
 
 

@@ -12,9 +12,10 @@ from shardwise.serve.metrics import compute_metrics
 from shardwise.serve.simulate import SimResult, simulate
 
 
-def simulation_report(job: ServeJob) -> tuple[SimResult, dict[str, Any]]:
-    """Simulate the job; `serve simulate --format json` prints the metrics, which name each pool."""
-    result = simulate(job)
+def simulation_report(job: ServeJob, tables: list | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Simulate the job; `serve simulate --format json` prints the metrics, which name each pool.
+    `tables` receives the simulation's request tables (a progress bar reads them)."""
+    result = simulate(job, tables=tables)
     metrics = compute_metrics(result, job.slo)
     role = result.kind == "disaggregated"
     metrics["deployment"] = [(p.name.rsplit(".", 1)[-1] + ": " if role else "") + p.describe() for p in result.pools]
@@ -38,6 +39,7 @@ def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
     tp.add_column("value", justify="right")
     rows = [
         ("completed requests", f"{m['completed']:,}"),
+        ("input / output tokens", f"{m['total_input_tokens']:,} / {m['total_output_tokens']:,}"),
         ("duration (s)", _fmt(m["duration_s"], 2)),
         ("request throughput (req/s)", _fmt(m["request_throughput"], 2)),
         ("output tokens/s", _fmt(m["output_tokens_per_s"])),
@@ -51,6 +53,8 @@ def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
         slo = ", ".join(f"{k} {v:g}" for k, v in m["slo"].items() if k != "attainment")
         rows += [("SLO", slo), ("goodput (req/s)", _fmt(m["goodput"], 2)),
                  ("SLO attainment", f"{m['slo_attainment']:.1%} (target {m['slo']['attainment']:.0%}: {'met' if m['slo_met'] else 'NOT met'})")]
+    if "lengths" in m:
+        rows.insert(2, ("lengths (input / output)", f"{m['lengths']['input']} / {m['lengths']['output']}"))
     if "kv_transfer_ms_mean" in m:
         rows.append(("mean KV transfer (ms)", _fmt(m["kv_transfer_ms_mean"], 2)))
     for k, v in rows:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardwise.errors import ShardwiseError
+from shardwise.limits import MAX_SERVE_ENGINES
 from shardwise.serve.config import ServeJob, engine_spec
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
@@ -80,6 +81,17 @@ def _collect(engines: list[Engine], itl: ITLRecord) -> tuple[int, float]:
 
 
 def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
+    pools = _build_pools(job, constants)
+    engines = sum(p.engines for p in pools)
+    if engines > MAX_SERVE_ENGINES:
+        raise ShardwiseError(
+            f"deployment: {engines:,} engines (replicas x pp over all pools) exceed the limit of {MAX_SERVE_ENGINES:,} per "
+            "simulation (see Limits in the README); simulate one replica at rate / replicas instead"
+        )
+    return pools
+
+
+def _build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
     d, m = job.deployment, job.model
     args = (m, job.precision, job.bytes_per_element)
     if d.kind == "colocated":
@@ -116,8 +128,11 @@ def _class_assignment(pools: list[Pool], req: Requests, seed: int) -> np.ndarray
     return np.argmax(np.cumsum(weights, axis=1) > u[:, None], axis=1)
 
 
-def simulate(job: ServeJob, requests: Requests | None = None, constants: ServingConstants | None = None) -> SimResult:
-    """Simulate `job` (its workload, or `requests` when given) and return the timestamps."""
+def simulate(job: ServeJob, requests: Requests | None = None, constants: ServingConstants | None = None,
+             tables: list[RequestTable] | None = None) -> SimResult:
+    """Simulate `job` (its workload, or `requests` when given) and return the timestamps. `tables`, when
+    given, receives each request table as it is created (a progress bar reads it)."""
+    watchers = tables if tables is not None else []
     c = constants or serving_constants()
     pools = build_pools(job, c)
     max_len = min((p.engine.max_model_len or 10**12) for p in pools)
@@ -125,8 +140,9 @@ def simulate(job: ServeJob, requests: Requests | None = None, constants: Serving
     kind = job.deployment.kind
     itl = ITLRecord()
     if kind == "disaggregated":
-        return _simulate_disaggregated(job, req, pools, c, itl)
+        return _simulate_disaggregated(job, req, pools, c, itl, watchers)
     table = RequestTable(req, req.arrival_s + c.frontend_s)
+    watchers.append(table)
     ids = np.arange(len(req))
     iters, busy = 0, 0.0
     if kind == "colocated":
@@ -144,17 +160,20 @@ def simulate(job: ServeJob, requests: Requests | None = None, constants: Serving
     return SimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy)
 
 
-def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: ServingConstants, itl: ITLRecord) -> SimResult:
+def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: ServingConstants, itl: ITLRecord,
+                            watchers: list[RequestTable]) -> SimResult:
     pre, dec = pools
     pre.check_requests(req.input_len, np.ones_like(req.output_len))
     dec.check_requests(req.input_len, req.output_len)
     ptab = RequestTable(req, req.arrival_s + c.frontend_s)
+    watchers.append(ptab)
     n = len(req)
     e1 = run_pool(pre, ptab, np.arange(n), job.deployment.router, prefill_only=True)
     links = min(pre.tp * pre.pp, dec.tp * dec.pp)
     ready = ptab.first_s + kv_transfer_s(job.model, req.input_len, job.bytes_per_element, job.deployment.kv_link_gbps * links, c.link_efficiency)
     dtab = RequestTable(req, ready)
     dtab.first_s[:] = ptab.first_s
+    watchers.append(dtab)
     multi = req.output_len > 1
     for rid in np.flatnonzero(multi).tolist():
         dtab.prefilled[rid] = True

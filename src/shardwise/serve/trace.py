@@ -9,12 +9,16 @@ Numeric timestamps (seconds) are accepted too, and the column names are matched 
 from __future__ import annotations
 
 import csv
+import io
+import math
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, clip, shorten
+from shardwise.limits import MAX_SEQUENCE_TOKENS, MAX_SERVE_REQUESTS
+from shardwise.specs._loading import display_path, read_text_file
 
 _TIME = ("timestamp", "time", "arrival_s", "arrival", "time_s")
 _INPUT = ("contexttokens", "context_tokens", "input_tokens", "input_len", "prompt_tokens", "inputtokens")
@@ -27,7 +31,7 @@ def _column(header: list[str], names: tuple[str, ...], what: str, path: Path) ->
         if name in keys:
             return keys.index(name)
     raise ShardwiseError(
-        f"{path}: no {what} column in header {header}; expected one of {', '.join(names)} "
+        f"{display_path(path)}: no {what} column in header {clip(','.join(header), 120)}; expected one of {', '.join(names)} "
         "(Azure layout: TIMESTAMP,ContextTokens,GeneratedTokens)"
     )
 
@@ -36,9 +40,15 @@ def parse_timestamp(text: str) -> float:
     """Seconds: a number, or an ISO date-time (fractional seconds beyond microseconds are cut)."""
     s = text.strip()
     try:
-        return float(s)
+        value = float(s)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value):
+            raise ValueError(f"timestamp {s!r} is not finite")
+        return value
+    if len(s) > 64:
+        raise ValueError("timestamp too long")
     if "." in s:
         head, frac = s.rsplit(".", 1)
         digits = "".join(ch for ch in frac if ch.isdigit())
@@ -47,24 +57,33 @@ def parse_timestamp(text: str) -> float:
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(send time s, prompt tokens, output tokens) per row, sorted by time; rows are checked one by one."""
+def read_trace(path: str | Path, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(send time s, prompt tokens, output tokens) per row, sorted by time; rows are checked one by one.
+    `max_rows`: read only the first rows of the file (a trace's `num_requests`)."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise ShardwiseError(f"trace file not found: {p}")
+    shown = display_path(p)
+    text = read_text_file(p, "trace file")
     try:
-        with open(p, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ShardwiseError(f"cannot read trace {p}: {exc}") from None
-    rows = [r for r in rows if r and any(c.strip() for c in r)]
+        rows = []
+        for r in csv.reader(io.StringIO(text, newline="")):
+            if r and any(c.strip() for c in r):
+                rows.append(r)
+                if max_rows is not None and len(rows) > max_rows:
+                    break
+                if len(rows) > MAX_SERVE_REQUESTS + 1:
+                    raise ShardwiseError(
+                        f"trace {shown} has more than {MAX_SERVE_REQUESTS:,} requests (the most one simulation holds); "
+                        "set workload.num_requests to replay its first rows, or split the trace"
+                    )
+    except csv.Error as exc:
+        raise ShardwiseError(f"trace {shown}: malformed CSV: {clip(exc, 120)}") from None
     if not rows:
-        raise ShardwiseError(f"trace {p} is empty; it needs a header TIMESTAMP,ContextTokens,GeneratedTokens and one row per request")
+        raise ShardwiseError(f"trace {shown} is empty; it needs a header TIMESTAMP,ContextTokens,GeneratedTokens and one row per request")
     header = rows[0]
     ti, ii, oi = (_column(header, names, what, p) for names, what in ((_TIME, "timestamp"), (_INPUT, "input-token"), (_OUTPUT, "output-token")))
     body = rows[1:]
     if not body:
-        raise ShardwiseError(f"trace {p} has a header but no requests")
+        raise ShardwiseError(f"trace {shown} has a header but no requests")
     n = len(body)
     t = np.empty(n)
     inp = np.empty(n, dtype=np.int64)
@@ -73,22 +92,25 @@ def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for k, row in enumerate(body):
         line = k + 2
         if len(row) < width:
-            raise ShardwiseError(f"{p} line {line}: expected {len(header)} columns, got {len(row)}: {','.join(row)}")
+            raise ShardwiseError(f"{shown} line {line}: expected {len(header)} columns, got {len(row)}: {clip(','.join(row), 120)}")
         try:
             t[k] = parse_timestamp(row[ti])
-        except ValueError:
-            raise ShardwiseError(f"{p} line {line}: bad timestamp {row[ti]!r}; use seconds or 'YYYY-MM-DD HH:MM:SS.ffffff'") from None
+        except (ValueError, OverflowError, OSError):
+            raise ShardwiseError(f"{shown} line {line}: bad timestamp {shorten(row[ti])}; use seconds or 'YYYY-MM-DD HH:MM:SS.ffffff'") from None
         for arr, col, what in ((inp, ii, "input"), (out, oi, "output")):
+            cell = row[col].strip()
             try:
-                value = float(row[col])
+                value = float(cell) if len(cell) <= 32 else math.nan
             except ValueError:
-                raise ShardwiseError(f"{p} line {line}: {what} tokens must be a whole number, got {row[col]!r}") from None
-            if value != int(value) or value < 0:
-                raise ShardwiseError(f"{p} line {line}: {what} tokens must be a non-negative whole number, got {row[col]!r}")
+                value = math.nan
+            if not (math.isfinite(value) and value >= 0 and value == int(value)):
+                raise ShardwiseError(f"{shown} line {line}: {what} tokens must be a non-negative whole number, got {shorten(row[col])}")
+            if value > MAX_SEQUENCE_TOKENS:
+                raise ShardwiseError(f"{shown} line {line}: {what} tokens {shorten(row[col])} exceed the limit of {MAX_SEQUENCE_TOKENS:,} per request")
             arr[k] = int(value)
     if np.any(inp < 1):
         bad = int(np.argmax(inp < 1)) + 2
-        raise ShardwiseError(f"{p} line {bad}: a request needs at least 1 input token")
+        raise ShardwiseError(f"{shown} line {bad}: a request needs at least 1 input token")
     out = np.maximum(out, 1)  # a request always returns at least one token (Azure rows with 0 are refusals)
     order = np.argsort(t, kind="stable")
     return t[order], inp[order], out[order]

@@ -4,7 +4,8 @@ Arrivals follow `vllm bench serve` (vllm/benchmarks/serve.py::get_request): Pois
 inter-arrival gaps with shape k = 1/cv^2 and scale 1/(rate*k) (vLLM's `burstiness` is k), or fixed
 gaps; the cumulative gaps are rescaled so the last request is sent at num_requests/rate, as vLLM does
 to stabilise throughput across seeds. rate = inf sends every request at t = 0 (offline throughput).
-Lengths are fixed, uniform, ShareGPT-like (see :mod:`shardwise.serve.lengths`) or read from a trace.
+Lengths are fixed, uniform, ShareGPT-like (see :mod:`shardwise.serve.lengths`) or read from a trace:
+a trace's own token counts are used unless ``input_len`` / ``output_len`` is given explicitly.
 """
 
 from __future__ import annotations
@@ -17,29 +18,30 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shardwise.errors import ShardwiseError
-from shardwise.serve.lengths import LengthSpec, sample_lengths
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_GAMMA_CV, MAX_SEQUENCE_TOKENS, MAX_SERVE_REQUESTS
+from shardwise.serve.lengths import LengthSpec, describe_lengths, sample_lengths
 from shardwise.serve.trace import read_trace
 
 
 class WorkloadSpec(BaseModel):
     """The `workload:` block of a serve job."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid")  # rate may be inf (offline); cv's bounds refuse inf and NaN
 
     arrival: Literal["poisson", "gamma", "fixed", "trace"] = Field(default="poisson", description="how send "
                                                                    "times are drawn (as `vllm bench serve`)")
     rate: float | str | None = Field(default=None, description="requests/s; 'inf' = all at t=0; with a trace: rescale to this mean rate")
-    num_requests: int | None = Field(default=None, gt=0, description="requests to send (all of a trace's by default)")
-    input_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"), description="prompt tokens: "
-                                  "a number, a distribution name, or a length mapping")
-    output_len: LengthSpec = Field(default_factory=lambda: LengthSpec(dist="sharegpt"), description="output tokens: "
-                                   "a number, a distribution name, or a length mapping")
-    seed: int = Field(default=0, description="random seed of arrivals and lengths")
-    cv: float = Field(default=1.0, gt=0, description="coefficient of variation of gamma inter-arrival gaps")
+    num_requests: int | None = Field(default=None, gt=0, le=MAX_SERVE_REQUESTS, description="requests to send (all of a trace's by default)")
+    input_len: LengthSpec | None = Field(default=None, description="prompt tokens: a number, a distribution name, or a length "
+                                         "mapping; default: a trace's own lengths, else ShareGPT-like")
+    output_len: LengthSpec | None = Field(default=None, description="output tokens: a number, a distribution name, or a length "
+                                          "mapping; default: a trace's own lengths, else ShareGPT-like")
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="random seed of arrivals and lengths")
+    cv: float = Field(default=1.0, gt=0, le=MAX_GAMMA_CV, description="coefficient of variation of gamma inter-arrival gaps")
     path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
-    prefix_len: int = Field(default=0, ge=0, description="tokens of a shared system prompt inside input_len (for prefix caching)")
-    prefix_groups: int = Field(default=1, gt=0, description="distinct shared prefixes; request i uses prefix i mod groups")
+    prefix_len: int = Field(default=0, ge=0, le=MAX_SEQUENCE_TOKENS, description="tokens of a shared system prompt inside input_len (for prefix caching)")
+    prefix_groups: int = Field(default=1, gt=0, le=MAX_SERVE_REQUESTS, description="distinct shared prefixes; request i uses prefix i mod groups")
 
     @field_validator("input_len", "output_len", mode="before")
     @classmethod
@@ -63,9 +65,9 @@ class WorkloadSpec(BaseModel):
             try:
                 v = float(v)
             except ValueError:
-                raise ValueError(f"rate must be a number of requests/s or 'inf', got {v!r}") from None
+                raise ValueError(f"rate must be a number of requests/s or 'inf', got {shorten(v)}") from None
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ValueError(f"rate must be a number of requests/s or 'inf', got {v!r}")
+            raise ValueError(f"rate must be a number of requests/s or 'inf', got {shorten(v)}")
         if not v > 0:
             raise ValueError(f"rate must be positive (requests/s), got {v}; use 'inf' for offline throughput")
         return float(v)
@@ -80,9 +82,16 @@ class WorkloadSpec(BaseModel):
                 raise ValueError(f"arrival '{self.arrival}' needs rate (requests/s, or 'inf')")
             if self.num_requests is None:
                 raise ValueError("num_requests is required unless arrival is 'trace'")
-            if self.input_len.dist == "trace" or self.output_len.dist == "trace":
+            if any(x is not None and x.dist == "trace" for x in (self.input_len, self.output_len)):
                 raise ValueError("lengths {dist: trace} need arrival: trace with a path")
         return self
+
+    def length_spec(self, which: str) -> LengthSpec:
+        """The `input_len` or `output_len` in force: as given, else the trace's own, else ShareGPT-like."""
+        given = self.input_len if which == "input" else self.output_len
+        if given is not None:
+            return given
+        return LengthSpec(dist="trace" if self.arrival == "trace" else "sharegpt")
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class Requests:
     output_len: np.ndarray  # int64 generated tokens (>= 1)
     prefix_len: int = 0
     prefix_group: np.ndarray | None = None  # int64 shared-prefix id per request
+    lengths: dict[str, str] | None = None  # where the input and output lengths came from (for the report)
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -116,7 +126,7 @@ class Requests:
 
     def subset(self, mask: np.ndarray) -> Requests:
         group = None if self.prefix_group is None else self.prefix_group[mask]
-        return Requests(self.arrival_s[mask], self.input_len[mask], self.output_len[mask], self.prefix_len, group)
+        return Requests(self.arrival_s[mask], self.input_len[mask], self.output_len[mask], self.prefix_len, group, self.lengths)
 
 
 def arrival_times(kind: str, rate: float, n: int, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
@@ -137,6 +147,8 @@ def arrival_times(kind: str, rate: float, n: int, rng: np.random.Generator, cv: 
     else:
         raise ShardwiseError(f"unknown arrival {kind!r}; use poisson, gamma, fixed or trace")
     times = np.cumsum(gaps)
+    if not times[-1] > 0:  # every gap underflowed to zero (very bursty gamma): all sent at once
+        return np.zeros(n)
     return times * ((n / rate) / times[-1])
 
 
@@ -151,7 +163,7 @@ def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = 
         path = Path(spec.path or "")
         if base_dir is not None and not path.is_absolute() and not path.exists():
             path = base_dir / path
-        t, inp, out = read_trace(path)
+        t, inp, out = read_trace(path, spec.num_requests)
         if spec.num_requests is not None:
             t, inp, out = t[: spec.num_requests], inp[: spec.num_requests], out[: spec.num_requests]
         t = t - t[0]
@@ -161,10 +173,10 @@ def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = 
             elif t[-1] > 0:
                 t = t * ((len(t) - 1) / spec.rate / t[-1])
         n = len(t)
-        if spec.input_len.dist != "trace":
-            inp = sample_lengths(spec.input_len, n, rng, "input")
-        if spec.output_len.dist != "trace":
-            out = sample_lengths(spec.output_len, n, rng, "output")
+        if spec.length_spec("input").dist != "trace":
+            inp = sample_lengths(spec.length_spec("input"), n, rng, "input")
+        if spec.length_spec("output").dist != "trace":
+            out = sample_lengths(spec.length_spec("output"), n, rng, "output")
     else:
         n = int(spec.num_requests or 0)
         rate = float(spec.rate)  # type: ignore[arg-type]
@@ -176,13 +188,15 @@ def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = 
     if spec.prefix_len and np.any(inp < spec.prefix_len):
         raise ShardwiseError(f"workload.prefix_len ({spec.prefix_len}) is longer than some prompts; lower it or raise input_len")
     group = np.arange(n, dtype=np.int64) % spec.prefix_groups
-    return Requests(np.asarray(t, float), np.asarray(inp, np.int64), np.asarray(out, np.int64), spec.prefix_len, group)
+    lengths = {w: describe_lengths(spec.length_spec(w)) for w in ("input", "output")}
+    return Requests(np.asarray(t, float), np.asarray(inp, np.int64), np.asarray(out, np.int64), spec.prefix_len, group, lengths)
 
 
 def _draw_lengths(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """ShareGPT input and output lengths are drawn jointly (the dataset filter caps their sum)."""
-    if spec.input_len.dist == "sharegpt" and spec.output_len.dist == "sharegpt":
+    inp, out = spec.length_spec("input"), spec.length_spec("output")
+    if inp.dist == "sharegpt" and out.dist == "sharegpt":
         from shardwise.serve.lengths import sharegpt_pairs
 
         return sharegpt_pairs(n, rng)
-    return sample_lengths(spec.input_len, n, rng, "input"), sample_lengths(spec.output_len, n, rng, "output")
+    return sample_lengths(inp, n, rng, "input"), sample_lengths(out, n, rng, "output")

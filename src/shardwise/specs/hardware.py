@@ -23,12 +23,19 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
+from shardwise.limits import MAX_CLUSTER_GPUS
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "fp32": "tf32"}
 POWER_CLOCK_EXPONENT = 1.0 / 3.0  # assumption (module docstring): clock ~ power^(1/3) below the rated power
 Fabric = Literal["infiniband", "roce", "efa", "tcpxo"]
+
+#: Share of each GPU's memory a plan must leave free to "fit": what the caching allocator cannot hand out
+#: (fragmentation of reserved blocks) and short spikes the model does not track. PyTorch's CUDA semantics
+#: notes describe the caching allocator's reserved-but-unallocated memory; 5% is a policy default, set
+#: per job with `cluster.memory_headroom` (0 = the whole HBM).
+DEFAULT_MEMORY_HEADROOM = 0.05
 
 
 class GPU(BaseModel):
@@ -133,10 +140,10 @@ def get_gpu(name: str | GPU) -> GPU:
     if isinstance(name, GPU):
         return name
     if not isinstance(name, str):
-        raise ShardwiseError(f"gpu must be a name such as 'H100-SXM', got {name!r}")
+        raise ShardwiseError(f"gpu must be a name such as 'H100-SXM', got {shorten(name)}")
     key = _alias_index().get(_norm(name))
     if key is None:
-        raise ShardwiseError(f"unknown GPU {name!r}; known GPUs: {', '.join(gpu_names())} (aliases such as 'h100', 'a100-80gb' work)")
+        raise ShardwiseError(f"unknown GPU {shorten(name)}; known GPUs: {', '.join(gpu_names())} (aliases such as 'h100', 'a100-80gb' work)")
     return _catalog()[key]
 
 
@@ -216,16 +223,22 @@ class Cluster(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     gpu: GPU
-    num_gpus: int = Field(gt=0)
+    num_gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS)
     gpus_per_node: int = Field(gt=0)
     network: Network
     price_usd_per_gpu_hour: float | None = None
+    memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise ValueError(f"gpus ({self.num_gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node})")
         return self
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Per-GPU memory a plan may use: HBM less the headroom."""
+        return self.gpu.memory_bytes * (1.0 - self.memory_headroom)
 
     @property
     def nodes(self) -> int:
@@ -274,9 +287,17 @@ def make_cluster(
     price_usd_per_gpu_hour: float | None = None,
     network: NetworkSpec | dict[str, Any] | None = None,
     power_limit_w: float | None = None,
+    gpu_field: str = "--gpu",
+    memory_headroom: float | None = None,
 ) -> Cluster:
-    """Cluster of `gpus` GPUs with the catalog's network, overridden by `network` (see NetworkSpec)."""
-    g = get_gpu(gpu).at_power(power_limit_w)
+    """Cluster of `gpus` GPUs with the catalog's network, overridden by `network` (see NetworkSpec).
+    `gpu_field` names the field an unknown GPU is reported on; `memory_headroom` defaults to
+    DEFAULT_MEMORY_HEADROOM."""
+    try:
+        g = get_gpu(gpu)
+    except ShardwiseError as exc:
+        raise ShardwiseError(f"{gpu_field}: {exc}") from None
+    g = g.at_power(power_limit_w)
     per_node = gpus_per_node or g.gpus_per_node
     if isinstance(network, dict):
         try:
@@ -286,7 +307,9 @@ def make_cluster(
     net = make_network(g, per_node, network, inter_node_gbps)
     price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else g.price_usd_per_hour
     try:
-        return Cluster(gpu=g, num_gpus=gpus, gpus_per_node=per_node, network=net, price_usd_per_gpu_hour=price)
+        headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
+        return Cluster(gpu=g, num_gpus=gpus, gpus_per_node=per_node, network=net, price_usd_per_gpu_hour=price,
+                       memory_headroom=headroom)
     except ValidationError as exc:
         raise ShardwiseError(format_validation_error(exc, "cluster")) from None
 

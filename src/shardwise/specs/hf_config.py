@@ -19,8 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shardwise.errors import ShardwiseError
-from shardwise.specs._loading import read_document
+from shardwise.errors import ShardwiseError, clip
+from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.model import ModelSpec, from_mapping
 
 #: transformers' defaults, per ``model_type``, of the keys this reader uses that hub configs may leave out
@@ -96,7 +96,7 @@ def _translate(cfg: dict[str, Any], path: Path, name: str | None) -> ModelSpec:
     is_gpt2 = model_type == "gpt2" or "n_embd" in cfg
     hidden = _require(cfg, path, "hidden_size", "n_embd", "d_model")
     spec: dict[str, Any] = {
-        "name": name or str(cfg.get("_name_or_path") or path.parent.name or "hf-model"),
+        "name": clip(name or str(cfg.get("_name_or_path") or path.parent.name or "hf-model"), 100),
         "layers": _require(cfg, path, "num_hidden_layers", "n_layer", "num_layers"),
         "hidden": hidden,
         "heads": _require(cfg, path, "num_attention_heads", "n_head"),
@@ -147,12 +147,19 @@ def _translate(cfg: dict[str, Any], path: Path, name: str | None) -> ModelSpec:
 def from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """Load ``config.json`` (or a directory containing one)."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.exists():
-        raise ShardwiseError(f"model config not found: {p} (give a preset name or an existing config.json path)")
+    try:
+        if p.is_dir():
+            p = p / "config.json"
+        found = p.exists()
+    except (OSError, ValueError):  # a name no file system accepts (too long, a NUL byte)
+        found = False
+    if not found:
+        raise ShardwiseError(f"model config not found: {display_path(p)} (give a preset name or an existing config.json path)")
     cfg = read_document(p)
-    return spec_from_hf_dict(cfg, p, name)
+    try:
+        return spec_from_hf_dict(cfg, p, name)
+    except (TypeError, ZeroDivisionError) as exc:  # e.g. a size given as a string, used in arithmetic
+        raise ShardwiseError(f"{display_path(p)}: a size field of config.json is not a positive number ({clip(exc, 80)})") from None
 
 
 #: ``organisation/name`` as the Hugging Face Hub spells repository ids

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardwise.errors import ShardwiseError
+from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.hardware import Cluster, NetworkSpec, make_cluster
 from shardwise.specs.model import ModelSpec, load_model
@@ -26,11 +27,11 @@ from shardwise.specs.training import RECIPE_ARCHS, TrainingSpec, TrainPlan
 class ClusterSpec(BaseModel):
     """The `cluster` section: GPUs of one type in nodes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml (h100, a100-80gb, ...)")
-    gpus: int = Field(gt=0, description="GPUs in the job (`train run`: processes)")
-    gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per node; default: the GPU's in data/gpus.yaml")
+    gpus: int = Field(gt=0, le=MAX_CLUSTER_GPUS, description="GPUs in the job (`train run`: processes)")
+    gpus_per_node: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="GPUs per node; default: the GPU's in data/gpus.yaml")
     inter_node_gbps: float | None = Field(default=None, gt=0, le=1e5, description="scale-out bandwidth per GPU, Gbit/s "
                                           "(older field; network.nic_gbps is per NIC); default: the GPU's in data/gpus.yaml")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
@@ -38,12 +39,15 @@ class ClusterSpec(BaseModel):
     power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W "
                                         "(below the board power: lower peak throughput)")
     network: NetworkSpec | None = Field(default=None, description="what differs from the GPU's catalog network")
+    memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory a plan must leave "
+                                          "free to fit (allocator fragmentation, spikes); default 0.05")
 
 
 def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster:
     """Build a cluster from a job file's `cluster` mapping (ClusterSpec's fields)."""
     c: ClusterSpec = _build(ClusterSpec, data, where)
-    return make_cluster(c.gpu, c.gpus, c.gpus_per_node, c.inter_node_gbps, c.price_usd_per_gpu_hour, c.network, c.power_limit_w)
+    return make_cluster(c.gpu, c.gpus, c.gpus_per_node, c.inter_node_gbps, c.price_usd_per_gpu_hour, c.network, c.power_limit_w,
+                        gpu_field=f"{where}.gpu", memory_headroom=c.memory_headroom)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
     if p.dp is not None and p.dp != dp:
         raise ShardwiseError(
             f"parallel.dp: tp*pp*cp*dp = {denom * p.dp} but the cluster has {cluster.num_gpus} GPUs; set dp: auto or dp: {dp}"
+        )
+    if p.pp * p.vpp > MAX_PIPELINE_STAGES:
+        raise ShardwiseError(
+            f"parallel.vpp: pp x vpp = {p.pp * p.vpp:,} virtual stages exceed the limit of {MAX_PIPELINE_STAGES:,} "
+            "(see Limits in the README); use fewer pipeline ranks or virtual stages per rank"
         )
     if model.layers + 2 < p.pp * p.vpp:
         raise ShardwiseError(

@@ -13,16 +13,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, shorten
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
 
 class ModelSpec(BaseModel):
     """Architecture of a decoder-only transformer (dense or MoE, MHA/GQA/MQA or MLA)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(default="custom", description="label in reports")
+    name: str = Field(default="custom", max_length=200, description="label in reports")
     layers: int = Field(gt=0, description="transformer layers")
     hidden: int = Field(gt=0, description="hidden size (model width)")
     heads: int = Field(gt=0, description="attention (query) heads")
@@ -227,7 +227,7 @@ def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) 
     if isinstance(ref, dict):
         return from_mapping(ref)
     if not isinstance(ref, str) or not ref.strip():
-        raise ShardwiseError(f"model must be a preset name, a config.json path or a mapping, got {ref!r}")
+        raise ShardwiseError(f"model must be a preset name, a config.json path or a mapping, got {shorten(ref)}")
     key = ref.strip().lower()
     if key in _CACHE:
         return _CACHE[key]
@@ -236,19 +236,29 @@ def load_model(ref: str | dict[str, Any] | ModelSpec, allow_paths: bool = True) 
         spec = from_mapping({"name": key, **presets[key]}, where=f"preset {key}")
         _CACHE[key] = spec
         return spec
-    path = Path(ref).expanduser()
-    if allow_paths and (path.suffix == ".json" or path.exists()):
+    if allow_paths and _is_path(ref):
         from shardwise.specs.hf_config import from_hf_config
 
-        return from_hf_config(path)
+        return from_hf_config(Path(ref).expanduser())
     from shardwise.specs.hf_config import HF_MODEL_ID, from_hf_hub
 
-    if allow_paths and HF_MODEL_ID.match(ref.strip()):
+    if allow_paths and len(ref) <= 200 and HF_MODEL_ID.match(ref.strip()):
         return from_hf_hub(ref.strip())
-    close = [n for n in presets if key.replace("_", "-") in n or n in key]
+    close = [n for n in presets if len(key) <= 64 and (key.replace("_", "-") in n or n in key)]
     hint = f" Did you mean {', '.join(close[:3])}?" if close else ""
     raise ShardwiseError(
-        f"unknown model {ref!r}.{hint} Use a preset ({', '.join(sorted(presets))}), "
-        "a path to a Hugging Face config.json, a Hugging Face model id in the local cache, "
+        f"model: unknown model {shorten(ref)}.{hint} Use a preset (one of {len(presets)}, e.g. llama-3.1-8b, "
+        "llama-3.1-70b, mixtral-8x7b; all in the README), a path to a Hugging Face config.json, "
+        "a Hugging Face model id in the local cache, "
         "or a mapping {layers, hidden, heads, ffn, vocab, ...}."
     )
+
+
+def _is_path(ref: str) -> bool:
+    """A model string names a file when it ends in .json or exists; a string no file system accepts as a
+    path (too long, a NUL byte) is a name, not a path."""
+    try:
+        path = Path(ref).expanduser()
+        return path.suffix == ".json" or path.exists()
+    except (OSError, ValueError):
+        return False

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_RANKS, MAX_PIPELINE_STAGES, MAX_SEQUENCE_TOKENS
+
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
 Framework = Literal["megatron", "torchtitan", "fsdp", "deepspeed", "composer", "maxtext"]
@@ -60,9 +62,9 @@ class MoeSpec(BaseModel):
 class TrainingSpec(BaseModel):
     """Sequence length, global batch (sequences), precision and, optionally, tokens to train."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    seq_len: int = Field(gt=0, description="tokens per sequence")
+    seq_len: int = Field(gt=0, le=MAX_SEQUENCE_TOKENS, description="tokens per sequence")
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     precision: Precision = Field(default="bf16", description="GEMM precision; fp8 and fp4 keep bf16 weights and "
                                  "activations and cast the GEMM inputs (fp8_recipe)")
@@ -125,20 +127,20 @@ class TrainPlan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, gt=0, description="tensor-parallel degree (Megatron-LM); divides the attention heads")
-    pp: int = Field(default=1, gt=0, description="pipeline-parallel degree: pipeline ranks")
-    vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
-    dp: int | None = Field(default=None, gt=0, description="data-parallel degree; auto or left out: GPUs / (tp * pp * cp)")
-    cp: int = Field(default=1, gt=0, description="context-parallel degree: ranks sharing one sequence; divides seq_len")
+    tp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="tensor-parallel degree (Megatron-LM); divides the attention heads")
+    pp: int = Field(default=1, gt=0, le=MAX_PIPELINE_RANKS, description="pipeline-parallel degree: pipeline ranks")
+    vpp: int = Field(default=1, gt=0, le=MAX_PIPELINE_STAGES, description="virtual stages (model chunks) per pipeline rank")
+    dp: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="data-parallel degree; auto or left out: GPUs / (tp * pp * cp)")
+    cp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="context-parallel degree: ranks sharing one sequence; divides seq_len")
     cp_comm: CpComm = Field(default="p2p", description="context-parallel attention: p2p (ring, K/V passed under the "
                             "attention), allgather (K/V gathered first), a2a (Ulysses all-to-all over heads) or a2a+p2p "
                             "(Ulysses inside, ring across)")
-    ulysses: int | None = Field(default=None, gt=0, description="cp_comm a2a+p2p: the all-to-all part of cp; None = "
-                                "the cp ranks in one NVLink domain")
-    ep: int = Field(default=1, gt=0, description="expert-parallel degree (MoE): ranks sharing the experts; ep * etp "
-                    "divides tp * cp * dp (MoE Parallel Folding)")
-    etp: int | None = Field(default=None, gt=0, description="expert tensor-parallel degree: ranks splitting each "
-                            "expert; None = tp (Megatron-Core's default)")
+    ulysses: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="cp_comm a2a+p2p: the all-to-all part "
+                                "of cp; None = the cp ranks in one NVLink domain")
+    ep: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="expert-parallel degree (MoE): ranks sharing the "
+                    "experts; ep * etp divides tp * cp * dp (MoE Parallel Folding)")
+    etp: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="expert tensor-parallel degree: ranks "
+                            "splitting each expert; None = tp (Megatron-Core's default)")
     zero: Literal[0, 1, 2, 3] = Field(default=1, description="ZeRO stage over the data-parallel group: 0 replicates "
                                       "the model states, 1 shards the optimizer states, 2 also the gradients, 3 also "
                                       "the parameters")

@@ -15,11 +15,10 @@ from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_toke
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
-from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail
 from shardwise.train.error_band import error_band
-from shardwise.train.pipeline_timing import pipeline_timing, stage_layout
+from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank, stage_layout
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -30,8 +29,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     same step time, for ranking)."""
     consts = constants or default_constants()
     model, cluster, training, plan = job.model, job.cluster, job.training, job.plan
-    if plan.vpp == 1 and plan.pp > 1 and schedule_info(plan.schedule).placement == "v":
-        plan = plan.model_copy(update={"vpp": 2})  # V-shaped schedules hold two stages per rank
+    plan = plan.model_copy(update={"vpp": plan_stages_per_rank(plan)})  # V-shaped schedules hold two
     gpu = cluster.gpu
     tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
@@ -75,7 +73,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         ))
     extra_act = [b.act_recompute] * pp
     extra_act[s2r[-1]] += b.act_output
-    cap = min((gpu.memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
+    cap = min((cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
     p2p_s = boundary_p2p_s(cluster, model, training, plan.micro_batch, tp, cp, plan.stride("pp")) if pp > 1 else 0.0
     timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p)
 
@@ -112,6 +110,10 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         if cluster.price_usd_per_gpu_hour is not None:
             cost = seconds / 3600 * n * cluster.price_usd_per_gpu_hour
     notes = []
+    if timing.simulated_microbatches is not None:
+        how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
+        searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
+        notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")
     return Estimate(
@@ -127,6 +129,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         peak_memory_rank=peak_rank,
         memory_per_rank_gib=tuple(x[0].total / GIB for x in ranks),
         gpu_memory_gib=gpu.memory_gib,
+        usable_memory_gib=cluster.usable_memory_bytes / GIB,
         tokens_per_s_per_gpu=tokens_step / step / n,
         samples_per_s_per_gpu=training.global_batch / step / n,
         model_tflops_per_gpu=mf / step / n / 1e12,

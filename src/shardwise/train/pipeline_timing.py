@@ -12,11 +12,16 @@ Which time is the step time depends on the schedule family:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from shardwise.errors import ShardwiseError
 from shardwise.pipeline import SimResult, auto_schedule, generate_schedule, resolve, schedule_info, simulate
 from shardwise.pipeline.ir import Schedule, loop_placement, v_placement
+from shardwise.pipeline.registry import stages_per_rank
+from shardwise.pipeline.steady import simulate_steady
+from shardwise.specs.training import TrainPlan
 
 POST_VALIDATION = frozenset({"zb-h1", "zb-h2", "zbv", "v-half", "v-min", "auto"})
 GLOBAL = "global makespan (the optimizer step synchronises the stages)"
@@ -36,6 +41,8 @@ class PipelineTiming:
     bubble_definition: str
     bubble_fraction: float  # idle share of the global makespan
     stage_bubble_ratio: float  # idle share of the longest per-rank span
+    simulated_microbatches: int | None = None  # set when the steady state was extrapolated (pipeline.steady)
+    exact: bool = True
     #: the arguments of :func:`simulate_pipeline` that reproduce this timing (for traces)
     inputs: tuple = field(default=(), compare=False, repr=False)
 
@@ -49,6 +56,19 @@ class PipelineTiming:
 def cached_schedule(name: str, pp: int, microbatches: int, vpp: int) -> Schedule:
     """Generated IR of a named schedule (pure: cached). A V-shaped schedule takes vpp 2 as given."""
     return generate_schedule(name, pp, microbatches, vpp)
+
+
+def plan_stages_per_rank(plan: TrainPlan) -> int:
+    """Stages per pipeline rank the plan's schedule runs (V-shaped: 2); a schedule or vpp it does not
+    admit is a ShardwiseError naming the job field."""
+    try:
+        if plan.pp == 1:  # no pipeline: the schedule only has to exist
+            resolve(plan.schedule)
+            return plan.vpp
+        return stages_per_rank(plan.schedule, plan.pp, plan.vpp)
+    except ShardwiseError as exc:
+        where = "parallel.schedule" if str(exc).startswith("unknown schedule") else "parallel.vpp"
+        raise ShardwiseError(f"{where}: {exc}") from None
 
 
 def stage_layout(schedule: str, pp: int, vpp: int) -> tuple[int, ...]:
@@ -81,18 +101,26 @@ def pipeline_timing(
                   tuple(activation), float(w_retained_fraction), cap, split_p2p)
 
 
+def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float, activation, w_retained_fraction: float,
+             activation_cap: float | None) -> Callable[[int], Schedule]:
+    """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs)."""
+    if name == "auto":
+        def build(m: int) -> Schedule:
+            return auto_schedule(pp, m, vpp, f_s, i_s, w_s, p2p_s, mem_cap=activation_cap, activation=activation,
+                                 w_retained_fraction=w_retained_fraction, placement="v" if vpp == 2 else "loop",
+                                 objective="stage")
+        return build
+    return lambda m: cached_schedule(name, pp, m, vpp)
+
+
 def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s, w_s, p2p_s: float, activation,
                       w_retained_fraction: float = 1.0, activation_cap: float | None = None) -> tuple[Schedule, SimResult]:
-    """The schedule IR (``auto``: searched under ``activation_cap``) and its exact simulation. With one
-    stage every schedule but GPipe is F then B per micro-batch (what :func:`pipeline_timing` assumes)."""
+    """The schedule IR (``auto``: searched under ``activation_cap``) and its full simulation (a trace
+    draws every action). With one stage every schedule but GPipe is F then B per micro-batch (what
+    :func:`pipeline_timing` assumes)."""
     if pp == 1 and name != "gpipe":
         name, vpp = "1f1b", 1
-    if name == "auto":
-        sched = auto_schedule(pp, microbatches, vpp, f_s, i_s, w_s, p2p_s, mem_cap=activation_cap,
-                              activation=activation, w_retained_fraction=w_retained_fraction,
-                              placement="v" if vpp == 2 else "loop", objective="stage")
-    else:
-        sched = cached_schedule(name, pp, microbatches, vpp)
+    sched = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)(microbatches)
     return sched, simulate(sched, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction)
 
 
@@ -105,11 +133,25 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         total = microbatches * busy
         peak = (sum(activation) if name != "gpipe" else microbatches * sum(activation),)
         return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)), GLOBAL, 0.0, 0.0,
-                              inputs)
-    sched, res = simulate_pipeline(*inputs)
+                              inputs=inputs)
+    build = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
+    stages = len(f_s)
+    # Interleaved orders group micro-batches by pp once there are many: counts that are not multiples of pp
+    # (admitted only below pp^2) are simulated in full.
+    grouped = vpp > 1 and name in ("interleaved", "zb-h1")
+    steady = not grouped or microbatches % pp == 0
+    kw = {"f_s": f_s, "i_s": i_s, "w_s": w_s, "activation": activation, "w_retained_fraction": w_retained_fraction}
+
+    def timed(p2p: float) -> SimResult:
+        if not steady:
+            return simulate(build(microbatches), p2p_s=p2p, **kw)
+        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, pp if grouped else 1,
+                               grow=name != "auto")  # auto searches per count: one sample size only
+
+    res = timed(p2p_s)
     span_rule = name in POST_VALIDATION
     if p2p_s > 0 and split_p2p:
-        free = simulate(sched, f_s, i_s, w_s, 0.0, activation, w_retained_fraction)
+        free = timed(0.0)
         pp_comm = (res.stage_span - free.stage_span) if span_rule else (res.makespan - free.makespan)
     else:
         pp_comm = 0.0
@@ -127,9 +169,11 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         rank_busy_s=tuple(res.rank_busy),
         pp_comm_s=max(0.0, pp_comm),
         peak_activation=tuple(res.peak_activation),
-        stage_to_rank=tuple(sched.stage_to_rank),
+        stage_to_rank=stage_layout(name, pp, vpp),
         bubble_definition=SPAN if span_rule else GLOBAL,
         bubble_fraction=res.bubble_fraction,
         stage_bubble_ratio=res.stage_bubble_ratio,
+        simulated_microbatches=res.extrapolated_from,
+        exact=res.exact,
         inputs=inputs,
     )

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, clip, shorten
+from shardwise.limits import MAX_CLUSTER_GPUS
 from shardwise.specs.hardware import Cluster, make_cluster
 from shardwise.specs.job import job_from_mapping
 from shardwise.specs.model import ModelSpec, load_model
@@ -34,13 +35,17 @@ class PlanInputs:
 
 def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gpu: str | list[str] | None = None,
                 gpus: int | None = None, seq_len: int | None = None, global_batch: int | None = None,
-                tokens: float | None = None, precision: str | None = None) -> PlanInputs:
+                tokens: float | None = None, precision: str | None = None, memory_headroom: float | None = None) -> PlanInputs:
     """A job document whose `parallel` may be partly or wholly left out, or the options
-    (--model, --gpu, --gpus, --seq-len, --global-batch; --precision, --tokens)."""
+    (--model, --gpu, --gpus, --seq-len, --global-batch; --precision, --tokens, --memory-headroom)."""
+    if memory_headroom is not None and not 0 <= memory_headroom < 1:
+        raise ShardwiseError(f"--memory-headroom must be in [0, 1), got {memory_headroom}")
     if doc is not None:
         base = job_from_mapping(doc, require_plan=False)
         fixed = dict(doc.get("parallel") or {})
         training, clusters, spec = base.training, [base.cluster], base.model
+        if memory_headroom is not None:
+            clusters = [c.model_copy(update={"memory_headroom": memory_headroom}) for c in clusters]
     else:
         names = split_list(gpu)
         given = (("--model", model), ("--gpu", names), ("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch", global_batch))
@@ -51,12 +56,22 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
         try:
             training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
         except ValidationError as exc:
-            raise ShardwiseError("; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {e['msg']}" for e in exc.errors())) from None
-        clusters = [make_cluster(g, gpus) for g in names]
+            raise ShardwiseError(_flag_errors(exc)) from None
+        if not 0 < gpus <= MAX_CLUSTER_GPUS:
+            raise ShardwiseError(f"--gpus must be in 1..{MAX_CLUSTER_GPUS:,} (see Limits in the README), got {shorten(gpus)}")
+        clusters = [make_cluster(g, gpus, memory_headroom=memory_headroom) for g in names]
         fixed = {}
-    if tokens and doc is not None:
-        training = training.model_copy(update={"tokens": tokens})
+    if tokens is not None and doc is not None:
+        try:
+            training = TrainingSpec(**{**training.model_dump(), "tokens": tokens})
+        except ValidationError as exc:
+            raise ShardwiseError(_flag_errors(exc)) from None
     return PlanInputs(spec, training, clusters, fixed)
+
+
+def _flag_errors(exc: ValidationError) -> str:
+    """Pydantic errors on TrainingSpec fields, named as the flags that set them (--seq-len, ...)."""
+    return "; ".join(f"--{str(e['loc'][0]).replace('_', '-')}: {clip(e['msg'], 160)}" for e in exc.errors())
 
 
 def run_plan(inputs: PlanInputs, objective: str = "throughput", top: int = 5, schedules: str | list[str] | None = None,

@@ -106,7 +106,7 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
     t = Table(title=f"Best plans ({objective})", title_justify="left",
               caption="runs on: T = shardwise train run (torch), tt = torchtitan, M = Megatron-LM, DS = DeepSpeed"
               if runs_on is not None else None, caption_justify="left")
-    for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", "MFU", "peak GiB", "bubble s"]:
+    for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", "MFU (causal)", "peak GiB", "bubble s"]:
         t.add_column(col, justify="left" if col in ("plan", "gpu") else "right")
     with_cost = any(e.cost_usd is not None for e in top)
     if top and top[0].days_to_train is not None:
@@ -117,7 +117,7 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
         t.add_column("runs on", justify="left")
     for rank, e in enumerate(top, 1):
         row = [str(rank)] + ([e.gpu] if multi else []) + [
-            plan_label(e.plan), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+            plan_label(e.plan), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
             f"{e.peak_memory_gib:.1f}", f"{e.time_s.bubble:.3f}",
         ]
         if e.days_to_train is not None:

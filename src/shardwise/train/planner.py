@@ -14,6 +14,7 @@ Three stages (deterministic: ties break on enumeration order):
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,6 +117,10 @@ def plan_search(
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if top_k < 1:
         raise ShardwiseError(f"--top must be >= 1, got {top_k}")
+    if max_exact < 1:
+        raise ShardwiseError(f"--exact-budget must be >= 1 (exact estimates per GPU type), got {max_exact}")
+    if max_memory_gib is not None and not (math.isfinite(max_memory_gib) and max_memory_gib > 0):
+        raise ShardwiseError(f"--max-memory-gib must be a positive number of GiB, got {max_memory_gib}")
     fixed = dict(fixed or {})
     extra = {k: fixed.pop(k) for k in ("flash_attention", "overlap_grad_reduce") if k in fixed}
     fixed.pop("dp", None)
@@ -129,7 +134,7 @@ def plan_search(
         progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     scr = screen(cands, model, cluster, training, constants, extra.get("flash_attention", True), extra.get("overlap_grad_reduce", True))
     t2 = time.perf_counter()
-    capacity = cluster.gpu.memory_bytes
+    capacity = cluster.usable_memory_bytes
     cands.keep(scr["memory_bytes"] <= capacity, "memory")
     scr = {k: v[scr["memory_bytes"] <= capacity] for k, v in scr.items()}
     if max_memory_gib is not None:

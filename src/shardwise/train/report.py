@@ -10,6 +10,10 @@ from rich.text import Text
 
 from shardwise.train.result import Estimate
 
+#: How the headline MFU counts: the figure training reports compare (attention-score FLOPs halved by the
+#: causal mask, no recompute), over the GPU's dense peak at the training precision (cost/flops.py).
+CAUSAL_MFU = "model FLOPs with causal attention, no recompute, over dense peak"
+
 
 def estimate_json(results: list[Estimate]) -> dict[str, Any] | list[dict[str, Any]]:
     """`train estimate --format json`: one object for one job, a list for several."""
@@ -59,8 +63,10 @@ def estimate_table(e: Estimate) -> Group:
         ("error band", _band_text(e)),
         ("tokens/s per GPU", f"{e.tokens_per_s_per_gpu:,.0f}"),
         ("model TFLOP/s per GPU", f"{e.model_tflops_per_gpu:.1f}"),
-        ("MFU / causal MFU / HFU", f"{e.mfu:.1%} / {e.mfu_causal:.1%} / {e.hfu:.1%}"),
-        ("peak memory per GPU", f"{e.peak_memory_gib:.1f} GiB of {e.gpu_memory_gib:.0f} (pipeline rank {e.peak_memory_rank})"),
+        ("MFU (causal)", f"{e.mfu_causal:.1%}  ({CAUSAL_MFU})"),
+        ("non-causal MFU / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included)"),
+        ("peak memory per GPU", f"{e.peak_memory_gib:.1f} GiB of {e.usable_memory_gib:.1f} usable ({e.gpu_memory_gib:.0f} less "
+                                f"{1 - e.usable_memory_gib / e.gpu_memory_gib:.0%} headroom; pipeline rank {e.peak_memory_rank})"),
         ("fits", fits),
     ]
     if e.days_to_train is not None:

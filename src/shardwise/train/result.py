@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from shardwise.errors import ShardwiseError
 
 GIB = 2**30
 
@@ -60,6 +63,7 @@ class Estimate:
     peak_memory_rank: int
     memory_per_rank_gib: tuple[float, ...]
     gpu_memory_gib: float
+    usable_memory_gib: float  # HBM less the cluster's memory headroom: what `fits` compares with
     tokens_per_s_per_gpu: float
     samples_per_s_per_gpu: float
     model_tflops_per_gpu: float
@@ -79,13 +83,27 @@ class Estimate:
     #: the pipeline simulation's inputs (``PipelineTiming.inputs``), to redraw its timeline as a trace
     pipeline_inputs: tuple = field(default=(), compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
+        or non-finite time or memory (each would be a case the cost model does not cover)."""
+        bad = [f"{k} {v:.3g}" for k, v in (("MFU", self.mfu), ("causal MFU", self.mfu_causal), ("HFU", self.hfu))
+               if not 0.0 <= v <= 1.0]
+        parts = {"step time": self.step_time_s, **{f"time {k}": v for k, v in asdict(self.time_s).items()},
+                 **{f"memory {k}": v for k, v in asdict(self.memory).items()}}
+        bad += [f"{k} {v:.3g}" for k, v in parts.items() if not (math.isfinite(v) and v >= 0)]
+        if bad or not self.step_time_s > 0:
+            raise ShardwiseError(
+                f"the estimate of {self.model} with this plan is not physical ({', '.join(bad) or 'zero step time'}): "
+                "the cost model does not cover this job (sizes far outside real models?); please report it"
+            )
+
     @property
     def peak_memory_gib(self) -> float:
         return self.memory.total / GIB
 
     @property
     def fits(self) -> bool:
-        return bool(self.peak_memory_gib <= self.gpu_memory_gib)
+        return bool(self.peak_memory_gib <= self.usable_memory_gib)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +122,7 @@ class Estimate:
             "hfu": self.hfu,
             "peak_memory_gib": self.peak_memory_gib,
             "gpu_memory_gib": self.gpu_memory_gib,
+            "usable_memory_gib": self.usable_memory_gib,
             "fits": self.fits,
             "peak_memory_rank": self.peak_memory_rank,
             "memory_gib": self.memory.gib(),

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import ShardwiseError
+from shardwise.limits import MAX_PIPELINE_STAGES
 from shardwise.pipeline import resolve, schedule_info
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
@@ -32,6 +33,7 @@ REASONS = {
     "heads": "tp does not divide the attention (or KV) heads",
     "gpus": "GPU count is not a multiple of tp*pp*cp",
     "layers": "more pipeline stages than layers",
+    "stages_limit": f"more than {MAX_PIPELINE_STAGES} virtual stages (pp x vpp; Limits in the README)",
     "seq": "cp does not divide the sequence length",
     "experts": "ep does not divide the experts or dp*cp",
     "batch_small": "micro-batch x dp exceeds the global batch",
@@ -202,6 +204,7 @@ def _drop_impossible(c: Candidates, model: ModelSpec, cluster: Cluster, training
     c.keep(cluster.num_gpus % (c["tp"] * c["pp"] * c["cp"]) == 0, "gpus")
     c.arrays["dp"] = cluster.num_gpus // (c["tp"] * c["pp"] * c["cp"])
     c.keep(c["pp"] * c["vpp"] <= model.layers + 2, "layers")
+    c.keep(c["pp"] * c["vpp"] <= MAX_PIPELINE_STAGES, "stages_limit")
     c.keep(training.seq_len % c["cp"] == 0, "seq")
     if model.is_moe:
         c.keep((model.experts % c["ep"] == 0) & ((c["dp"] * c["cp"]) % c["ep"] == 0), "experts")

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import format_validation_error, read_document
+from shardwise.specs.job import ClusterSpec
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -34,7 +35,7 @@ class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[str | dict[str, Any]] = Field(min_length=1)
-    clusters: list[dict[str, Any]] = Field(min_length=1)
+    clusters: list[ClusterSpec] = Field(min_length=1)
     seq_lens: list[int] = Field(min_length=1)
     global_batches: list[int] = Field(min_length=1)
     objective: str = "throughput"
@@ -54,7 +55,7 @@ def load_sweep(path: str | Path) -> list[dict[str, Any]]:
         raise ShardwiseError(format_validation_error(exc, "sweep")) from None
     jobs = []
     for n, (model, cluster, seq, batch) in enumerate(itertools.product(spec.models, spec.clusters, spec.seq_lens, spec.global_batches)):
-        jobs.append({"job": n, "model": model, "cluster": cluster, "seq_len": seq, "global_batch": batch,
+        jobs.append({"job": n, "model": model, "cluster": cluster.model_dump(), "seq_len": seq, "global_batch": batch,
                      "objective": spec.objective, "schedules": spec.schedules, "max_memory_gib": spec.max_memory_gib,
                      "precision": spec.precision})
     return jobs

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import math
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -30,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shardwise import __version__
+from shardwise.console import finite
 from shardwise.errors import ShardwiseError
 from shardwise.web import tasks
 from shardwise.web.jobs import JobQueue, Limits, QueueFull
@@ -44,19 +44,6 @@ class WebSettings:
     inline_cells: int = 20_000  # estimates and schedules up to this many stages x micro-batches run inline
     inline_threads: int = 2  # inline requests computing at once; more wait their turn (no GIL thrashing)
     max_body_bytes: int = 32 * 2**20
-
-
-def finite(value: Any) -> Any:
-    """JSON cannot carry inf or nan: they become null (numpy scalars become numbers)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalar
-        return finite(value.item())
-    return value
 
 
 class JSONOut(JSONResponse):

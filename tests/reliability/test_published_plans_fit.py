@@ -1,0 +1,90 @@
+"""Plans that ran in production must fit in memory under the model (with the default 5% headroom).
+
+Each plan is built from the calibration record of its paper (src/shardwise/data/calibration/
+training-measurements.json, via calibration/records.py, with the assumptions it lists where a paper is
+silent) and estimated; `fits` compares the peak with the GPU memory less the headroom.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from shardwise.calibration.records import build_job
+from shardwise.calibration.sources import source_of
+from shardwise.calibration.validate import default_data_path
+from shardwise.specs.hardware import DEFAULT_MEMORY_HEADROOM
+from shardwise.specs.model import load_model
+from shardwise.train.estimate import estimate
+
+RECORDS = {r["id"]: r for r in json.loads(default_data_path().read_text())}
+
+# Korthikanti et al. 2022 Table 5 (GPT 22B-1T on A100-80GB, full and selective recompute) and Sec. 6.3.
+MEGATRON = [
+    "korthikanti22_t5_22B_full", "korthikanti22_t5_22B_present", "korthikanti22_t5_175B_full",
+    "korthikanti22_t5_175B_present", "korthikanti22_t5_530B_full", "korthikanti22_t5_530B_present",
+    "korthikanti22_t5_1T_full", "korthikanti22_t5_1T_present", "korthikanti22_530B_dp8_2240gpu",
+]
+# Dubey et al. 2024 (Llama 3) Table 4: 405B, 8K on 8,192 and 16,384 H100s, 128K on 16,384.
+LLAMA3 = ["llama3_t4_8192gpu_8192", "llama3_t4_16384gpu_8192", "llama3_t4_16384gpu_131072"]
+
+# Why the Llama 3 rows do not fit yet (kept strict: when they fit, these xfails fail and must be removed).
+# Their activations follow Korthikanti's per-layer accounting (0.50 GiB per layer and micro-batch at 8K,
+# tp 8 with sequence parallelism, no recompute — checked to 0.0% against that paper's Figs. 1/7), and
+# the model states follow the paper's FSDP (bf16 weights kept whole, fp32 gradients, sharded Adam). The
+# excess is the pipeline's in-flight activations: shardwise's interleaved schedule is Megatron-LM's
+# depth-first order, N = pp micro-batches per round, which keeps 128-141 one-layer chunks in flight on a
+# rank (63.6-70 GiB). Llama 3 replaced it with a schedule whose N is tunable "for the best communication
+# and memory efficiency" and names the first stage's warm-up micro-batches as the memory problem (Dubey
+# et al. 2024 Sec. 3.3.2, "Pipeline parallelism improvements"); the paper does not give N, and the
+# generator has no N knob (gen_classic.interleave_group).
+LLAMA3_GAP = "Llama 3's tunable-N interleaved schedule (Sec. 3.3.2) is not modelled: N = pp keeps 128-141 chunks in flight"
+
+
+def _estimate(record_id: str):
+    job = build_job(RECORDS[record_id], source_of(record_id), [])
+    if record_id.startswith("llama3"):
+        # Llama 3 405B is a SwiGLU model (Dubey et al. 2024 Table 3: FFN 53,248 = 3.25 x 16,384, SwiGLU):
+        # the record's name matched calibration/records.py's GELU_NAMES ("5b" in "405b"), which builds a
+        # 294B-parameter GELU GPT; the preset has the paper's architecture.
+        job = replace(job, model=load_model("llama-3.1-405b"))
+    return estimate(job)
+
+
+@pytest.mark.parametrize("record_id", MEGATRON)
+def test_megatron_table5_plans_fit_on_a100_80gb(record_id):
+    e = _estimate(record_id)
+    assert e.gpu == "A100-80GB"
+    assert e.usable_memory_gib == pytest.approx(e.gpu_memory_gib * (1 - DEFAULT_MEMORY_HEADROOM))
+    assert e.fits, f"{record_id}: {e.peak_memory_gib:.1f} GiB > {e.usable_memory_gib:.1f} usable"
+
+
+@pytest.mark.parametrize("record_id", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=LLAMA3_GAP)) for r in LLAMA3])
+def test_llama3_405b_plans_fit_on_h100(record_id):
+    e = _estimate(record_id)
+    assert e.fits, f"{record_id}: {e.peak_memory_gib:.1f} GiB > {e.usable_memory_gib:.1f} usable"
+
+
+def test_llama3_states_and_per_layer_activations_are_the_papers():
+    """What the Llama 3 plans' memory is made of, so the gap above is the schedule's alone."""
+    e = _estimate("llama3_t4_16384gpu_8192")  # 16 micro-batches per data-parallel rank, vpp 8, pp 16
+    gib = e.memory.gib()
+    params = 405.9e9 / (8 * 16)  # Llama 3.1 405B over tp 8 x pp 16
+    assert gib["params"] == pytest.approx(params * 2 / 2**30, rel=0.03)  # bf16 weights, not resharded
+    assert gib["grads"] == pytest.approx(params * 4 / 2**30, rel=0.03)  # fp32 gradient accumulation
+    assert gib["optimizer"] < 0.5  # Adam states sharded over dp 128
+    # every forward of the 16 micro-batches is in flight on a middle rank: 16 x 8 one-layer chunks
+    per_layer = gib["activations"] / 128
+    assert per_layer == pytest.approx(0.4966, rel=0.01)
+
+
+def test_headroom_is_configurable():
+    from shardwise.specs.job import job_from_mapping
+
+    doc = {"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8, "memory_headroom": 0.2},
+           "training": {"seq_len": 4096, "global_batch": 8}, "parallel": {"tp": 8}}
+    e = estimate(job_from_mapping(doc))
+    assert e.usable_memory_gib == pytest.approx(0.8 * e.gpu_memory_gib)
+    assert e.fits == (e.peak_memory_gib <= 0.8 * e.gpu_memory_gib)
