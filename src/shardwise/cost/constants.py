@@ -106,6 +106,7 @@ class MoeConstants:
 
     grouped_gemm_tile: float = 128.0  # cited: CUTLASS grouped-GEMM threadblock tiles of 128 rows (each expert's rows padded to it)
     dispatch_overhead_s: float = 50e-6  # fitted: fixed cost of one token dispatch or combine (routing metadata, splits, sync)
+    grouped_gemm_ratio: float = 1.0  # fitted: expert grouped-GEMM speed / dense GEMM speed at the same shape
 
 
 @dataclass(frozen=True)

@@ -158,8 +158,8 @@ def transformer_layer(
     tp = groups.tp
     h, heads = model.hidden, model.heads / tp
     attn_in, attn_out, dense_mlp, expert = matmul_weights(model)
-    # --- block linears (m, n, k, count); each has a dgrad and a wgrad twin of equal FLOPs ---------
-    linears = [(tokens, attn_in / h / tp, h, 1), (tokens, h, attn_out / h / tp, 1)]
+    # --- block linears (m, n, k, count, speed); each has a dgrad and a wgrad twin of equal FLOPs ---
+    linears = [(tokens, attn_in / h / tp, h, 1, 1.0), (tokens, h, attn_out / h / tp, 1, 1.0)]
     mats = 3 if model.mlp == "swiglu" else 2
     router = permute = 0.0  # 16-bit router GEMM; token permutation (memory-bound, no weight gradient)
     dispatch = 0.0
@@ -168,10 +168,11 @@ def transformer_layer(
         experts_local = round(model.experts / groups.ep)
         rows = expert_rows(model, tokens, groups, moe, moe_consts.grouped_gemm_tile)
         ffn_local = model.d_expert / etp
-        linears += [(rows, (mats - 1) * ffn_local, h, experts_local), (rows, h, ffn_local, experts_local)]
+        grouped = moe_consts.grouped_gemm_ratio
+        linears += [(rows, (mats - 1) * ffn_local, h, experts_local, grouped), (rows, h, ffn_local, experts_local, grouped)]
         if model.shared_experts:
             shared = model.shared_experts * model.d_expert / tp
-            linears += [(tokens, (mats - 1) * shared, h, 1), (tokens, h, shared, 1)]
+            linears += [(tokens, (mats - 1) * shared, h, 1, 1.0), (tokens, h, shared, 1, 1.0)]
         routed = tokens * etp / tp * model.top_k * moe.load_factor
         router = _gemm(dev, tokens, model.experts, h)
         permute = float(dev.memory_s(2 * 2 * routed * h * act_bytes, 2))  # permute + unpermute: read and write each token
@@ -179,15 +180,15 @@ def transformer_layer(
         act_width = (model.top_k * moe.load_factor * etp / tp + model.shared_experts / tp) * model.d_expert
     else:
         ffn_local = model.ffn / tp
-        linears += [(tokens, (mats - 1) * ffn_local, h, 1), (tokens, h, ffn_local, 1)]
+        linears += [(tokens, (mats - 1) * ffn_local, h, 1, 1.0), (tokens, h, ffn_local, 1, 1.0)]
         act_width = model.ffn / tp
-    gemm = sum(_gemm(dev, m, n, k, c, lowp.active) for m, n, k, c in linears) + router
+    gemm = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in linears) + router
     # --- low-precision casts: GEMM inputs in the forward, output gradients in the backward ----------
-    n_lin = sum(c for *_, c in linears)
-    cast_f = float(cast_s(dev, lowp, sum(m * k * c for m, _, k, c in linears), len(linears)))
-    cast_b = float(cast_s(dev, lowp, sum(m * n * c for m, n, _, c in linears), len(linears)))
+    n_lin = sum(c for _, _, _, c, _ in linears)
+    cast_f = float(cast_s(dev, lowp, sum(m * k * c for m, _, k, c, _ in linears), len(linears)))
+    cast_b = float(cast_s(dev, lowp, sum(m * n * c for m, n, _, c, _ in linears), len(linears)))
     if not lowp.weights_per_step:  # weights cast at every forward
-        cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c in linears), n_lin))
+        cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
     # --- attention core ---------------------------------------------------------------------------
     d_qk, d_v = model.d_head, model.d_v_head
     if flash:

@@ -102,7 +102,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     peak = gpu.peak_flops("bf16" if training.low_precision else training.precision)  # MFU of fp8/fp4 runs: vs the BF16 peak
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
-    hf = mf + recompute_flops_per_token(model, seq, rc) * tokens_step
+    repeated = "none" if rc == "selective" and flash else rc  # fused attention: selective recompute repeats no attention core
+    hf = mf + recompute_flops_per_token(model, seq, repeated) * tokens_step
     days = cost = None
     if training.tokens:
         seconds = training.tokens / tokens_step * step
@@ -110,6 +111,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         if cluster.price_usd_per_gpu_hour is not None:
             cost = seconds / 3600 * n * cluster.price_usd_per_gpu_hour
     notes = []
+    if model.is_moe:
+        notes.append(f"MoE routing: {training.moe.assumption()}; {training.moe.dispatcher} dispatch over ep {ep}, "
+                     f"expert all-to-all {e_ep:.3g} s per step (exposed)")
+    if training.low_precision:
+        notes.append(f"MFU and HFU are against the BF16 peak ({peak / 1e12:.0f} TFLOP/s); {lowp.recipe} {training.precision} "
+                     "GEMMs run the block linears, attention and the LM head stay in BF16")
     if timing.simulated_microbatches is not None:
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
         searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
@@ -136,6 +143,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         mfu=mf / (step * n * peak),
         mfu_causal=mf_causal / (step * n * peak),
         hfu=hf / (step * n * peak),
+        mfu_limit=gpu.peak_flops(training.precision) / peak,
         bubble_definition=timing.bubble_definition,
         bubble_fraction=timing.bubble_fraction,
         stage_bubble_ratio=timing.stage_bubble_ratio,
