@@ -115,6 +115,14 @@ def gathers_per_layer(model: ModelSpec, stack: StackProfile) -> int:
     return 2 + qkv + 1 + (2 if model.mlp == "gelu" else 3)
 
 
+def gathered_moe_layer_params(model: ModelSpec, ep):
+    """Parameters of one MoE layer a rank gathers under ZeRO-3: its own routed experts (1/ep of them)
+    and every dense weight (attention, router, norms, shared experts); 0 for a dense model."""
+    if not model.is_moe:
+        return 0
+    return model.layer_params_moe - model.experts * model.expert_params * (1 - 1 / np.asarray(ep))
+
+
 @dataclass(frozen=True)
 class RankTail:
     states: ModelStateBytes
@@ -135,7 +143,7 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     dense_group = dp * cp
     expert_group = np.maximum(1, dense_group // ep)
     shard = np.minimum(dp_shard, dense_group)
-    largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
+    largest = np.maximum(model.layer_params_dense, gathered_moe_layer_params(model, ep)) / tp
     states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb,
                           optimizer_bytes_per_param(training.precision), offload)
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
