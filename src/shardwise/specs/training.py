@@ -70,7 +70,7 @@ class TrainingSpec(BaseModel):
                                  "activations and cast the GEMM inputs (fp8_recipe)")
     fp8_recipe: Recipe = Field(
         default="auto", description="low-precision scaling: tensorwise, rowwise, blockwise, mxfp8 or delayed (fp8); "
-        "nvfp4 or mxfp4 (fp4, Blackwell); auto = the stack's default (train plan searches the recipes)")
+        "nvfp4 or mxfp4 (fp4, Blackwell); auto = the stack's default recipe")
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars")
     grad_dtype: Literal["bf16", "fp32"] = Field(
         default="fp32", description="gradient accumulation/reduction dtype (Megatron main_grad: fp32)"
