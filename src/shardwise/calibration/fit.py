@@ -271,6 +271,21 @@ def fit_cases(cases: list[Case], base: Constants, x0: np.ndarray | None = None, 
     return result, apply(base, result.values)
 
 
+def fit_new_params(cases: list[Case], base: Constants, stored: dict[str, float], max_nfev: int = 30) -> tuple[FitResult, Constants]:
+    """Fit only the parameters a stored fit lacks, the others fixed at their `stored` values, on the
+    in-scope cases the new ones affect (fast: the rest of the model is not refitted). The result's
+    objective is the full one over every in-scope case, as :func:`fit_cases` reports it."""
+    fixed = {p.name: stored[p.name] for p in PARAMS if p.name in stored}
+    free = tuple(p for p in PARAMS if p.name not in stored)
+    scoped = [c for c in cases if in_fit_scope(c)]
+    touched = [c for c in scoped if any(p.applies(c) for p in free)]
+    result = Problem(touched, apply(base, fixed), free).fit(None, max_nfev)
+    values = {**fixed, **result.values}
+    cost = Problem(scoped, base).cost(np.array([values[p.name] for p in PARAMS]))
+    determined = {**{n: "fixed at the stored fit" for n in fixed}, **result.determined}
+    return FitResult(values, cost, determined, result.stderr, len(scoped)), apply(base, values)
+
+
 def held_out_rows(cases: list[Case], group: str, consts: Constants) -> list[dict[str, Any]]:
     """Predictions of a group's throughput cases with the constants fitted without it."""
     return [
