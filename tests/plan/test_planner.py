@@ -6,14 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import generate_schedule, simulate
+from shardwise.pipeline import generate_schedule, schedule_info, simulate
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.model import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import bubble_units, inflight_units, screen
+from shardwise.train.screen import screen
 from shardwise.train.search_space import enumerate_plans
 
 MODEL, CLUSTER, TRAINING = load_model("llama-3.1-8b"), make_cluster("H100", 8), TrainingSpec(seq_len=4096, global_batch=32)
@@ -63,7 +63,7 @@ def test_inflight_closed_forms_never_below_the_simulator(name, pp, m_mult):
         return
     sim = simulate(sched, 1.0, 1.0, 1.0, 0.0)
     for r in range(pp):
-        closed = float(inflight_units(name, pp, v, np.array([m]), r)[0])
+        closed = float(schedule_info(name).inflight(pp, v, np.array([m]), r)[0])
         assert closed >= sim.peak_activation_microbatches[r] - 1e-9
         assert closed <= 1.5 * sim.peak_activation_microbatches[r] + 1
 
@@ -77,7 +77,7 @@ def test_bubble_units_match_the_simulator(name, v):
             per_rank = v if name not in ("zbv",) else 2
             time = sim.stage_span if name in ("zb-h1", "zb-h2", "zbv") else sim.makespan
             measured = (time - m * 3 * per_rank) / 3
-            assert float(bubble_units(name, pp, v, np.array([m]))[0]) == pytest.approx(measured, abs=0.35 * pp)
+            assert float(schedule_info(name).bubble_units(pp, v, np.array([m]))[0]) == pytest.approx(measured, abs=0.35 * pp)
 
 
 def test_pareto_front_hand_example():
@@ -102,3 +102,30 @@ def test_front_contains_the_best_plan(result):
     mems = [p["peak_memory_gib"] for p in result.front]
     tputs = [p["tokens_per_s_per_gpu"] for p in result.front]
     assert mems == sorted(mems) and tputs == sorted(tputs)
+
+
+def test_screen_memory_is_exact_where_the_inflight_count_is():
+    """GPipe and 1F1B with one stage per rank: the in-flight counts are exact closed forms and the
+    screen's memory assembly is the estimate's (train/assembly.py), so the two agree to rounding."""
+    cluster, training = make_cluster("A100-80GB", 16), TrainingSpec(seq_len=4096, global_batch=64)
+    c = enumerate_plans(MODEL, cluster, training, schedules=("gpipe", "1f1b"))
+    s = screen(c, MODEL, cluster, training)
+    picked = [i for i in range(len(c)) if c["vpp"][i] == 1][:: max(1, len(c) // 60)]
+    assert len(picked) >= 20
+    for i in picked:
+        e = estimate(job_from_plan(MODEL, cluster, training, c.plan_dict(i)))
+        assert s["memory_bytes"][i] == pytest.approx(e.memory.total, rel=1e-9), c.plan_dict(i)
+
+
+@pytest.mark.parametrize("gpus, seq, batch", [(8, 4096, 32), (16, 8192, 64)])
+def test_stop_rule_heuristic_finds_the_exhaustive_best(gpus, seq, batch):
+    """The planner stops once max(lower bound, APPROX_TRUST x approximation) cannot beat its K-th best:
+    a heuristic, not a bound. Against estimating every plan that fits exactly, its best plan is the best
+   ."""
+    cluster, training = make_cluster("A100-80GB", gpus), TrainingSpec(seq_len=seq, global_batch=batch)
+    res = plan_search(MODEL, cluster, training, top_k=3)
+    c = enumerate_plans(MODEL, cluster, training)
+    s = screen(c, MODEL, cluster, training)
+    fits = np.nonzero(s["memory_bytes"] <= cluster.usable_memory_bytes)[0]
+    best = min(estimate(job_from_plan(MODEL, cluster, training, c.plan_dict(i)), split_p2p=False).step_time_s for i in fits)
+    assert res.top[0].step_time_s == pytest.approx(best, rel=1e-9)

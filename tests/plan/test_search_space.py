@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import generate_schedule
+from shardwise.pipeline import generate_schedule, schedule_info
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.model import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.planner import plan_search
-from shardwise.train.search_space import REASONS, enumerate_plans, schedule_admits
+from shardwise.train.search_space import REASONS, enumerate_plans
 
 SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 8, "ffn": 1024, "vocab": 1000}
 
@@ -65,4 +65,4 @@ def test_admissibility_rules_match_the_generators(name):
                     ok = True
                 except ShardwiseError:
                     ok = False
-                assert bool(schedule_admits(name, np.array([pp]), np.array([m]), np.array([v]))[0]) == ok, (name, pp, m, v)
+                assert bool(schedule_info(name).admits(np.array([pp]), np.array([m]), np.array([v]))[0]) == ok, (name, pp, m, v)

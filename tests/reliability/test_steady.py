@@ -20,7 +20,9 @@ REPRESENTATIVE = 4  # the sample is then 8 micro-batches per virtual stage
 
 def _vpp(name: str, pick: int) -> int | None:
     rule = schedule_info(name).vpp_rule
-    return {"1": None, "2": None, ">=2": 2 + pick % 2, ">=1": 1 + pick % 2}[rule]
+    if rule.fixed or rule.highest == rule.lowest:
+        return None
+    return rule.lowest + pick % 2
 
 
 @st.composite
@@ -28,13 +30,13 @@ def cases(draw, names=tuple(NAMED)):
     name = draw(st.sampled_from(names))
     pp = draw(st.integers(2, 5))
     vpp = _vpp(name, draw(st.integers(0, 1)))
-    stages = pp * (2 if schedule_info(name).placement == "v" else vpp or 1)
+    stages = pp * schedule_info(name).stages_per_rank(pp, vpp)
     times = st.lists(st.integers(0, 5), min_size=stages, max_size=stages)
     f = np.array(draw(times), float) + 1.0  # forwards take at least 1
     i, w = np.array(draw(times), float) + 1.0, np.array(draw(times), float)
     p2p = float(draw(st.integers(0, 2)))
     act = np.array(draw(times), float) + 1.0
-    grouped = (vpp or 1) > 1 and name in ("interleaved", "zb-h1")
+    grouped = (vpp or 1) > 1 and schedule_info(name).rounds_of_pp
     granularity = pp if grouped else 1
     sample = -(-max(REPRESENTATIVE, 8 * stages) // granularity) * granularity
     m = draw(st.integers(2 * sample + 1, 5 * sample))
@@ -70,8 +72,8 @@ def test_extrapolation_equals_full_simulation(case):
 def test_every_schedule_is_extrapolated(name):
     """Far beyond the sample every schedule is extrapolated, and still equals the full simulation."""
     pp, vpp = 3, _vpp(name, 0)
-    stages = pp * (2 if schedule_info(name).placement == "v" else vpp or 1)
-    g = pp if (vpp or 1) > 1 and name in ("interleaved", "zb-h1") else 1
+    stages = pp * schedule_info(name).stages_per_rank(pp, vpp)
+    g = pp if (vpp or 1) > 1 and schedule_info(name).rounds_of_pp else 1
     rng = np.random.default_rng(7)
     kw = {"f_s": rng.integers(1, 5, stages).astype(float), "i_s": rng.integers(1, 5, stages).astype(float),
           "w_s": rng.integers(0, 3, stages).astype(float), "p2p_s": 1.0}

@@ -118,7 +118,7 @@ def list_cmd() -> None:
     table.add_column("description")
     for name in list_schedules():
         info = schedule_info(name)
-        table.add_row(name, {"1": "1", ">=2": ">= 2", ">=1": ">= 1", "2": "2 (V)"}[info.vpp_rule], info.description)
+        table.add_row(name, info.vpp_rule.label, info.description)
     _console().print(table)
 
 

@@ -61,13 +61,20 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) 
     return 6.0 * (weights + lm_head) + 3.0 * attention_score_flops_per_token(model, seq_len, causal)
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str, causal: bool = False) -> float:
-    """Extra forward FLOPs per token spent re-computing activations in the backward pass."""
+def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str, causal: bool = False,
+                              flash: bool = False, gemm_share: float = 0.0) -> float:
+    """Extra forward FLOPs per token spent re-computing activations in the backward pass. Selective:
+    the attention scores (Korthikanti et al. 2022 Sec. 5), which a fused attention kernel does not store
+    and so does not recompute as a separate step (`flash`), plus `gemm_share` of the other forward
+    matmuls (the stack's op-level selective checkpointing, :mod:`shardwise.cost.stack`). Full: the whole
+    forward but the LM head."""
+    head = 2.0 * model.hidden * model.vocab
     if recompute == "selective":
-        return attention_score_flops_per_token(model, seq_len, causal)
+        scores = attention_score_flops_per_token(model, seq_len, causal)
+        gemms = model_flops_per_token(model, seq_len, causal) / 3.0 - scores - head
+        return (0.0 if flash else scores) + gemm_share * gemms
     if recompute == "full":
-        fwd = model_flops_per_token(model, seq_len, causal) / 3.0
-        return fwd - 2.0 * model.hidden * model.vocab  # the LM head is not recomputed
+        return model_flops_per_token(model, seq_len, causal) / 3.0 - head  # the LM head is not recomputed
     return 0.0
 
 

@@ -66,18 +66,36 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
                 + chunked_s(cluster, kind, expert, n_exp, tp * ep, calls_e))
 
     across_bytes = p_dense * grad_bytes / shard
-    across = chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
     window = where(overlap_grad_reduce, dp_overlap, 0.0)
-    gather, scatter = both("all_gather", weight_bytes, shard, tp, False), both("reduce_scatter", grad_bytes, shard, tp, False)
-    layer_gather = both("all_gather", weight_bytes, shard, tp, True)
-    layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
-    full_reduce = both("all_reduce", grad_bytes, n_dense, tp, False)
-    hidden_gather = np.maximum(0.0, gather - window * fwd_s)
-    zero0 = np.maximum(0.0, full_reduce - window * bwd_s)
-    zero1 = np.maximum(0.0, scatter + across - window * bwd_s) + hidden_gather
-    zero2 = microbatches * np.maximum(0.0, scatter - window * bwd_s) + np.maximum(0.0, across - window * bwd_s) + hidden_gather
-    zero3 = microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
-                            + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
-    zero3 = zero3 + np.maximum(0.0, across - window * bwd_s)
-    out = where(zero == 0, zero0, where(zero == 1, zero1, where(zero == 2, zero2, zero3)))
+
+    def across():
+        return chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
+
+    def hidden_gather():
+        return np.maximum(0.0, both("all_gather", weight_bytes, shard, tp, False) - window * fwd_s)
+
+    def zero0():
+        return np.maximum(0.0, both("all_reduce", grad_bytes, n_dense, tp, False) - window * bwd_s)
+
+    def zero1():
+        scatter = both("reduce_scatter", grad_bytes, shard, tp, False)
+        return np.maximum(0.0, scatter + across() - window * bwd_s) + hidden_gather()
+
+    def zero2():
+        scatter = both("reduce_scatter", grad_bytes, shard, tp, False)
+        return (microbatches * np.maximum(0.0, scatter - window * bwd_s) + np.maximum(0.0, across() - window * bwd_s)
+                + hidden_gather())
+
+    def zero3():
+        layer_gather = both("all_gather", weight_bytes, shard, tp, True)
+        layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
+        return (microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
+                                + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
+                + np.maximum(0.0, across() - window * bwd_s))
+
+    rules = (zero0, zero1, zero2, zero3)
+    if np.ndim(zero) == 0:  # one plan: only its own stage's rule is evaluated
+        out = rules[int(zero)]()
+    else:
+        out = where(zero == 0, zero0(), where(zero == 1, zero1(), where(zero == 2, zero2(), zero3())))
     return float(out) if np.ndim(out) == 0 else out

@@ -53,11 +53,11 @@ MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 def splits_backward(schedule: str) -> bool:
     """True when the schedule runs backward as separate I (input-gradient) and W (weight-gradient)
     actions (the zero-bubble family, DualPipeV, auto); read off a small generated instance."""
-    from shardwise.pipeline import generate_schedule, resolve
+    from shardwise.pipeline import generate_schedule, resolve, schedule_info
     from shardwise.pipeline.ir import I_CODE, W_CODE
 
     name = resolve(schedule)
-    if name == "auto":
+    if schedule_info(name).takes_costs:  # searched per job: its orders may split the backward
         return True
     sched = generate_schedule(name, 4, 8)
     return any(code in (I_CODE, W_CODE) for arr in sched.codes for code in arr[:, 2].tolist())
@@ -94,7 +94,7 @@ class PlanView:
         from shardwise.pipeline import resolve, schedule_info
 
         name = resolve(plan.schedule)
-        vpp = 2 if plan.pp > 1 and plan.vpp == 1 and schedule_info(name).placement == "v" else plan.vpp
+        vpp = schedule_info(name).vpp_rule.held(plan.pp, plan.vpp)
         one = lambda x: np.array([int(x)])  # noqa: E731
         return cls(one(plan.tp), one(plan.pp), one(vpp), one(plan.cp), one(plan.ep), one(plan.dp or 1),
                    one(plan.zero), one(plan.sp), one(RECOMPUTE.index(plan.recompute)), one(0), (name,), model,

@@ -28,6 +28,7 @@ from __future__ import annotations
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve, schedule_info
+from shardwise.pipeline.schedule_info import V
 from shardwise.specs.job import TrainJob
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.train.stages import stage_contents
@@ -70,7 +71,7 @@ def schedule_choice(name: str, pp: int, vpp: int) -> tuple[str, bool]:
         return NATIVE[name], False
     if name == "zb-h1" and vpp > 1:
         return "InterleavedZeroBubble", False
-    if schedule_info(name).placement == "v" or (name == "auto" and vpp == 2):
+    if schedule_info(name).placement_at(vpp) == V:
         return "ZBVZeroBubble", True
     return ("Interleaved1F1B" if vpp > 1 else "1F1B"), True
 
@@ -97,7 +98,7 @@ def export_torchtitan(job: TrainJob, version: str = "0.3.0") -> Export:
     major = _version(version)
     module, config, flavor = torchtitan_model(model)
     sched_name = resolve(p.schedule)
-    vpp = 2 if p.pp > 1 and p.vpp == 1 and schedule_info(sched_name).placement == "v" else p.vpp
+    vpp = schedule_info(sched_name).vpp_rule.held(p.pp, p.vpp)
     dp = p.dp or 1
     m = job.microbatches
     notes: list[str] = []

@@ -93,11 +93,11 @@ def auto_schedule(
 def _named_seeds(pp: int, m: int, vpp: int, s2r: list[int], skip: Sequence[str] = ()) -> list[tuple[str, list]]:
     """Named schedules with the same placement, offered to ``auto`` as candidates (kept only if they
     respect the memory cap under the caller's times)."""
-    from shardwise.pipeline.registry import generate_schedule, list_schedules
+    from shardwise.pipeline.registry import generate_schedule, list_schedules, schedule_info
 
     seeds = []
     for name in list_schedules():
-        if name == "auto" or name in skip:
+        if schedule_info(name).takes_costs or name in skip:
             continue
         try:
             sched = generate_schedule(name, pp, m, vpp)
@@ -134,15 +134,13 @@ def compare_schedules(
     rows = []
     for name in names or list_schedules():
         info = schedule_info(name)
-        v = 2 if info.placement == "v" else (vpp if info.vpp_rule in (">=2",) else 1)
-        if info.name == "bfs":
-            v = vpp
+        v = info.vpp_rule.fixed or (vpp if info.compare_with_vpp else info.vpp_rule.default)
         row: dict = {"schedule": info.name, "vpp": v}
         try:
-            times = [_rank_to_stage(x, pp, v, info.placement, label)
+            times = [_rank_to_stage(x, pp, v, info.placement_at(v), label)
                      for x, label in ((f_s, "f_s"), (i_s, "i_s"), (w_s, "w_s"))]
             kw = {}
-            if info.name == "auto":
+            if info.takes_costs:
                 kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": p2p_s,
                       "mem_cap": mem_cap, "w_retained_fraction": w_retained_fraction}
             sched = generate_schedule(info.name, pp, microbatches, v, **kw)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline.ir import Schedule
-from shardwise.pipeline.registry import generate_schedule, resolve
+from shardwise.pipeline.registry import generate_schedule, schedule_info
 from shardwise.pipeline.simulate import SimResult, simulate
 from shardwise.pipeline.validate import validate_schedule
 
@@ -38,7 +38,7 @@ def build_schedule(schedule: str, pp: int, microbatches: int, vpp: int | None, f
     if imported is not None:
         return validate_schedule(imported), times
     kw = {}
-    if resolve(schedule) == "auto":
+    if schedule_info(schedule).takes_costs:
         kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": comm, "mem_cap": mem_cap,
               "w_retained_fraction": w_retained}
     elif mem_cap is not None:

@@ -1,9 +1,23 @@
-"""Schedule registry: name -> generator, with aliases; :func:`generate_schedule` is the entry point."""
+"""Schedule registry: name -> :class:`~shardwise.pipeline.schedule_info.ScheduleInfo`, with aliases;
+:func:`generate_schedule` is the entry point.
+
+Adding a schedule is a generator (a ``gen_*.py`` returning per-rank action lists) and one
+:func:`register` call here with its record. The screen's closed forms of each record, with equal stages
+and F = I = W, in stage units (tested against the simulator):
+
+- bubble of the critical rank: 1F1B and GPipe p-1; interleaved and looped BFS p-1 stage units = (p-1)/v
+  of a rank; ZB-H1 a third of 1F1B's; ZB-H2 and ZB-V ~0 once m >= 2p; V-Half ~1/2 and V-Min ~2/3 of 1F1B's
+  rank time (Qi et al. 2024 Table 1; Narayanan et al. 2021 Sec. 2.2), with the extra fill of short
+  pipelines (m < p) measured on the simulator;
+- peak in-flight micro-batches of a stage on rank r: GPipe m, looped BFS v*m, 1F1B min(p - r, m),
+  interleaved min(2(p-r-1) + (v-1)p + 1, v*m), ZB-H1 v*min(p, m), ZB-H2 min(2p-1, m),
+  ZB-V min(2p, m+1+r, 2m), V-Half min(p+2, 2m), V-Min min(2(p+4)//3, 2m), DualPipeV 2p+1.
+
+``auto`` is searched per job; its closed forms are assumptions (1F1B's bubble, at most 2p in flight).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,18 +26,17 @@ from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_PIPELINE_RANKS
 from shardwise.pipeline import gen_classic, gen_dualpipe, gen_v
 from shardwise.pipeline.ir import Schedule, check_schedule_size, loop_placement, make_schedule, v_placement
-
-
-@dataclass(frozen=True)
-class ScheduleInfo:
-    """A registered schedule: canonical name, one-line description with its source, vpp rule."""
-
-    name: str
-    description: str
-    placement: str  # "loop" or "v"
-    vpp_rule: str  # "1", ">=2", ">=1", "2"
-    build: Callable[..., Schedule]
-
+from shardwise.pipeline.schedule_info import (
+    ANY_STAGES,
+    LOOP,
+    ONE_STAGE,
+    SEVERAL_STAGES,
+    V_SHAPED,
+    V_WHEN_TWO,
+    ScheduleInfo,
+    StepTime,
+    V,
+)
 
 _REGISTRY: dict[str, ScheduleInfo] = {}
 _ALIASES: dict[str, str] = {}
@@ -38,6 +51,14 @@ def register(info: ScheduleInfo, aliases: tuple[str, ...] = ()) -> None:
     _REGISTRY[info.name] = info
     for a in (info.name, *aliases):
         _ALIASES[_key(a)] = info.name
+
+
+def unregister(name: str) -> None:
+    """Remove a schedule and its aliases (for tests that register one of their own)."""
+    canon = resolve(name)
+    del _REGISTRY[canon]
+    for alias in [a for a, c in _ALIASES.items() if c == canon]:
+        del _ALIASES[alias]
 
 
 def resolve(name: str) -> str:
@@ -56,6 +77,12 @@ def list_schedules() -> list[str]:
     return list(_REGISTRY)
 
 
+def planner_schedules() -> tuple[str, ...]:
+    """The schedules `train plan` searches by default, in their ``planner_order``."""
+    planned = [i for i in _REGISTRY.values() if i.planner_order is not None]
+    return tuple(i.name for i in sorted(planned, key=lambda i: i.planner_order))
+
+
 def schedule_info(name: str) -> ScheduleInfo:
     return _REGISTRY[resolve(name)]
 
@@ -64,23 +91,7 @@ def stages_per_rank(name: str, pp: int, vpp: int | None) -> int:
     """Stages each rank holds when ``name`` runs with ``vpp`` (None or 1 = not set): V-shaped schedules hold 2
     (with pp > 1), interleaved defaults to 2; raises :class:`ShardwiseError` for a vpp the schedule does not
     admit (e.g. a V-shaped schedule with vpp 3)."""
-    info = schedule_info(name)
-    if vpp is None:
-        vpp = 2 if info.vpp_rule == ">=2" else 1
-    _check_vpp(info.name, info.vpp_rule, int(vpp))
-    return 2 if info.placement == "v" and pp > 1 else int(vpp)
-
-
-def _check_vpp(name: str, rule: str, vpp: int) -> None:
-    ok = {"1": vpp == 1, ">=2": vpp >= 2, ">=1": vpp >= 1, "2": vpp in (1, 2)}[rule]
-    if not ok:
-        hint = {
-            "1": "it has one stage per rank (use 'interleaved' or 'bfs' for several)",
-            ">=2": "it needs at least two stages per rank (use '1f1b' for one)",
-            ">=1": "vpp must be a positive integer",
-            "2": "it is V-shaped with exactly two stages per rank (omit vpp or pass 2)",
-        }[rule]
-        raise ShardwiseError(f"schedule {name!r} does not admit vpp={vpp}: {hint}")
+    return schedule_info(name).stages_per_rank(pp, vpp)
 
 
 def check_counts(**counts: object) -> None:
@@ -103,15 +114,16 @@ def generate_schedule(name: str, pp: int, microbatches: int, vpp: int | None = N
     """
     info = schedule_info(name)
     if vpp is None:
-        vpp = 2 if info.vpp_rule == ">=2" else 1
+        vpp = info.vpp_rule.default
     check_counts(pp=pp, microbatches=microbatches, vpp=vpp)
-    _check_vpp(info.name, info.vpp_rule, int(vpp))
-    per_rank = 2 if info.placement == "v" else int(vpp)
+    info.vpp_rule.check(info.name, int(vpp))
+    per_rank = info.vpp_rule.fixed or int(vpp)
     check_schedule_size(int(pp), per_rank, 3 * int(pp) * per_rank * int(microbatches), f"schedule {info.name!r}")
-    unknown = set(kw) - ({"f_s", "i_s", "w_s", "p2p_s", "mem_cap", "activation", "w_retained_fraction",
-                          "placement", "objective"} if info.name == "auto" else set())
+    unknown = set(kw) - info.parameters
     if unknown:
         raise ShardwiseError(f"schedule {info.name!r} takes no parameters {sorted(unknown)}")
+    if "placement" in info.parameters:  # auto: searched on the placement its record gives for this vpp
+        kw.setdefault("placement", info.placement_at(int(vpp)))
     return info.build(int(pp), int(microbatches), int(vpp), **kw)
 
 
@@ -137,33 +149,88 @@ def _auto(pp: int, m: int, vpp: int, **kw: Any) -> Schedule:
     return auto_schedule(pp, m, vpp, **kw)
 
 
-register(ScheduleInfo("gpipe", "GPipe: all F then all B (Huang et al. 2019)", "loop", "1",
-                      lambda pp, m, v: _loop("gpipe", gen_classic.gpipe(pp, m), pp, m, 1)), ("afab",))
-register(ScheduleInfo("1f1b", "1F1B / PipeDream-flush (Narayanan et al. 2021)", "loop", "1",
-                      lambda pp, m, v: _loop("1f1b", gen_classic.one_f_one_b(pp, m), pp, m, 1)),
-         ("pipedream-flush", "onefoneb"))
-register(ScheduleInfo("interleaved", "interleaved 1F1B, depth-first over vpp chunks (Narayanan et al. 2021)",
-                      "loop", ">=2",
-                      lambda pp, m, v: _loop("interleaved", gen_classic.one_f_one_b(pp, m, v), pp, m, v)),
-         ("1f1b-i", "interleaved-1f1b", "interleaved1f1b", "vpp"))
-register(ScheduleInfo("bfs", "looped breadth-first (Lamy-Poirier 2023)", "loop", ">=1",
-                      lambda pp, m, v: _loop("bfs", gen_classic.looped_bfs(pp, m, v), pp, m, v)),
-         ("loopedbfs", "looped-bfs", "breadth-first"))
-register(ScheduleInfo("zb-h1", "ZB-H1: 1F1B memory, 1/3 of its bubble (Qi et al. 2024)", "loop", ">=1",
-                      lambda pp, m, v: _loop("zb-h1", gen_classic.one_f_one_b(pp, m, v, True), pp, m, v)),
-         ("zb1p", "zbh1", "zb-1p", "interleavedzerobubble"))
-register(ScheduleInfo("zb-h2", "ZB-H2: ~zero bubble with 2x 1F1B memory (Qi et al. 2024)", "loop", "1",
-                      lambda pp, m, v: _loop("zb-h2", gen_classic.zb_h2(pp, m), pp, m, 1)),
-         ("zb2p", "zbh2", "zb-2p"))
-register(ScheduleInfo("zbv", "ZB-V: ~zero bubble, 1F1B memory, V placement (Qi et al. 2024)", "v", "2",
-                      lambda pp, m, v: _v("zbv", gen_v.zbv(pp, m), pp, m)),
-         ("zb-v", "zbvzerobubble", "v-zb"))
-register(ScheduleInfo("v-half", "V-Half: 1/2 of 1F1B memory (Qi et al. 2024, controllable memory)", "v", "2",
-                      lambda pp, m, v: _v_controllable("half", pp, m)), ("vhalf",))
-register(ScheduleInfo("v-min", "V-Min: 1/3 of 1F1B memory (Qi et al. 2024, controllable memory)", "v", "2",
-                      lambda pp, m, v: _v_controllable("min", pp, m)), ("vmin",))
-register(ScheduleInfo("dualpipev", "DualPipeV: DualPipe folded into a V (DeepSeek-V3 report)", "v", "2",
-                      lambda pp, m, v: _v("dualpipev", gen_dualpipe.dualpipev(pp, m), pp, m)),
-         ("dualpipe-v", "dual-pipe-v"))
-register(ScheduleInfo("auto", "greedy search under a memory cap for given stage times (Qi et al. 2024, Sec. 3)",
-                      "loop", ">=1", _auto), ("automatic", "zb-auto"))
+def _short(p: int, m: np.ndarray) -> np.ndarray:
+    """Micro-batches a pipeline of p stages is short of p (the extra fill when m < p)."""
+    return np.maximum(0, p - m)
+
+
+register(ScheduleInfo(
+    "gpipe", "GPipe: all F then all B (Huang et al. 2019)",
+    lambda pp, m, v: _loop("gpipe", gen_classic.gpipe(pp, m), pp, m, 1),
+    ONE_STAGE, LOOP, StepTime.MAKESPAN,
+    inflight=lambda p, v, m, r: m,
+    bubble_units=lambda p, v, m: np.full_like(m, p - 1, dtype=float),
+    planner_order=9), ("afab",))
+register(ScheduleInfo(
+    "1f1b", "1F1B / PipeDream-flush (Narayanan et al. 2021)",
+    lambda pp, m, v: _loop("1f1b", gen_classic.one_f_one_b(pp, m), pp, m, 1),
+    ONE_STAGE, LOOP, StepTime.MAKESPAN,
+    inflight=lambda p, v, m, r: np.minimum(p - r, m),
+    bubble_units=lambda p, v, m: np.full_like(m, p - 1, dtype=float),
+    planner_order=0), ("pipedream-flush", "onefoneb"))
+register(ScheduleInfo(
+    "interleaved", "interleaved 1F1B, depth-first over vpp chunks (Narayanan et al. 2021)",
+    lambda pp, m, v: _loop("interleaved", gen_classic.one_f_one_b(pp, m, v), pp, m, v),
+    SEVERAL_STAGES, LOOP, StepTime.MAKESPAN,
+    inflight=lambda p, v, m, r: np.minimum(2 * (p - r - 1) + (v - 1) * p + 1, v * m),
+    bubble_units=lambda p, v, m: (p - 1) + _short(p, m) * (v - 1.0),
+    rounds_of_pp=True, planner_order=1, compare_with_vpp=True),
+    ("1f1b-i", "interleaved-1f1b", "interleaved1f1b", "vpp"))
+register(ScheduleInfo(
+    "bfs", "looped breadth-first (Lamy-Poirier 2023)",
+    lambda pp, m, v: _loop("bfs", gen_classic.looped_bfs(pp, m, v), pp, m, v),
+    ANY_STAGES, LOOP, StepTime.MAKESPAN,
+    inflight=lambda p, v, m, r: v * m,
+    bubble_units=lambda p, v, m: (p - 1) + _short(p, m) * (v - 1.0),
+    planner_order=8, compare_with_vpp=True),
+    ("loopedbfs", "looped-bfs", "breadth-first"))
+register(ScheduleInfo(
+    "zb-h1", "ZB-H1: 1F1B memory, 1/3 of its bubble (Qi et al. 2024)",
+    lambda pp, m, v: _loop("zb-h1", gen_classic.one_f_one_b(pp, m, v, True), pp, m, v),
+    ANY_STAGES, LOOP, StepTime.RANK_SPAN,
+    inflight=lambda p, v, m, r: v * np.minimum(p, m),
+    bubble_units=lambda p, v, m: (p - 1) / 3 + _short(p, m) * (v - 1) * 2 / 3,
+    rounds_of_pp=True, planner_order=2),
+    ("zb1p", "zbh1", "zb-1p", "interleavedzerobubble"))
+register(ScheduleInfo(
+    "zb-h2", "ZB-H2: ~zero bubble with 2x 1F1B memory (Qi et al. 2024)",
+    lambda pp, m, v: _loop("zb-h2", gen_classic.zb_h2(pp, m), pp, m, 1),
+    ONE_STAGE, LOOP, StepTime.RANK_SPAN,
+    inflight=lambda p, v, m, r: np.minimum(2 * p - 1, m),
+    bubble_units=lambda p, v, m: (p - 1) / 3 * np.maximum(0, 2 * p - m) / p,
+    planner_order=3), ("zb2p", "zbh2", "zb-2p"))
+register(ScheduleInfo(
+    "zbv", "ZB-V: ~zero bubble, 1F1B memory, V placement (Qi et al. 2024)",
+    lambda pp, m, v: _v("zbv", gen_v.zbv(pp, m), pp, m),
+    V_SHAPED, V, StepTime.RANK_SPAN,
+    inflight=lambda p, v, m, r: np.minimum(np.minimum(2 * p, m + 1 + r), 2 * m),
+    bubble_units=lambda p, v, m: (p - 1) * np.maximum(0, 2 * p - m) / (1.5 * p),
+    planner_order=4), ("zb-v", "zbvzerobubble", "v-zb"))
+register(ScheduleInfo(
+    "v-half", "V-Half: 1/2 of 1F1B memory (Qi et al. 2024, controllable memory)",
+    lambda pp, m, v: _v_controllable("half", pp, m),
+    V_SHAPED, V, StepTime.RANK_SPAN,
+    inflight=lambda p, v, m, r: np.minimum(p + 2, 2 * m),
+    bubble_units=lambda p, v, m: 1.1 * (p - 1) + 0.0 * m,
+    planner_order=5), ("vhalf",))
+register(ScheduleInfo(
+    "v-min", "V-Min: 1/3 of 1F1B memory (Qi et al. 2024, controllable memory)",
+    lambda pp, m, v: _v_controllable("min", pp, m),
+    V_SHAPED, V, StepTime.RANK_SPAN,
+    inflight=lambda p, v, m, r: np.minimum(2 * (p + 4) // 3, 2 * m),
+    bubble_units=lambda p, v, m: 4 * (p - 1) / 3 + 0.0 * m,
+    planner_order=6), ("vmin",))
+register(ScheduleInfo(
+    "dualpipev", "DualPipeV: DualPipe folded into a V (DeepSeek-V3 report)",
+    lambda pp, m, v: _v("dualpipev", gen_dualpipe.dualpipev(pp, m), pp, m),
+    V_SHAPED, V, StepTime.MAKESPAN,
+    inflight=lambda p, v, m, r: np.full_like(m, 2 * p + 1),
+    bubble_units=lambda p, v, m: (p - 1) / 3 + 0.0 * m,
+    min_microbatches_per_rank=2, planner_order=7), ("dualpipe-v", "dual-pipe-v"))
+register(ScheduleInfo(
+    "auto", "greedy search under a memory cap for given stage times (Qi et al. 2024, Sec. 3)",
+    _auto, ANY_STAGES, V_WHEN_TWO, StepTime.RANK_SPAN,
+    inflight=lambda p, v, m, r: v * np.minimum(2 * p, m),
+    bubble_units=lambda p, v, m: (p - 1) + 0.0 * m,
+    parameters=frozenset({"f_s", "i_s", "w_s", "p2p_s", "mem_cap", "activation", "w_retained_fraction",
+                          "placement", "objective"})), ("automatic", "zb-auto"))

@@ -15,10 +15,11 @@ from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_toke
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
+from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail
 from shardwise.train.error_band import error_band
-from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank, stage_layout
+from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -55,22 +56,25 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         acts.append(st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0))
 
     # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
-    s2r = stage_layout(plan.schedule, pp, vpp)
+    s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     mem_const, step_const = consts.memory, consts.step
-    tails = []
+    tails, known = [], {}
     for r in range(pp):
         p_dense = p_exp = 0.0
         for s in mine[r]:
             d, e = stage_params(model, stages[s], tp, ep)
             p_dense, p_exp = p_dense + d, p_exp + e
-        tails.append(rank_tail(
-            model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
-            dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
-            microbatches=m, p_dense=p_dense, p_exp=p_exp,
-            fwd_s=sum(f_s[s] for s in mine[r]), bwd_s=sum(i_s[s] + w_s[s] for s in mine[r]),
-            layers=sum(stages[s].layers for s in mine[r]), lowp=lowp,
-        ))
+        fwd_s, bwd_s = sum(f_s[s] for s in mine[r]), sum(i_s[s] + w_s[s] for s in mine[r])
+        layers = sum(stages[s].layers for s in mine[r])
+        key = (p_dense, p_exp, fwd_s, bwd_s, layers)  # ranks holding the same stages share one tail
+        if key not in known:
+            known[key] = rank_tail(
+                model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
+                dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
+                microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers, lowp=lowp,
+            )
+        tails.append(known[key])
     extra_act = [b.act_recompute] * pp
     extra_act[s2r[-1]] += b.act_output
     cap = min((cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
@@ -102,8 +106,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     peak = gpu.peak_flops("bf16" if training.low_precision else training.precision)  # MFU of fp8/fp4 runs: vs the BF16 peak
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
-    repeated = "none" if rc == "selective" and flash else rc  # fused attention: selective recompute repeats no attention core
-    hf = mf + recompute_flops_per_token(model, seq, repeated) * tokens_step
+    # HFU: the FLOPs the GPUs execute, so causal attention is counted as done and recompute as the stack does it
+    hf = mf_causal + recompute_flops_per_token(model, seq, rc, causal=True, flash=flash,
+                                               gemm_share=stack.selective_recompute_gemms) * tokens_step
     days = cost = None
     if training.tokens:
         seconds = training.tokens / tokens_step * step
@@ -119,7 +124,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
                      "GEMMs run the block linears, attention and the LM head stay in BF16")
     if timing.simulated_microbatches is not None:
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
-        searched = " (auto: the schedule searched at that count)" if plan.schedule == "auto" else ""
+        searched = " (auto: the schedule searched at that count)" if schedule_info(plan.schedule).takes_costs else ""
         notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")

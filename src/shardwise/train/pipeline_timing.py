@@ -2,12 +2,9 @@
 bubble and peak activations per rank out, from the exact event simulation of the schedule's IR
 (:mod:`shardwise.pipeline`).
 
-Which time is the step time depends on the schedule family:
-- classic schedules (gpipe, 1f1b, interleaved, bfs, dualpipev): the optimizer step synchronises all
-  stages, so a step lasts the *global makespan* (first start to last end over all ranks);
-- the zero-bubble family (zb-h1, zb-h2, zbv, v-half, v-min, auto) is run, as in its papers, with
-  optimizer post-validation (Qi et al. 2024 Sec. 4): the optimizer step does not synchronise the
-  stages, so the steady-state step lasts the *longest per-rank span* (first to last action of a rank).
+Which time is the step time depends on the schedule (its ``step_time``,
+:class:`shardwise.pipeline.schedule_info.StepTime`): the global makespan for classic schedules, the
+longest per-rank span for the zero-bubble family run with optimizer post-validation.
 """
 
 from __future__ import annotations
@@ -17,16 +14,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import SimResult, auto_schedule, generate_schedule, resolve, schedule_info, simulate
-from shardwise.pipeline.ir import Schedule, loop_placement, v_placement
+from shardwise.pipeline import SimResult, generate_schedule, resolve, schedule_info, simulate
+from shardwise.pipeline.ir import Schedule
 from shardwise.pipeline.registry import stages_per_rank
+from shardwise.pipeline.schedule_info import StepTime
 from shardwise.pipeline.steady import simulate_steady
 from shardwise.specs.training import TrainPlan
-
-POST_VALIDATION = frozenset({"zb-h1", "zb-h2", "zbv", "v-half", "v-min", "auto"})
-GLOBAL = "global makespan (the optimizer step synchronises the stages)"
-SPAN = "longest per-rank span (zero-bubble optimizer post-validation)"
-
 
 @dataclass(frozen=True)
 class PipelineTiming:
@@ -71,13 +64,6 @@ def plan_stages_per_rank(plan: TrainPlan) -> int:
         raise ShardwiseError(f"{where}: {exc}") from None
 
 
-def stage_layout(schedule: str, pp: int, vpp: int) -> tuple[int, ...]:
-    """Stage-to-rank map of a schedule family without generating it (loop or V placement)."""
-    if schedule_info(schedule).placement == "v" or (resolve(schedule) == "auto" and vpp == 2):
-        return tuple(v_placement(pp))
-    return tuple(loop_placement(pp, vpp))
-
-
 def pipeline_timing(
     schedule: str,
     pp: int,
@@ -96,19 +82,23 @@ def pipeline_timing(
     `activation`) is the memory limit the `auto` schedule is searched under. `split_p2p` runs a second
     simulation without transfers to tell point-to-point time from bubble (otherwise both are bubble).
     Pure, so cached: plans that differ only outside the pipeline (ZeRO stage, say) share one simulation."""
-    cap = activation_cap if resolve(schedule) == "auto" else None
+    cap = activation_cap if schedule_info(schedule).takes_costs else None
     return _timed(resolve(schedule), pp, vpp, microbatches, tuple(f_s), tuple(i_s), tuple(w_s), float(p2p_s),
                   tuple(activation), float(w_retained_fraction), cap, split_p2p)
 
 
 def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float, activation, w_retained_fraction: float,
              activation_cap: float | None) -> Callable[[int], Schedule]:
-    """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs)."""
-    if name == "auto":
+    """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs,
+    on the schedule's placement, for its step time)."""
+    info = schedule_info(name)
+    if info.takes_costs:
+        objective = "stage" if info.step_time is StepTime.RANK_SPAN else "makespan"
+
         def build(m: int) -> Schedule:
-            return auto_schedule(pp, m, vpp, f_s, i_s, w_s, p2p_s, mem_cap=activation_cap, activation=activation,
-                                 w_retained_fraction=w_retained_fraction, placement="v" if vpp == 2 else "loop",
-                                 objective="stage")
+            return generate_schedule(name, pp, m, vpp, f_s=f_s, i_s=i_s, w_s=w_s, p2p_s=p2p_s, mem_cap=activation_cap,
+                                     activation=activation, w_retained_fraction=w_retained_fraction,
+                                     placement=info.placement_at(vpp), objective=objective)
         return build
     return lambda m: cached_schedule(name, pp, m, vpp)
 
@@ -132,13 +122,15 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         busy = sum(f_s) + sum(i_s) + sum(w_s)
         total = microbatches * busy
         peak = (sum(activation) if name != "gpipe" else microbatches * sum(activation),)
-        return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)), GLOBAL, 0.0, 0.0,
+        return PipelineTiming(total, total, total, 0, (total,), 0.0, peak, tuple([0] * len(f_s)),
+                              StepTime.MAKESPAN.value, 0.0, 0.0,
                               inputs=inputs)
+    info = schedule_info(name)
     build = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
     stages = len(f_s)
     # Interleaved orders group micro-batches by pp once there are many: counts that are not multiples of pp
     # (admitted only below pp^2) are simulated in full.
-    grouped = vpp > 1 and name in ("interleaved", "zb-h1")
+    grouped = vpp > 1 and info.rounds_of_pp
     steady = not grouped or microbatches % pp == 0
     kw = {"f_s": f_s, "i_s": i_s, "w_s": w_s, "activation": activation, "w_retained_fraction": w_retained_fraction}
 
@@ -146,10 +138,10 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         if not steady:
             return simulate(build(microbatches), p2p_s=p2p, **kw)
         return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, pp if grouped else 1,
-                               grow=name != "auto")  # auto searches per count: one sample size only
+                               grow=not info.takes_costs)  # auto searches per count: one sample size only
 
     res = timed(p2p_s)
-    span_rule = name in POST_VALIDATION
+    span_rule = info.step_time is StepTime.RANK_SPAN
     if p2p_s > 0 and split_p2p:
         free = timed(0.0)
         pp_comm = (res.stage_span - free.stage_span) if span_rule else (res.makespan - free.makespan)
@@ -169,8 +161,8 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         rank_busy_s=tuple(res.rank_busy),
         pp_comm_s=max(0.0, pp_comm),
         peak_activation=tuple(res.peak_activation),
-        stage_to_rank=stage_layout(name, pp, vpp),
-        bubble_definition=SPAN if span_rule else GLOBAL,
+        stage_to_rank=info.stage_to_rank(pp, vpp),
+        bubble_definition=info.step_time.value,
         bubble_fraction=res.bubble_fraction,
         stage_bubble_ratio=res.stage_bubble_ratio,
         simulated_microbatches=res.extrapolated_from,

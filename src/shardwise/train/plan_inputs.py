@@ -16,7 +16,6 @@ from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.planner import PlanResult, Progress, plan_across_gpus
 from shardwise.train.result import Estimate
-from shardwise.train.search_space import DEFAULT_SCHEDULES
 
 
 def split_list(values: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -78,7 +77,7 @@ def run_plan(inputs: PlanInputs, objective: str = "throughput", top: int = 5, sc
              max_memory_gib: float | None = None, exact_budget: int = 128, progress: bool | Progress = False,
              runnable_on: tuple[str, ...] = ()) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
     """Search every GPU type of `inputs` (see :func:`shardwise.train.planner.plan_across_gpus`)."""
-    names = tuple(split_list(schedules)) or DEFAULT_SCHEDULES
+    names = tuple(split_list(schedules)) or None  # None: the schedules the planner searches by default
     return plan_across_gpus(inputs.model, inputs.clusters, inputs.training, objective, top_k=top, schedules=names,
                             fixed=inputs.fixed, max_memory_gib=max_memory_gib, progress=progress, max_exact=exact_budget,
                             runnable_on=runnable_on)

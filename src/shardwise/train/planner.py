@@ -7,7 +7,9 @@ Three stages (deterministic: ties break on enumeration order):
    approximation of the step time, and the peak memory; drop plans that do not fit;
 3. run the exact estimate (with the schedule simulator) in order of the approximation, keeping the
    best K, and stop as soon as no remaining plan can beat the K-th best exact time: neither its lower
-   bound nor APPROX_TRUST of its approximation. For the memory objective the screen's memory orders
+   bound nor APPROX_TRUST of its approximation. The lower bound is a bound; the APPROX_TRUST rule is a
+   heuristic (a plan whose approximation errs by more than 10% could be skipped); tests compare it with
+   estimating every plan that fits on small cases. For the memory objective the screen's memory orders
    the exact evaluations.
 """
 
@@ -32,7 +34,7 @@ from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
-from shardwise.train.search_space import DEFAULT_SCHEDULES, REASONS, Candidates, enumerate_plans
+from shardwise.train.search_space import REASONS, Candidates, enumerate_plans
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
@@ -101,7 +103,7 @@ def plan_search(
     cluster: Cluster,
     training: TrainingSpec,
     objective: str = "throughput",
-    schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
+    schedules: tuple[str, ...] | None = None,
     fixed: dict[str, Any] | None = None,
     max_memory_gib: float | None = None,
     top_k: int = 5,

@@ -64,7 +64,7 @@ def estimate_table(e: Estimate) -> Group:
         ("tokens/s per GPU", f"{e.tokens_per_s_per_gpu:,.0f}"),
         ("model TFLOP/s per GPU", f"{e.model_tflops_per_gpu:.1f}"),
         ("MFU (causal)", f"{e.mfu_causal:.1%}  ({CAUSAL_MFU})"),
-        ("non-causal MFU / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included)"),
+        ("non-causal MFU / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included, causal)"),
         ("peak memory per GPU", f"{e.peak_memory_gib:.1f} GiB of {e.usable_memory_gib:.1f} usable ({e.gpu_memory_gib:.0f} less "
                                 f"{1 - e.usable_memory_gib / e.gpu_memory_gib:.0%} headroom; pipeline rank {e.peak_memory_rank})"),
         ("fits", fits),

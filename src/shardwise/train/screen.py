@@ -9,16 +9,14 @@ pipeline: instead of simulating,
 
 - lower bound: a rank cannot finish before it has done its own work, nor start before the first
   micro-batch's forward has crossed the stages before it: step >= max_r (sum_{s<r} F_s + m * busy_r)
-  for schedules timed on the global makespan, >= max_r m * busy_r for those timed on the per-rank span;
-- approximation: m * busy_max plus the schedule's bubble with equal stages, in stage units of F+I+W
-  (:func:`bubble_units`: 1F1B p-1, interleaved p-1 stage units = (p-1)/v of a rank, ZB-H1 a third of
-  it, ZB-H2 and ZB-V ~0 once m >= 2p, V-Half ~1/2 and V-Min ~2/3 of 1F1B; Qi et al. 2024 Table 1;
-  Narayanan et al. 2021 Sec. 2.2), with the extra fill of short pipelines (m < p) measured on the
-  simulator;
-- peak activations per rank: the schedules' in-flight counts in stage units (tested against the
-  simulator: never below it): GPipe m, looped BFS v*m, 1F1B min(p - r, m), interleaved
-  min(2(p-r-1) + (v-1)p + 1, v*m), ZB-H1 v*min(p, m), ZB-H2 min(2p-1, m), ZB-V min(2p, m+1+r, 2m),
-  V-Half min(p+2, 2m), V-Min min(2(p+4)//3, 2m), DualPipeV 2p+1.
+  for schedules timed on the global makespan, >= max_r m * busy_r for those timed on the per-rank span
+  (the schedule's ``step_time``);
+- approximation: m * busy_max plus the schedule's bubble with equal stages (its ``bubble_units``, in
+  stage units of F+I+W);
+- peak activations per rank: the schedule's in-flight counts (its ``inflight``, in stage units).
+
+The closed forms are part of each schedule's record (:class:`shardwise.pipeline.schedule_info.ScheduleInfo`;
+their sources in :mod:`shardwise.pipeline.registry`).
 """
 
 from __future__ import annotations
@@ -34,15 +32,19 @@ from shardwise.cost.layer import PassCost
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
+from shardwise.pipeline import schedule_info
+from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
-from shardwise.train.pipeline_timing import POST_VALIDATION, stage_layout
 from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
 from shardwise.train.search_space import RECOMPUTE, Candidates
 from shardwise.train.stages import stage_contents, stage_params
 
 FIELDS = [f for f in PassCost.__dataclass_fields__]
+# (rank kind, plan) rows per rank_tail call: enough to amortise numpy's per-call cost, small enough for the
+# temporaries to stay in cache (one call over every row of a large search is slower than per group).
+BATCH_ROWS = 32_768
 
 
 def _stack(costs: list[PassCost]) -> SimpleNamespace:
@@ -55,7 +57,7 @@ def rank_layout(model: ModelSpec, pp: int, vpp: int, schedule: str, tp: int, ep:
     stage forward order info for the first pp stages (ranks 0..pp-1 hold stages 0..pp-1 in every
     placement)."""
     stages = stage_contents(model, pp * vpp)
-    s2r = stage_layout(schedule, pp, vpp)
+    s2r = schedule_info(schedule).stage_to_rank(pp, vpp)
     counts = np.zeros((pp, 4))
     params = np.zeros((pp, 2))
     for st, r in zip(stages, s2r, strict=True):
@@ -63,44 +65,6 @@ def rank_layout(model: ModelSpec, pp: int, vpp: int, schedule: str, tp: int, ep:
         params[r] += stage_params(model, st, tp, ep)
     first = np.array([(st.dense_layers, st.moe_layers, st.embedding, st.lm_head) for st in stages[:pp]], dtype=float)
     return counts, params, first, s2r[-1]
-
-
-def inflight_units(schedule: str, pp: int, vpp: int, m: np.ndarray, rank: int) -> np.ndarray:
-    """Peak in-flight micro-batch activations of one stage on `rank` (closed forms in the docstring)."""
-    p, r, v = pp, rank, vpp
-    table = {
-        "gpipe": m,
-        "bfs": v * m,
-        "1f1b": np.minimum(p - r, m),
-        "interleaved": np.minimum(2 * (p - r - 1) + (v - 1) * p + 1, v * m),
-        "zb-h1": v * np.minimum(p, m),
-        "zb-h2": np.minimum(2 * p - 1, m),
-        "zbv": np.minimum(np.minimum(2 * p, m + 1 + r), 2 * m),
-        "v-half": np.minimum(p + 2, 2 * m),
-        "v-min": np.minimum(2 * (p + 4) // 3, 2 * m),
-        "dualpipev": np.full_like(m, 2 * p + 1),
-    }
-    return table.get(schedule, v * np.minimum(2 * p, m))
-
-
-def bubble_units(schedule: str, pp: int, vpp: int, m: np.ndarray) -> np.ndarray:
-    """Idle time of the step's critical rank in units of one stage's F+I+W, with equal stages and
-    F = I = W: fits to the simulator (tested), including the extra fill when m < p (or 2p)."""
-    p, v = pp, vpp
-    short = np.maximum(0, p - m)
-    table = {
-        "gpipe": np.full_like(m, p - 1, dtype=float),
-        "1f1b": np.full_like(m, p - 1, dtype=float),
-        "interleaved": (p - 1) + short * (v - 1.0),
-        "bfs": (p - 1) + short * (v - 1.0),
-        "zb-h1": (p - 1) / 3 + short * (v - 1) * 2 / 3,
-        "zb-h2": (p - 1) / 3 * np.maximum(0, 2 * p - m) / p,
-        "zbv": (p - 1) * np.maximum(0, 2 * p - m) / (1.5 * p),
-        "v-half": 1.1 * (p - 1) + 0.0 * m,
-        "v-min": 4 * (p - 1) / 3 + 0.0 * m,
-        "dualpipev": (p - 1) / 3 + 0.0 * m,
-    }
-    return table.get(schedule, (p - 1) + 0.0 * m)
 
 
 def screen(
@@ -139,9 +103,32 @@ def screen(
     groups_key = np.stack([c["pp"], c["vpp"], c["sched"], c["tp"], c["ep"]], axis=1)
     gk, ginv = np.unique(groups_key, axis=0, return_inverse=True)
     ginv = ginv.ravel()
+
+    def finish(batch: list) -> None:
+        """Data parallelism, optimizer and memory of every (rank kind, plan) of `batch`'s groups at once."""
+        r = {k: np.concatenate([grp[6][k] for grp in batch]) for k in batch[0][6]}
+        cp, dp = r["cp"], r["dp"]
+        tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
+                         dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
+                         p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp)
+        rows_total = len(cp)
+        states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
+        dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
+        offset = 0
+        for idx, shape, rank_kind, pipe_lb, pipe, activations, _ in batch:
+            rows = slice(offset, offset + shape[0] * shape[1])
+            offset = rows.stop
+            total = states[rows].reshape(shape)[rank_kind] + activations * (1 + mc.fragmentation)
+            rest = dp_s[rows].reshape(shape).max(axis=0) + opt_s[rows].reshape(shape).max(axis=0) + consts.step.step_overhead_s
+            lb[idx] = pipe_lb * straggle + rest
+            approx[idx] = pipe * straggle + rest
+            mem[idx] = np.max(total, axis=0)
+
+    groups, pending = [], 0
     for g, (pp, vpp, si, tp, ep) in enumerate(gk.tolist()):
         idx = np.nonzero(ginv == g)[0]
         name = c.schedules[si]
+        info = schedule_info(name)
         counts, params, first, last_rank = rank_layout(model, pp, vpp, name, tp, ep)
         per = [f[:, idx] for f in fiw]  # each (3, k)
         # Per rank per micro-batch F, I, W: counts (pp, 4) against per-block costs (4, 3, k).
@@ -151,27 +138,32 @@ def screen(
         m = c["m"][idx]
         fwd_first = np.einsum("sb,bk->sk", first, block_fiw[:, 0, :])  # (pp, k) forward of stages 0..pp-1
         start = np.vstack([np.zeros((1, len(idx))), np.cumsum(fwd_first, axis=0)[:-1]])
-        if name in POST_VALIDATION:
+        if info.step_time is StepTime.RANK_SPAN:
             pipe_lb = (m * busy).max(axis=0)
         else:
             pipe_lb = (start + m * busy).max(axis=0)
         crit = busy.argmax(axis=0)
         stage_f, stage_i, stage_w = (rank_fiw[crit, j, np.arange(len(idx))] / vpp for j in range(3))
-        bubble = bubble_units(name, pp, vpp, m) * (stage_f + stage_i + stage_w) if pp > 1 else 0.0
+        bubble = info.bubble_units(pp, vpp, m) * (stage_f + stage_i + stage_w) if pp > 1 else 0.0
         pipe = np.maximum(pipe_lb, m * busy.max(axis=0) + bubble) + 2 * (pp - 1) * p2p[idx]
-        # Data parallelism, optimizer and memory per rank: arrays of shape (pp, k).
-        cp, dp = c["cp"][idx], c["dp"][idx]
-        tail = rank_tail(model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=c["zero"][idx],
-                         dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=m,
-                         p_dense=params[:, :1], p_exp=params[:, 1:], fwd_s=rank_fiw[:, 0], bwd_s=rank_fiw[:, 1] + rank_fiw[:, 2],
-                         layers=counts[:, :2].sum(axis=1, keepdims=True), lowp=lowp)
         stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
-        units = np.stack([inflight_units(name, pp, vpp, m, r) for r in range(pp)])
+        units = np.stack([info.inflight(pp, vpp, m, r) for r in range(pp)])
         activations = units * stage_act + act[idx, 4]
         activations[last_rank] += act[idx, 3]
-        total = tail.states.total + tail.fixed_bytes + activations * (1 + mc.fragmentation)
-        rest = np.max(tail.dp_s, axis=0) + np.max(tail.optimizer_s, axis=0) + consts.step.step_overhead_s
-        lb[idx] = pipe_lb * straggle + rest
-        approx[idx] = pipe * straggle + rest
-        mem[idx] = np.max(total, axis=0)
+        # Ranks that hold the same layers share model states, DP time and optimizer step: one row each.
+        kinds, rank_kind = np.unique(np.hstack([counts, params]), axis=0, return_inverse=True)
+        kind_fiw = np.einsum("rb,bjk->rjk", kinds[:, :4], block_fiw)  # (kinds, 3, k)
+        shape = (len(kinds), len(idx))
+        ranks = {  # per (rank kind, plan) of this group, flattened: one rank_tail call serves a batch of groups
+            "tp": np.full(shape, tp), "ep": np.full(shape, ep), "cp": np.broadcast_to(c["cp"][idx], shape),
+            "dp": np.broadcast_to(c["dp"][idx], shape), "zero": np.broadcast_to(c["zero"][idx], shape),
+            "m": np.broadcast_to(m, shape), "p_dense": np.broadcast_to(kinds[:, 4:5], shape),
+            "p_exp": np.broadcast_to(kinds[:, 5:6], shape), "fwd": kind_fiw[:, 0], "bwd": kind_fiw[:, 1] + kind_fiw[:, 2],
+            "layers": np.broadcast_to(kinds[:, :2].sum(axis=1, keepdims=True), shape),
+        }
+        groups.append((idx, shape, rank_kind.ravel(), pipe_lb, pipe, activations, {k: np.ravel(v) for k, v in ranks.items()}))
+        pending += shape[0] * shape[1]
+        if pending >= BATCH_ROWS or g == len(gk) - 1:
+            finish(groups)
+            groups, pending = [], 0
     return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}

@@ -20,11 +20,11 @@ import numpy as np
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_PIPELINE_STAGES
 from shardwise.pipeline import resolve, schedule_info
+from shardwise.pipeline.registry import planner_schedules
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
 
-DEFAULT_SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "v-half", "v-min", "dualpipev", "bfs", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
 VPP_CHOICES = (1, 2, 3, 4, 6, 8)
 FIELDS = ("tp", "pp", "vpp", "cp", "ep", "zero", "sp", "rc", "mb", "sched")
@@ -50,16 +50,6 @@ def _powers_of_two(limit: int) -> list[int]:
         out.append(x)
         x *= 2
     return out
-
-
-def _vpp_options(schedule: str, layers: int) -> list[int]:
-    rule = schedule_info(schedule).vpp_rule
-    if rule == "1":
-        return [1]
-    if rule == "2":
-        return [2]
-    low = 2 if rule == ">=2" else 1
-    return [v for v in VPP_CHOICES if low <= v <= layers]
 
 
 @dataclass
@@ -93,24 +83,11 @@ class Candidates:
         }
 
 
-def schedule_admits(name: str, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> np.ndarray:
-    """Vectorised admissibility, the rules the generators enforce (tested against them): looped
-    multi-chunk orders group micro-batches in rounds of about pp (m % max(1, m // pp) == 0, PyTorch's
-    relaxation of Megatron-LM's m % pp == 0); DualPipeV needs m >= 2pp."""
-    ok = np.ones(len(pp), dtype=bool)
-    if name in ("interleaved", "zb-h1"):
-        rounds = np.maximum(1, m // pp)
-        ok &= np.where(vpp > 1, m % rounds == 0, True)
-    if name == "dualpipev":
-        ok &= m >= 2 * pp
-    return ok
-
-
 def enumerate_plans(
     model: ModelSpec,
     cluster: Cluster,
     training: TrainingSpec,
-    schedules: tuple[str, ...] = DEFAULT_SCHEDULES,
+    schedules: tuple[str, ...] | None = None,
     fixed: dict[str, Any] | None = None,
     max_tp: int | None = None,
     max_cp: int = 16,
@@ -118,11 +95,14 @@ def enumerate_plans(
     flash_attention: bool = True,
     runnable_on: tuple[str, ...] = (),
 ) -> Candidates:
-    """All distinct plans, minus those that cannot run (counted by reason); `fixed` pins fields
+    """All distinct plans, minus those that cannot run (counted by reason); `schedules` defaults to those
+    the planner searches by default (:func:`shardwise.pipeline.registry.planner_schedules`); `fixed` pins fields
     (job-file names: tp, pp, vpp, cp, ep, zero, sequence_parallel, recompute, micro_batch, schedule);
     `runnable_on` keeps only the plans at least one of these engines runs as is."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
-    names = tuple(resolve(s) for s in ([fixed["schedule"]] if "schedule" in fixed else schedules))
+    if "schedule" in fixed:
+        schedules = (fixed["schedule"],)
+    names = tuple(resolve(s) for s in (planner_schedules() if schedules is None else schedules))
     if not names:
         raise ShardwiseError("--schedules: give at least one schedule")
     n = cluster.num_gpus
@@ -144,7 +124,7 @@ def enumerate_plans(
         axes["sp"] = [int(bool(fixed["sequence_parallel"]))]
     if "recompute" in fixed:
         axes["rc"] = [RECOMPUTE.index(fixed["recompute"])]
-    pairs = [(si, v) for si, s in enumerate(names) for v in _vpp_options(s, model.layers)
+    pairs = [(si, v) for si, s in enumerate(names) for v in schedule_info(s).vpp_rule.options(VPP_CHOICES, model.layers)
              if "vpp" not in fixed or v == int(fixed["vpp"])]
     if not pairs:
         raise ShardwiseError(f"no schedule in {', '.join(names)} admits vpp={fixed.get('vpp')}")
@@ -215,6 +195,6 @@ def _drop_impossible(c: Candidates, model: ModelSpec, cluster: Cluster, training
     ok = np.ones(len(c), dtype=bool)
     for si, name in enumerate(c.schedules):
         here = c["sched"] == si
-        ok[here] = schedule_admits(name, c["pp"][here], c["m"][here], c["vpp"][here])
+        ok[here] = schedule_info(name).admits(c["pp"][here], c["m"][here], c["vpp"][here])
     ok &= np.where(c["pp"] > 1, c["m"] >= 1, True)
     c.keep(ok, "schedule")

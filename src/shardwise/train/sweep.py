@@ -67,7 +67,6 @@ def plan_one(job: dict[str, Any]) -> dict[str, Any]:
     from shardwise.specs.model import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.planner import plan_search
-    from shardwise.train.search_space import DEFAULT_SCHEDULES
 
     c = job["cluster"]
     row: dict[str, Any] = {"job": job["job"], "model": str(job["model"] if isinstance(job["model"], str) else "custom"),
@@ -76,7 +75,7 @@ def plan_one(job: dict[str, Any]) -> dict[str, Any]:
         model = load_model(job["model"])
         cluster = cluster_from_mapping(c)
         training = TrainingSpec(seq_len=job["seq_len"], global_batch=job["global_batch"], precision=job["precision"])
-        res = plan_search(model, cluster, training, job["objective"], tuple(job["schedules"] or DEFAULT_SCHEDULES),
+        res = plan_search(model, cluster, training, job["objective"], tuple(job["schedules"] or ()) or None,
                           max_memory_gib=job["max_memory_gib"], top_k=1)
     except (ShardwiseError, ValidationError) as exc:
         return row | {"error": str(exc).splitlines()[0]}

@@ -110,8 +110,8 @@ def catalog() -> dict[str, Any]:
         gpus.append({"name": g.name, "aliases": list(g.aliases), "memory_gib": g.memory_gib,
                      "price_usd_per_hour": g.price_usd_per_hour, "gpus_per_node": g.gpus_per_node,
                      "tflops": g.tflops})
-    schedules = [{"name": n, "description": schedule_info(n).description, "placement": schedule_info(n).placement,
-                  "vpp_rule": schedule_info(n).vpp_rule} for n in list_schedules()]
+    schedules = [{"name": n, "description": schedule_info(n).description, "placement": schedule_info(n).placement_at(1),
+                  "vpp_rule": schedule_info(n).vpp_rule.code} for n in list_schedules()]
     return {"version": __version__, "models": models, "gpus": gpus, "schedules": schedules,
             "objectives": list(OBJECTIVES), "precisions": ["bf16", "fp16", "fp8", "fp32"],
             "serving_precisions": ["bf16", "fp16", "fp8"]}

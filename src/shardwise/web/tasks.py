@@ -56,7 +56,7 @@ def estimate_cells(job: Any) -> int:
     plan = job.plan
     if plan.pp == 1:
         return 1
-    vpp = 2 if plan.vpp == 1 and schedule_info(plan.schedule).placement == "v" else plan.vpp
+    vpp = schedule_info(plan.schedule).vpp_rule.held(plan.pp, plan.vpp)
     return pipeline_cells(plan.pp, vpp, job.microbatches)
 
 
@@ -106,7 +106,7 @@ def schedule_cells(body: Any) -> int:
     if o.csv is not None:
         return 0
     info = schedule_info(o.schedule)
-    vpp = o.vpp or (2 if info.placement == "v" else 1)
+    vpp = info.vpp_rule.held(o.pp, o.vpp or 1)
     return pipeline_cells(o.pp, vpp, o.microbatches)
 
 
