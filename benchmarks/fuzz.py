@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 from fuzzing import BAD, CLASSES, generate, run_case  # noqa: E402
 
 
-def _worker(conn, mem_bytes: int, tmp: str) -> None:
+def _worker(conn: Connection, mem_bytes: int, tmp: str) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
     import shardwise.cli.main  # noqa: F401 - import before the clock of the first case starts
 
@@ -45,7 +46,7 @@ def _worker(conn, mem_bytes: int, tmp: str) -> None:
 class Worker:
     """A process that runs cases one by one; the parent times each case from when it is handed over."""
 
-    def __init__(self, args, tmp: str):
+    def __init__(self, args: argparse.Namespace, tmp: str):
         self.parent, child = mp.Pipe()
         self.proc = mp.get_context("fork").Process(target=_worker, args=(child, int(args.mem_gib * 2**30), tmp), daemon=True)
         self.proc.start()
@@ -53,7 +54,7 @@ class Worker:
         self.case: int | None = None
         self.since = 0.0
 
-    def give(self, k: int, case) -> None:
+    def give(self, k: int, case: object) -> None:
         self.case, self.since = k, time.monotonic()
         self.parent.send((k, case))
 

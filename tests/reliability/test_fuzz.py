@@ -9,8 +9,7 @@ import signal
 from collections import Counter
 
 import pytest
-
-from fuzzing import BAD, classify, check_json, generate, run_case
+from fuzzing import BAD, check_json, classify, generate, run_case
 
 SEED = 20_240_610
 CASES = 300

@@ -9,7 +9,6 @@ errors before any process starts) and handed to every worker. Rank layout follow
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 from shardwise.errors import ShardwiseError
