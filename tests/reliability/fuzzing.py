@@ -432,7 +432,7 @@ def run_case(case: Case, folder: Path) -> tuple[str, str]:
                 status = main(list(case.argv))
             except SystemExit as exc:
                 status = exc.code if isinstance(exc.code, int) else 1
-            except BaseException as exc:
+            except BaseException as exc:  # the point is to catch what escapes
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 return "traceback", f"{type(exc).__name__}: {str(exc)[:300]}"

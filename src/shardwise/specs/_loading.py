@@ -121,7 +121,7 @@ def read_document(path: str | Path) -> Any:
         if p.suffix.lower() == ".json":
             doc = json.loads(text)
         else:
-            doc = yaml.load(text, Loader=_YAML_LOADER)
+            doc = yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (libyaml's when present)
     except json.JSONDecodeError as exc:
         raise ShardwiseError(f"{shown}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except yaml.YAMLError as exc:
