@@ -46,7 +46,7 @@ def _worker(conn: Connection, mem_bytes: int, tmp: str) -> None:
 class Worker:
     """A process that runs cases one by one; the parent times each case from when it is handed over."""
 
-    def __init__(self, args: argparse.Namespace, tmp: str):
+    def __init__(self, args: argparse.Namespace, tmp: str) -> None:
         self.parent, child = mp.Pipe()
         self.proc = mp.get_context("fork").Process(target=_worker, args=(child, int(args.mem_gib * 2**30), tmp), daemon=True)
         self.proc.start()

@@ -24,6 +24,7 @@ from shardwise.cost.constants import fitted_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fidelity.md"
+README = ROOT / "README.md"
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -41,6 +42,22 @@ def cv_table(result: dict) -> str:
     lines.append(f"Bold: sources with at least {TARGET_MIN_ROWS} dense BF16 throughput rows ({result['targeted_groups']}); "
                  f"held-out MAE ≤ 10%: {result['within_10pct']}; above 20%: {result['above_20pct']}. "
                  "Errors are signed so that + means the estimate is faster than measured.")
+    return "\n".join(lines)
+
+
+def summary_table(result: dict) -> str:
+    """The README's short form: the sources the fidelity target is judged on."""
+    lines = ["| source group (dense BF16 throughput rows) | held-out MAE | mean error |", "|---|---:|---:|"]
+    targeted = [(g, info) for g, info in result["groups"].items() if info["target"]]
+    for group, g in sorted(targeted, key=lambda kv: kv[1]["mape"]):
+        lines.append(f"| {group} ({g['rows']}) | {_pct(g['mape'])} | {_pct(g['mean_error'], True)} |")
+    fp8 = [(g["fp8_moe_rows"], g["fp8_moe_mape"]) for g in result["groups"].values() if g["fp8_moe_rows"]]
+    rows = sum(n for n, _ in fp8)
+    mae = sum(n * e for n, e in fp8) / rows if rows else None
+    lines.append("")
+    lines.append(f"Held-out MAE ≤ 10%: {result['within_10pct']} of {result['targeted_groups']} sources with at least "
+                 f"{TARGET_MIN_ROWS} rows; above 20%: {result['above_20pct']}. FP8 and MoE runs, held out the same way: "
+                 f"{_pct(mae)} over {rows} rows. + means the estimate is faster than measured.")
     return "\n".join(lines)
 
 
@@ -90,10 +107,10 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def replace_block(text: str, name: str, body: str) -> str:
+def replace_block(text: str, name: str, body: str, where: str = "docs/fidelity.md") -> str:
     pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S)
     if not pattern.search(text):
-        raise SystemExit(f"docs/fidelity.md has no generated:{name} markers")
+        raise SystemExit(f"{where} has no generated:{name} markers")
     return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
@@ -104,8 +121,9 @@ def main() -> None:
     text = replace_block(text, "constants", constants_table())
     text = replace_block(text, "bands", bands_table())
     DOC.write_text(text)
+    README.write_text(replace_block(README.read_text(), "fidelity-summary", summary_table(result), "README.md"))
     plot(result, ROOT / "docs" / "img" / "fidelity-cv.png")
-    print(f"updated {DOC} and docs/img/fidelity-cv.png")
+    print(f"updated {DOC}, the README's summary and docs/img/fidelity-cv.png")
 
 
 if __name__ == "__main__":

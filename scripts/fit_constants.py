@@ -1,5 +1,10 @@
 """Fit the cost model's constants on the calibration data and cross-validate them, source by source.
 
+One fit for training and serving: (1) the serving engine constants and the HBM streaming efficiency
+per GPU family on the serving runs, with the current device constants; (2) the training constants on
+the training runs with that HBM efficiency, and their leave-one-source-out cross-validation; (3) the
+serving fit again on the new device constants.
+
     .venv/bin/python scripts/fit_constants.py            # full fit + leave-one-source-out, writes the data file
     .venv/bin/python scripts/fit_constants.py --no-cv    # full fit only (keeps the stored cross-validation)
     .venv/bin/python scripts/fit_constants.py --dry-run  # print, write nothing
@@ -20,8 +25,9 @@ import time
 
 from shardwise.calibration.bands import error_bands
 from shardwise.calibration.fit import PARAMS, base_constants, fit_cases, fit_new_params, in_fit_scope, leave_one_group_out
+from shardwise.calibration.serving_fit import fit_serving
 from shardwise.calibration.validate import collect_cases
-from shardwise.cost.constants import FITTED_FILE, fitted_data
+from shardwise.cost.constants import FITTED_FILE, default_constants, fitted_data
 from shardwise.specs._loading import data_path
 
 
@@ -34,7 +40,10 @@ def main() -> None:
                         help="fit only the parameters the stored fit lacks, the others fixed at their stored values")
     args = parser.parse_args()
     t0 = time.time()
-    base = base_constants()
+    serving, first = fit_serving(default_constants())
+    device_from_serving = {k: v for k, v in first["parameters"].items() if "." in k}
+    print(f"serving fit in {time.time() - t0:.0f} s; device constants it determines: {device_from_serving}")
+    base = base_constants(device_from_serving)
     cases, _skips = collect_cases()
     if args.new_only:
         result, constants = fit_new_params(cases, base, fitted_data().get("fit", {}).get("parameters", {}), args.max_nfev)
@@ -45,7 +54,11 @@ def main() -> None:
     print(json.dumps(result.values, indent=2))
     for name, verdict in result.determined.items():
         print(f"  {name}: {verdict}")
-    out = constants.to_dict()
+    serving, serving_record = fit_serving(constants, fit_hbm=False)
+    print(f"serving engine refit on the new device constants: {serving_record['parameters']}")
+    out = serving.device.to_dict()
+    out.pop("network", None)  # the network's constants have their own file (scripts/fit_network.py)
+    out["serving"] = {"constants": serving.to_dict(), "fit": serving_record}
     out["fit"] = {
         "script": "scripts/fit_constants.py",
         "data": "data/calibration/training-measurements.json",

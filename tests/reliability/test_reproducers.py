@@ -1,5 +1,5 @@
 """The reliability reproducers (issue 10), each pinned: the CLI path runs in-process on a copy of the
-reproducer's input (its folder in tests/reliability/repro) and ends in the correct answer or in one line
+reproducer's input (its file in tests/reliability/repro) and ends in the correct answer or in one line
 `error: ...` naming the field, exit status 2."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from scipy.optimize import least_squares
 
 from shardwise.calibration.records import Case
 from shardwise.calibration.validate import signed_error
-from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants
+from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants, fitted_data
 
 LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
 PRIOR_WEIGHT = 0.1  # weight of the prior residual (theta - start) / width: weak, so the data decide where they can
@@ -85,7 +85,6 @@ PARAMS: tuple[Param, ...] = (
     Param("B200 GEMM efficiency", ("per_gpu.B200.gemm_efficiency",), 0.70, 0.40, 0.95, 0.15, _family("B200")),
     Param("MI300X GEMM efficiency", ("per_gpu.MI300X.gemm_efficiency",), 0.55, 0.25, 0.95, 0.15, _family("MI300X")),
     Param("GEMM fixed cost (s)", ("compute.gemm_overhead_s",), 5e-6, 0.0, 40e-6, 10e-6, _any),
-    Param("HBM efficiency of memory-bound kernels", ("compute.memory_efficiency",), 0.85, 0.3, 0.95, 0.2, _any),
     Param("kernel launch gap (s)", ("compute.kernel_overhead_s",), 4e-6, 0.0, 30e-6, 5e-6, _any),
     Param("A100 FlashAttention-2 efficiency", ("per_gpu.A100-80GB.attention_efficiency",), 0.73, 0.30, 0.90, 0.15, _family("A100-80GB")),
     Param("H100 FlashAttention-2 efficiency", ("per_gpu.H100-SXM.attention_efficiency",), 0.35, 0.20, 0.80, 0.15, _family("H100-SXM")),
@@ -111,9 +110,21 @@ PARAMS: tuple[Param, ...] = (
 )
 
 
-def base_constants() -> Constants:
-    """The cited and assumed starting point of every fit (no fitted values)."""
-    return Constants(families=dict(DEFAULT_FAMILIES), per_gpu={k: dict(v) for k, v in CITED_PER_GPU.items()})
+def base_constants(hbm: dict[str, float] | None = None) -> Constants:
+    """The cited and assumed starting point of the training fit, with the device constants the serving
+    runs determine (`hbm`: the serving fit's parameters, e.g. "A100-80GB.memory_efficiency"; default: the
+    stored serving fit's)."""
+    if hbm is None:
+        hbm = fitted_data().get("serving", {}).get("fit", {}).get("parameters", {})
+    per_gpu = {k: dict(v) for k, v in CITED_PER_GPU.items()}
+    compute = {}
+    for name, value in hbm.items():
+        if name.startswith("device."):
+            compute[name.split(".", 1)[1]] = value
+        elif name.endswith(".memory_efficiency"):
+            per_gpu.setdefault(name.split(".")[0], {})["memory_efficiency"] = value
+    base = Constants(families=dict(DEFAULT_FAMILIES), per_gpu=per_gpu)
+    return replace(base, compute=replace(base.compute, **compute)) if compute else base
 
 
 def in_fit_scope(case: Case) -> bool:

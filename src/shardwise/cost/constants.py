@@ -30,7 +30,7 @@ class ComputeConstants:
     kernel_overhead_s: float = 4e-6  # assumed: per-kernel launch gap on the GPU (a few us: CUDA C Best Practices Guide)
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
     fa3_attention_efficiency: float = 0.75  # cited: FlashAttention-3 bf16 forward on H100, 740 of 989 TFLOP/s (Shah et al. 2024)
-    memory_efficiency: float = 0.85  # assumed: achieved/peak HBM bandwidth of streaming kernels (STREAM-like copy)
+    memory_efficiency: float = 0.72  # assumed (the serving fit's start value); fitted per GPU family on the serving runs (decode streams the weights), kept for families without serving runs
     fp8_gemm_efficiency: float = 0.70  # fitted per GPU family: large FP8 GEMMs (per-tensor scales) / FP8 peak
     fp4_gemm_efficiency: float = 0.70  # fitted per GPU family: large NVFP4/MXFP4 GEMMs / FP4 peak
 

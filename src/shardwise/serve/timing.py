@@ -7,7 +7,9 @@ t = max(F_body / (peak*eta_c), W_body / (BW*eta_m))            weights GEMMs ove
   + 2L * all_reduce(T*h*2 B, tp) + (pp-1) * send(T*h*2 B)      Megatron TP (Vidur execution_time.py) and PP,
                                                                transfer times of cost.comm's network model
   + step_overhead + per_seq_overhead * n_seqs                  CPU-side scheduling and sampling
-(roofline per op: LLM-Viewer roofline_model.py, GenZ get_roofline; TP all-reduces: Vidur). A PP replica runs pp
+(roofline per op: LLM-Viewer roofline_model.py, GenZ get_roofline; TP all-reduces: Vidur). The rates are
+the one device model's (:mod:`shardwise.cost.device`): peak x the GPU family's fitted GEMM efficiency,
+HBM x its streaming efficiency, the attention kernel's efficiency. A PP replica runs pp
 micro-batches in flight (vLLM virtual engines); each takes the whole model's time, so weights count
 once per iteration and the stages' sends are added. Attention FLOPs per (query, key) pair and layer:
 2*heads*(d_qk + d_v) (PaLM App. B). MoE layers stream only the experts the batch routes to:
@@ -22,6 +24,7 @@ from functools import cached_property
 import numpy as np
 
 from shardwise.cost.comm import collective_s
+from shardwise.cost.device import Device
 from shardwise.cost.flops import layer_matmul_weights_active
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.memory import kv_bytes_per_token_per_gpu
@@ -45,21 +48,21 @@ class StepTimer:
 
     # --- coefficients (computed once) ------------------------------------------------------------
     @cached_property
-    def _eff(self):
-        return self.constants.device(self.gpu.name)
+    def device(self) -> Device:
+        consts = self.constants.device_constants()
+        return Device.of(self.gpu, self.precision, consts.compute_for(self.gpu.name), self.constants.attention_kernel)
 
     @cached_property
     def flop_rate(self) -> float:
-        return self.gpu.peak_flops(self.precision) * self._eff.compute_efficiency
+        return self.device.peak_flops * self.device.gemm_efficiency
 
     @cached_property
     def attn_rate(self) -> float:
-        prec = "bf16" if self.precision == "fp8" else self.precision
-        return self.gpu.peak_flops(prec) * self._eff.attention_efficiency
+        return self.device.attention_peak_flops * self.device.attention_efficiency
 
     @cached_property
     def mem_rate(self) -> float:
-        return self.gpu.hbm_bytes_s * self._eff.memory_efficiency
+        return self.device.hbm_rate
 
     @cached_property
     def body_flops_per_token(self) -> float:

@@ -90,7 +90,7 @@ def pipeline_timing(
 def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float, activation, w_retained_fraction: float,
              activation_cap: float | None) -> Callable[[int], Schedule]:
     """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs,
-    on the schedule's placement, for its step time)."""
+    for its step time, on the placement its record gives for ``vpp``)."""
     info = schedule_info(name)
     if info.takes_costs:
         objective = "stage" if info.step_time is StepTime.RANK_SPAN else "makespan"
@@ -98,7 +98,7 @@ def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float, activati
         def build(m: int) -> Schedule:
             return generate_schedule(name, pp, m, vpp, f_s=f_s, i_s=i_s, w_s=w_s, p2p_s=p2p_s, mem_cap=activation_cap,
                                      activation=activation, w_retained_fraction=w_retained_fraction,
-                                     placement=info.placement_at(vpp), objective=objective)
+                                     objective=objective)
         return build
     return lambda m: cached_schedule(name, pp, m, vpp)
 

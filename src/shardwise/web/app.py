@@ -125,9 +125,12 @@ def answer_inline(task: str, body: Any, limit_cells: int) -> tuple[bool, Any]:
         if max(tasks.estimate_cells(j) for j in jobs) > limit_cells:
             return False, None
         return True, tasks.estimate_result(jobs)
-    cells = tasks.schedule_cells(body)
-    auto = isinstance(body, dict) and str(body.get("schedule", "")).strip().lower() == "auto"
-    if cells * (20 if auto else 1) > limit_cells:  # `auto` searches schedules before simulating one
+    from shardwise.pipeline import schedule_info
+
+    cells = tasks.schedule_cells(body)  # checks the body: a named schedule exists
+    named = body.get("schedule", "1f1b") if isinstance(body, dict) and body.get("csv") is None else None
+    searched = isinstance(named, str) and schedule_info(named).takes_costs
+    if cells * (20 if searched else 1) > limit_cells:  # `auto` searches schedules before simulating one
         return False, None
     return True, tasks.run_task(task, body)
 
