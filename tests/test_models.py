@@ -16,6 +16,7 @@ PUBLISHED = {
     "llama-2-7b": "6738415616", "llama-2-13b": "13015864320", "llama-2-70b": "68976648192",
     "llama-3.1-8b": "8030261248", "llama-3.1-70b": "70553706496", "llama-3.1-405b": "405853388800",
     "mistral-7b": "7241732096", "mixtral-8x7b": "46702792704", "mixtral-8x22b": "140.6e9",
+    "llama-33b": "32.5e9",
     "qwen2.5-7b": "7615616512", "qwen2.5-72b": "72706203648", "deepseek-v3": "671e9",
     "qwen3-30b-a3b": "30.5e9", "qwen3-235b-a22b": "235e9",
 }
@@ -40,6 +41,13 @@ def test_at_least_fifteen_presets_cover_the_issue_list():
 def test_total_params_match_published(name):
     spec = load_model(name)
     assert abs(spec.params_total - float(PUBLISHED[name])) <= _half_unit(PUBLISHED[name])
+
+
+def test_llama_65b_matches_the_paper_truncated():
+    """Touvron et al. 2023 Table 2 prints 65.2B; the architecture gives 65,285,660,672 (the table truncates)."""
+    total = load_model("llama-65b").params_total
+    assert total == 80 * (4 * 8192**2 + 3 * 8192 * 22016 + 2 * 8192) + 2 * 32000 * 8192 + 8192
+    assert 65.2e9 <= total < 65.3e9
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVE))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shardwise.specs.job import TrainJob
+    from shardwise.train.hetero_result import HeteroEstimate
     from shardwise.train.planner import PlanResult
     from shardwise.train.result import Estimate
 
@@ -21,12 +22,16 @@ def _train_job(job: str | Path | dict[str, Any]) -> TrainJob:
     return job_from_mapping(job) if isinstance(job, dict) else load_jobs(job)[0]
 
 
-def estimate(job: str | Path | dict[str, Any]) -> Estimate:
+def estimate(job: str | Path | dict[str, Any]) -> Estimate | HeteroEstimate:
     """Memory per GPU, step time, MFU and tokens/s of a training job (`train estimate`).
-    Returns a :class:`shardwise.train.result.Estimate` (``.to_dict()`` is the JSON output)."""
+    Returns a :class:`shardwise.train.result.Estimate` (``.to_dict()`` is the JSON output), or a
+    :class:`shardwise.train.hetero_result.HeteroEstimate` for a cluster with `groups`."""
+    from shardwise.specs.hetero import HeteroJob
     from shardwise.train.estimate import estimate as _estimate
+    from shardwise.train.hetero import hetero_estimate
 
-    return _estimate(_train_job(job))
+    j = _train_job(job)
+    return hetero_estimate(j) if isinstance(j, HeteroJob) else _estimate(j)
 
 
 def plan(model: str | dict[str, Any], gpu: str, gpus: int, seq_len: int, global_batch: int, *,

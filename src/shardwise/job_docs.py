@@ -22,10 +22,11 @@ from pydantic_core import PydanticUndefined
 from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJobSpec, SLOSpec
 from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.workload import WorkloadSpec
-from shardwise.specs.hardware import NetworkSpec
+from shardwise.specs.hardware import GroupSpec, GroupsSpec, NetworkSpec, NicSpec
+from shardwise.specs.hetero import HeteroLayoutFields
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import MoeSpec, TrainingSpec, TrainPlan
+from shardwise.specs.training import LoraSpec, MoeSpec, TrainingSpec, TrainPlan
 
 #: key -> (model, what a reader calls it). Training jobs: model, cluster, training, parallel; serve jobs:
 #: the top level and its blocks.
@@ -35,7 +36,12 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "train-network": (NetworkSpec, "network"),
     "train-training": (TrainingSpec, "training"),
     "train-moe": (MoeSpec, "moe"),
+    "train-lora": (LoraSpec, "lora"),
     "train-parallel": (TrainPlan, "parallel"),
+    "train-groups": (GroupsSpec, "cluster with groups"),
+    "train-group": (GroupSpec, "group"),
+    "train-nic": (NicSpec, "nic"),
+    "train-layout": (HeteroLayoutFields, "parallel on a cluster with groups"),
     "serve-job": (ServeJobSpec, "serve job"),
     "serve-deployment": (DeploymentSpec, "deployment"),
     "serve-pool": (PoolSpec, "pool"),
@@ -50,6 +56,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
 TYPE_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (DeploymentSpec, "engine"): "engine",
     (PoolSpec, "engine"): "engine",
+    (LoraSpec, "targets"): "list of q, k, v, o, gate, up, down",
     (ServeJobSpec, "model"): "str or model mapping",
     (TrainPlan, "dp"): "int > 0 or auto",
     (WorkloadSpec, "input_len"): "int, str or length",
@@ -58,7 +65,7 @@ TYPE_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
 }
 
 #: The files holding generated tables, relative to the repository root.
-DOC_FILES = ("README.md", "docs/serving.md")
+DOC_FILES = ("README.md", "docs/serving.md", "docs/hetero.md")
 
 _BLOCK = re.compile(r"(<!-- job-docs: ([a-z-]+) -->\n)(.*?)(<!-- /job-docs -->)", re.S)
 

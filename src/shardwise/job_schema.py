@@ -5,7 +5,8 @@ examples point editors at (``# yaml-language-server: $schema=...``, the YAML lan
 modeline), and a test keeps the copies equal to what this module generates.
 
 Each section is the model the parser validates it with (:class:`ModelSpec`, :class:`ClusterSpec`,
-:class:`TrainingSpec`, :class:`TrainPlan`; :class:`ServeJobSpec` and its blocks). The few fields that the
+:class:`TrainingSpec`, :class:`TrainPlan`; on a heterogeneous cluster :class:`GroupsSpec` and
+:class:`HeteroLayoutSpec`; :class:`ServeJobSpec` and its blocks). The few fields that the
 parser accepts in more shapes than their model's type are widened here to what the parser takes: a
 model given by name or path, ``dp: auto``, a length given as a number of tokens or a distribution name,
 and the engine blocks (kept as mappings by the parser, validated later as :class:`EngineSpec`).
@@ -20,9 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from shardwise.serve.config import DeploymentSpec, EngineSpec, PoolSpec, ServeJobSpec
 from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.workload import WorkloadSpec
+from shardwise.specs.hardware import GroupsSpec
+from shardwise.specs.hetero import HeteroLayoutSpec
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import MoeSpec, TrainingSpec, TrainPlan
+from shardwise.specs.training import MoeSpec, TrainingSpec
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -31,8 +34,9 @@ ModelRef = Annotated[str | ModelSpec, Field(
                 "a Hugging Face model id in the local cache (with huggingface_hub), or the architecture")]
 
 
-class ParallelSection(TrainPlan):
-    """The `parallel:` section: a TrainPlan whose dp may be `auto`."""
+class ParallelSection(HeteroLayoutSpec):
+    """The `parallel:` section: a TrainPlan whose dp may be `auto`; on a cluster with groups also its
+    layout over them (stage_groups or replicas)."""
 
     dp: Annotated[int, Field(gt=0)] | Literal["auto"] | None = Field(
         default=None, description="data-parallel degree; auto or left out: GPUs / (tp * pp * cp)")
@@ -46,7 +50,7 @@ class TrainJobFile(BaseModel):
 
     name: str | None = None
     model: ModelRef
-    cluster: ClusterSpec
+    cluster: ClusterSpec | GroupsSpec = Field(description="GPUs of one type (gpu, gpus), or groups of nodes that differ")
     training: TrainingSpec
     moe: MoeSpec | None = Field(default=None, description="MoE routing knobs (capacity factor or dropless imbalance, "
                                 "dispatcher); the same as training.moe")

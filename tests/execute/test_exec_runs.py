@@ -184,3 +184,33 @@ def test_nccl_without_gpus_is_a_clear_error():
     cfg = config_from_job(job(2, dp=2), steps=1, backend="nccl")
     with pytest.raises(ShardwiseError, match="use --backend gloo"):
         run_plan(cfg)
+
+
+def hetero_job(layers, parallel):
+    groups = [{"name": "fast", "gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 1},
+              {"name": "slow", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 1}]
+    return job_from_mapping({"model": {**MODEL, "layers": layers}, "cluster": {"groups": groups},
+                             "training": {"seq_len": 16, "global_batch": 8, "precision": "fp32"},
+                             "parallel": {"recompute": "none", "zero": 0, **parallel}})
+
+
+@pytest.mark.parametrize(("layers", "parallel", "described"), [
+    (6, {"stage_groups": ["fast", "slow"], "layer_split": [4, 2], "schedule": "1f1b"}, "layers=4/2"),
+    (4, {"replicas": {"fast": 1, "slow": 1}, "batch_split": {"fast": 6, "slow": 2}}, "micro_batch=1x[6/2] per DP rank"),
+], ids=["uneven-pp", "uneven-dp"])
+def test_uneven_heterogeneous_layouts_match_the_reference(layers, parallel, described):
+    cfg = config_from_job(hetero_job(layers, parallel), steps=2, check=True, timeout_s=180)
+    assert described in cfg.describe() and cfg.global_batch == 8
+    report = run_plan(cfg)
+    assert_passes(report)
+    if "layer_split" in parallel:  # the rank with twice the layers holds more and works longer
+        m = {r["pp"]: r["params_bytes"] for r in report["memory"]}
+        assert m[0] > m[1]
+
+
+def test_uneven_layouts_the_executor_cannot_run_are_refused():
+    with pytest.raises(ShardwiseError, match="parallel.layer_split: train run splits layers unevenly with one stage per rank"):
+        config_from_job(hetero_job(8, {"stage_groups": ["fast", "slow"], "layer_split": [6, 2], "schedule": "interleaved",
+                                       "vpp": 2}))
+    with pytest.raises(ShardwiseError, match="parallel.batch_split: train run runs an uneven batch split with pp = 1"):
+        config_from_job(job(4, dp=2, pp=2, schedule="1f1b"), dp_microbatches=(3, 1))

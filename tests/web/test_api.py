@@ -304,3 +304,13 @@ def test_health_catalog_docs_and_page(client):
         assert client.get(asset).status_code == 200
     js = client.get("/vendor/plotly.min.js")
     assert js.status_code in (200, 404) and (js.status_code == 404 or len(js.content) > 1_000_000)
+
+
+def test_train_estimate_of_a_cluster_with_groups_equals_cli(client, capsys):
+    hetero = ROOT / "examples" / "hetero-h100-a100.yaml"
+    r = client.post("/api/train/estimate", json=yaml.safe_load(hetero.read_text()))
+    assert r.status_code == 200 and r.json() == cli_json(capsys, "train", "estimate", str(hetero))
+    assert r.json()["gpus_per_group"] == {"h100": 64, "a100": 128}
+    body = {"job": {k: v for k, v in yaml.safe_load(hetero.read_text()).items() if k != "parallel"}}
+    refused = client.post("/api/train/plan", json=body)
+    assert refused.status_code in (400, 422) and "cluster.groups" in refused.text

@@ -32,7 +32,8 @@ def record_cases(record: dict[str, Any]) -> list[Case] | Skip:
     if kind == "train-memory-analytical" and rid.startswith("zero_fig1"):
         return zero_cases(record, source)
     if kind == "train-memory":
-        return Skip(rid, source.label, "unsupported feature: 4-bit quantised base weights / LoRA")
+        return Skip(rid, source.label, "a fine-tune's memory claim, not a throughput case: checked by "
+                    "tests/test_finetune_evidence.py (data/finetune_measurements.yaml)")
     if kind == "train-throughput":
         par = record.get("parallel") or {}
         if "microbatch-level" in str(par.get("recompute", "")):

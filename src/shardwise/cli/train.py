@@ -34,16 +34,26 @@ def estimate_cmd(
 
       shardwise train estimate examples/llama3.1-70b-64xh100.yaml --format json --trace step.json
     """
+    from shardwise.specs.hetero import HeteroJob
     from shardwise.specs.job import load_jobs
     from shardwise.train.estimate import estimate
+    from shardwise.train.hetero import hetero_estimate
+    from shardwise.train.hetero_report import hetero_table
     from shardwise.train.report import estimate_json, estimate_table
+    from shardwise.train.result import Estimate
 
-    results = [estimate(j) for j in load_jobs(job)]
+    jobs = load_jobs(job)
+    results = [hetero_estimate(j) if isinstance(j, HeteroJob) else estimate(j) for j in jobs]
     if trace is not None:
-        from shardwise.pipeline.trace import write_trace
-        from shardwise.train.trace import estimate_trace
+        from shardwise.pipeline.trace import trace_document, write_trace
+        from shardwise.train.hetero_trace import hetero_events
+        from shardwise.train.trace import estimate_events
 
-        write_trace(estimate_trace(results), trace)
+        events: list[dict] = []
+        for r in results:
+            make = estimate_events if isinstance(r, Estimate) else hetero_events
+            events += make(r, 1 + len({e["pid"] for e in events}), flow_id=1 + sum(e["ph"] == "s" for e in events))
+        write_trace(trace_document(events, source="shardwise train estimate", jobs=len(results)), trace)
         typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
         echo_json(estimate_json(results))
@@ -51,7 +61,7 @@ def estimate_cmd(
 
     console = make_console()
     for r in results:
-        console.print(estimate_table(r))
+        console.print(estimate_table(r) if isinstance(r, Estimate) else hetero_table(r))
 
 
 def _register() -> None:

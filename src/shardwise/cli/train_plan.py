@@ -33,7 +33,8 @@ def plan_cmd(
     precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
-    exact_budget: int = typer.Option(128, "--exact-budget", help="Most exact estimates per GPU type."),
+    exact_budget: int = typer.Option(None, "--exact-budget", help="Most exact estimates per GPU type (default 128; on a "
+                                     "cluster with groups 16 per group and 16 mixed layouts)."),
     memory_headroom: float = typer.Option(None, "--memory-headroom",
                                           help="Share of GPU memory a plan must leave free (default 0.05; a job's cluster.memory_headroom)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
@@ -42,6 +43,10 @@ def plan_cmd(
                                                "torchtitan, megatron, deepspeed (comma-separated)."),
     export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
                                "runs and print the best one's launch script."),
+    method: str = typer.Option(None, "--method", help="full | lora | qlora (adapters on a frozen, for qlora NF4, base). "
+                               "A fine-tune without --gpus finds the smallest GPU count that fits; --seq-len and "
+                               "--global-batch default to 2048 and 16."),
+    max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest count tried when looking for the smallest that fits."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them.
     Each plan says which engines run it as is.
@@ -53,6 +58,8 @@ def plan_cmd(
       shardwise train plan --model llama-3.1-8b --gpu h100,a100-80gb --gpus 64 --seq-len 4096 --global-batch 256 --objective cost
 
       shardwise train plan job.yaml --runnable-on megatron --format json > plans.json
+
+      shardwise train plan --model llama-3.1-70b --method qlora --gpu l40s --tokens 1e8
     """
     from shardwise.engines.support import parse_engines
     from shardwise.train.plan_inputs import plan_inputs, run_plan
@@ -72,9 +79,17 @@ def plan_cmd(
         from shardwise.specs._loading import read_document
 
         doc = read_document(job)
-    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom)
+        if isinstance(doc, dict) and isinstance(doc.get("cluster"), dict) and "groups" in doc["cluster"]:
+            _hetero_plan(doc, objective, top, exact_budget, format, gpu=gpu, gpus=gpus, model=model, seq_len=seq_len,
+                         global_batch=global_batch, runnable_on=runnable_on, export=export, plot=plot,
+                         schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress)
+            return
+    verdicts = None
+    if doc is None and gpus is None and method in ("lora", "qlora"):
+        gpus, verdicts = _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus)
+    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
     progress = format is Format.table and not no_progress
-    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget, progress,
+    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
                                      runnable_on=parse_engines(runnable_on) or parse_engines(export))
     spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
@@ -83,12 +98,18 @@ def plan_cmd(
         plot_front(results, fronts, best, plot)
     if format is Format.json:
         out = plan_json(objective, results, best, fronts, inputs)
+        if verdicts is not None:
+            out["smallest_gpus"] = {"gpus": gpus, "counts": [v.to_dict() for v in verdicts]}
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}
         echo_json(out)
         return
     console = make_console()
+    if verdicts is not None:
+        console.print(f"[bold]smallest count that fits: {gpus} x {clusters[0].gpu.name}[/bold]")
+        for v in verdicts:
+            console.print(f"  {v.gpus:>4} GPU{'s' if v.gpus > 1 else ' '}: {v.reason}", highlight=False)
     labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]
     console.print(top_table(results, best, objective, labels))
     if note:
@@ -102,6 +123,51 @@ def plan_cmd(
         console.print(f"[bold]launch of plan #1 in {launch.engine} {launch.version}[/bold] "
                       "(shardwise train export writes it to a file):")
         console.print(launch.script(), markup=False, highlight=False)
+
+
+def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, format: Format, schedules: list[str] | None,
+                 max_memory_gib: float | None, no_progress: bool, **unsupported: object) -> None:
+    """`train plan JOB` where the job's cluster has groups (:mod:`shardwise.train.hetero_plan`)."""
+    from shardwise.errors import ShardwiseError
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.hetero_plan import hetero_plan
+    from shardwise.train.hetero_report import hetero_plan_table
+    from shardwise.train.plan_inputs import split_list
+
+    given = [k for k, v in unsupported.items() if v]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ShardwiseError(f"{flag}: not taken with a job whose cluster has groups (the job file gives the model, "
+                             "GPUs and batch; engines and plots are for one GPU type); leave it out")
+    base = job_from_mapping(doc, require_plan=False)
+    progress = None
+    if format is Format.table and not no_progress:
+        def progress(message: str, fraction: float) -> None:
+            typer.echo(f"\r{message} ({fraction:.0%})".ljust(70), nl=False, err=True)
+    budget = exact_budget or 16
+    res = hetero_plan(base.model, base.cluster, base.training, objective, top_k=top, max_exact=budget, per_group_exact=budget,
+                      schedules=tuple(split_list(schedules)) or None, max_memory_gib=max_memory_gib, progress=progress)
+    if progress is not None:
+        typer.echo("\r" + " " * 70 + "\r", nl=False, err=True)
+    if format is Format.json:
+        echo_json(res.to_dict())
+        return
+    make_console().print(hetero_plan_table(res))
+def _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus):
+    """(smallest GPU count that fits the fine-tune, the verdict of each count tried)."""
+    from shardwise.errors import ShardwiseError
+    from shardwise.train.plan_inputs import plan_inputs, split_list
+    from shardwise.train.smallest import smallest_fit
+
+    names = split_list(gpu)
+    if len(names) != 1:
+        raise ShardwiseError("--gpus: give a count, or a single --gpu type to find the smallest count that fits")
+    probe = plan_inputs(None, model, names, 1, seq_len, global_batch, tokens, precision, memory_headroom, method)
+    count, verdicts = smallest_fit(probe.model, names[0], probe.training, max_gpus, memory_headroom)
+    if count is None:
+        last = verdicts[-1]
+        raise ShardwiseError(f"--max-gpus: no count up to {max_gpus} fits {probe.model.name}; at {last.gpus}: {last.reason}")
+    return count, verdicts
 
 
 def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:

@@ -33,6 +33,13 @@ Algorithms, the fastest one taken as NCCL's tuner does (NVIDIA/nccl src/graph/tu
   latency one step of each level it uses.
 - send/recv: S over one link, NVLink inside a domain, the GPU's NIC share across; one step's latency.
 
+Groups of ranks that span several GPU groups of a heterogeneous cluster (:func:`spanning_network`) run
+the same formulas on the slowest link of each level: a ring or a tree through every rank moves at the
+pace of its slowest hop (the bus bandwidth of a ring is its slowest link's; Patarasuk & Yuan 2009,
+"Bandwidth optimal all-reduce algorithms for clusters of workstations", Sec. 2), so the smallest NVLink
+domain and rate, the smallest per-GPU NIC share, capped by the GPU's share of the links between the
+groups, and the fabric with the longest latency; SHARP does not span fabrics, NVLS needs every group.
+
 Latency a and transfer b combine as t = a + b + 2 sqrt(h b): NCCL moves a message through its pipeline in
 chunks and pays a handshake h per chunk; with the chunk size chosen well a pipelined transfer costs
 b + 2 sqrt(h b) beyond its fixed latency (Sanders & Sibeyn 2003, "A bandwidth latency tradeoff for
@@ -47,6 +54,8 @@ of the alpha-beta model (Hockney 1994, h = 0). All constants (eta_*, lat_*, h) a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -177,3 +186,24 @@ def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride, const
         t = _time_s(kind, size, k, n_dom, cluster.network, constants or fitted_network_constants(), _Array)
     t = np.where((n_arr > 1) & (size > 0), t, 0.0)
     return float(t) if np.ndim(t) == 0 else t
+
+
+def spanning_network(networks: Sequence[Network], cross_gbps_per_gpu: float | None = None,
+                     constants: NetworkConstants | None = None) -> Network:
+    """The network seen by a group of ranks spread over GPU groups with these networks: each level at
+    its slowest link (module docstring). `cross_gbps_per_gpu`: a GPU's share of the links joining the
+    groups (None: no limit beyond the NICs). One network and no cap: that network itself."""
+    if len(set(networks)) == 1 and cross_gbps_per_gpu is None:
+        return networks[0]
+    c = constants or fitted_network_constants()
+    slow_link = min(networks, key=lambda n: n.nvlink_gbyte_s)
+    per_gpu = min(n.nics_per_node * n.nic_gbps / n.gpus_per_node for n in networks)
+    if cross_gbps_per_gpu is not None:
+        per_gpu = min(per_gpu, cross_gbps_per_gpu)
+    per_node = min(n.gpus_per_node for n in networks)
+    return replace(
+        slow_link, gpus_per_node=per_node, nvlink_domain=min(n.nvlink_domain for n in networks),
+        topology="mesh" if any(n.topology == "mesh" for n in networks) else slow_link.topology,
+        nvls=all(n.nvls for n in networks), sharp=False, nics_per_node=per_node, nic_gbps=per_gpu,
+        fabric=max((n.fabric for n in networks), key=c.nic_latency_s),
+    )

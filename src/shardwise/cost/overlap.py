@@ -48,11 +48,12 @@ def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
 
 def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, n_dense, n_exp,
                  shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float,
-                 layers=1, bucket_bytes: float = 40 * 2**20):
+                 layers=1, bucket_bytes: float = 40 * 2**20, frozen_bytes=0.0):
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
     (strides tp and tp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
-    fwd_s / bwd_s: one micro-batch's forward / backward."""
+    fwd_s / bwd_s: one micro-batch's forward / backward; frozen_bytes: the rank's frozen (adapter-job)
+    base weights, which ZeRO-3 gathers like the others but which have no gradients to reduce."""
     shard = np.minimum(shard, n_dense)
     replicas = n_dense // shard
 
@@ -88,6 +89,8 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
 
     def zero3():
         layer_gather = both("all_gather", weight_bytes, shard, tp, True)
+        if np.any(np.asarray(frozen_bytes) > 0):  # an adapter job's frozen base: gathered, never reduced
+            layer_gather = layer_gather + chunked_s(cluster, "all_gather", frozen_bytes, shard, tp, layers)
         layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
         return (microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
                                 + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))

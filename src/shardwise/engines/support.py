@@ -81,6 +81,7 @@ class PlanView:
     model: ModelSpec | None = None
     precision: str = "bf16"
     flash_attention: bool = True
+    method: str = "full"
 
     def sched_in(self, names: tuple[str, ...]) -> np.ndarray:
         return np.isin(self.sched, [i for i, s in enumerate(self.schedules) if s in names])
@@ -98,7 +99,8 @@ class PlanView:
         one = lambda x: np.array([int(x)])  # noqa: E731
         return cls(one(plan.tp), one(plan.pp), one(vpp), one(plan.cp), one(plan.ep), one(plan.dp or 1),
                    one(plan.zero), one(plan.sp), one(RECOMPUTE.index(plan.recompute)), one(0), (name,), model,
-                   training.precision if training else "bf16", plan.flash_attention)
+                   training.precision if training else "bf16", plan.flash_attention,
+                   training.method if training else "full")
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,15 @@ def _model(v: PlanView, test: Callable[[ModelSpec, PlanView], Any]) -> np.ndarra
     return np.broadcast_to(np.asarray(test(v.model, v), dtype=bool), v.tp.shape)
 
 
+# Adapter fine-tunes (training.method lora / qlora) are estimated and planned, but neither the executor
+# nor the exporters write adapters or a quantized base: no engine runs them as is.
+ADAPTERS = Rule(lambda v: np.full(len(v.tp), v.method != "full"),
+                "adapter fine-tunes (method lora / qlora) are planned but not run or exported by shardwise",
+                "method full, or the plan's degrees in a LoRA recipe (torchtune, PEFT + accelerate)")
+
 RULES: dict[str, tuple[Rule, ...]] = {
     "torch": (
+        ADAPTERS,
         Rule(lambda v: v.cp > 1, "the executor does not run context parallelism", "cp 1"),
         Rule(lambda v: (v.ep > 1) | _model(v, lambda m, _: m.is_moe), "the executor runs dense models only",
              "a dense model with ep 1"),
@@ -143,6 +152,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
              "the executor needs at least one layer per stage", "fewer stages (pp*vpp <= layers)"),
     ),
     "torchtitan": (
+        ADAPTERS,
         Rule(lambda v: v.zero == 1, "ZeRO-1 is not in torchtitan: its data parallelism is FSDP2, which either "
              "replicates everything or shards parameters, gradients and optimizer state together",
              "zero 0 (replicated), 2 (FSDP2 without resharding after forward) or 3 (FSDP2)"),
@@ -150,6 +160,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
              "torchtitan trains in bf16 or fp32 (mixed_precision_param has no float16)", "precision bf16"),
     ),
     "megatron": (
+        ADAPTERS,
         Rule(lambda v: (v.pp > 1) & ~v.sched_in(MEGATRON_SCHEDULES),
              "Megatron-LM runs 1F1B and interleaved 1F1B only (no GPipe, BFS, zero-bubble or V schedules)",
              "schedule 1f1b (vpp 1) or interleaved (vpp > 1)"),
@@ -159,6 +170,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
              "interleaved 1F1B needs vpp > 1 in Megatron-LM", "schedule 1f1b"),
     ),
     "deepspeed": (
+        ADAPTERS,
         Rule(lambda v: v.cp > 1, "DeepSpeed has no ring-attention context parallelism (DeepSpeed-Ulysses "
              "splits attention heads instead)", "cp 1"),
         Rule(lambda v: v.ep > 1, "expert parallelism is set in the model code in DeepSpeed "

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_RUN_PARAMS, MAX_RUN_PROCESSES, MAX_RUN_STEPS
 from shardwise.specs.job import TrainJob
+
+if TYPE_CHECKING:
+    from shardwise.specs.hetero import HeteroJob
 from shardwise.specs.model import ModelSpec
 
 #: Faults the executor can inject on purpose, to show that ``--check`` catches a broken layout.
@@ -21,6 +25,9 @@ FAULTS = {
     "skip-dp-grad-reduce": "gradients are not reduced across data-parallel ranks",
     "crash-last-rank": "the last rank raises in its first step (the others then block in a collective)",
 }
+
+#: Schedules that hold one stage per pipeline rank (an uneven layer split maps onto ranks one to one).
+ONE_STAGE_PER_RANK = ("gpipe", "1f1b", "zb-h1", "zb-h2")
 
 #: Optimizer of every run and of the reference: torch.optim.SGD with momentum. Its update is linear in
 #: the gradient, so a last-bit difference stays one; AdamW's normalised update m/sqrt(v) amplifies them
@@ -51,6 +58,10 @@ class RunConfig:
     fault: str | None = None
     timeout_s: float = 300.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: uneven layouts (a heterogeneous cluster's, docs/hetero.md): layers per pipeline rank, and
+    #: micro-batches per DP rank (None: even split / ``microbatches`` on every DP rank)
+    layer_split: tuple[int, ...] | None = None
+    dp_microbatches: tuple[int, ...] | None = None
 
     @property
     def world_size(self) -> int:
@@ -59,12 +70,28 @@ class RunConfig:
     @property
     def global_batch(self) -> int:
         """Sequences per optimizer step over all DP ranks."""
-        return self.dp * self.micro_batch * self.microbatches
+        return self.micro_batch * sum(self.local_microbatches(d) for d in range(self.dp))
 
     @property
     def local_batch(self) -> int:
-        """Sequences per step on one DP rank."""
-        return self.micro_batch * self.microbatches
+        """Sequences per step on DP rank 0."""
+        return self.micro_batch * self.local_microbatches(0)
+
+    def local_microbatches(self, dp_rank: int) -> int:
+        """Micro-batches per step on DP rank ``dp_rank``."""
+        return self.microbatches if self.dp_microbatches is None else self.dp_microbatches[dp_rank]
+
+    def rows(self, dp_rank: int) -> slice:
+        """The rows of the global batch DP rank ``dp_rank`` takes (contiguous, in DP-rank order)."""
+        start = self.micro_batch * sum(self.local_microbatches(d) for d in range(dp_rank))
+        return slice(start, start + self.micro_batch * self.local_microbatches(dp_rank))
+
+    def loss_weight(self, dp_rank: int) -> float:
+        """Factor on DP rank ``dp_rank``'s mean loss so that averaging gradients over the DP ranks gives
+        the global batch's mean: dp x local / global (1 on an even split)."""
+        if self.dp_microbatches is None:
+            return 1.0
+        return self.dp * self.local_microbatches(dp_rank) / sum(self.dp_microbatches)
 
     def coords(self, rank: int) -> tuple[int, int, int]:
         """(pp_rank, dp_rank, tp_rank) of global ``rank``."""
@@ -74,7 +101,12 @@ class RunConfig:
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}", f"zero={self.zero}"]
         if self.pp > 1:
             parts.append(f"schedule={self.schedule}")
-        parts.append(f"micro_batch={self.micro_batch}x{self.microbatches}")
+        if self.dp_microbatches is not None:
+            parts.append(f"micro_batch={self.micro_batch}x[{'/'.join(map(str, self.dp_microbatches))}] per DP rank")
+        else:
+            parts.append(f"micro_batch={self.micro_batch}x{self.microbatches}")
+        if self.layer_split is not None:
+            parts.append(f"layers={'/'.join(map(str, self.layer_split))}")
         return " ".join(parts)
 
 
@@ -94,14 +126,22 @@ def config_from_job(
     fault: str | None = None,
     timeout_s: float = 300.0,
     schedule: str | None = None,
+    layer_split: tuple[int, ...] | None = None,
+    dp_microbatches: tuple[int, ...] | None = None,
 ) -> RunConfig:
     """Check that the executor can lay out ``job``'s plan on ``nproc`` processes and build the config.
 
-    ``schedule`` overrides the plan's schedule. Every knob the executor does not apply (precision,
+    ``schedule`` overrides the plan's schedule; ``layer_split`` / ``dp_microbatches`` lay it out unevenly
+    (see :func:`config_from_hetero_job`). Every knob the executor does not apply (precision,
     recompute, sequence parallelism) becomes a note in the output rather than being dropped silently.
     """
     from shardwise.engines.support import require
     from shardwise.pipeline import generate_schedule, resolve
+    from shardwise.specs.hetero import HeteroJob
+
+    if isinstance(job, HeteroJob):  # a cluster with groups: its layout, split as the estimate splits it
+        return config_from_hetero_job(job, nproc=nproc, steps=steps, backend=backend, check=check, calibrate=calibrate,
+                                      seed=seed, fault=fault, timeout_s=timeout_s, schedule=schedule)
 
     p, m = job.plan, job.model
     dp = p.dp or 1
@@ -141,8 +181,38 @@ def config_from_job(
         generate_schedule(sched_name, p.pp, mb, vpp)  # raises for (pp, m, vpp) it does not admit
     elif schedule or p.schedule not in ("1f1b",):
         notes.append(f"schedule {schedule or p.schedule!r} ignored: pp=1 has no pipeline")
+    if layer_split is not None:
+        _need(p.pp > 1 and sum(layer_split) == m.layers and len(layer_split) == p.pp and min(layer_split) >= 0,
+              f"parallel.layer_split: {list(layer_split)} must give each of the {p.pp} pipeline ranks its layers ({m.layers} in all)")
+        _need(vpp is None and sched_name in ONE_STAGE_PER_RANK,
+              f"parallel.layer_split: train run splits layers unevenly with one stage per rank ({', '.join(ONE_STAGE_PER_RANK)}); "
+              f"schedule {sched_name!r} holds several: use one of those")
+    if dp_microbatches is not None:
+        _need(len(dp_microbatches) == dp and min(dp_microbatches) >= 1,
+              f"parallel.batch_split: {list(dp_microbatches)} must give each of the {dp} DP ranks 1 or more micro-batches")
+        _need(p.pp == 1, "parallel.batch_split: train run runs an uneven batch split with pp = 1 (one schedule per "
+              "pipeline); use pp: 1 to check it")
     return RunConfig(
         model=m, tp=p.tp, pp=p.pp, dp=dp, zero=p.zero, micro_batch=p.micro_batch, microbatches=mb,
         seq_len=job.training.seq_len, schedule=sched_name, vpp=vpp, steps=steps, backend=backend, seed=seed,
         check=check, calibrate=calibrate, fault=fault, timeout_s=timeout_s, notes=tuple(notes),
+        layer_split=None if layer_split is None else tuple(layer_split),
+        dp_microbatches=None if dp_microbatches is None else tuple(dp_microbatches),
     )
+
+
+def config_from_hetero_job(job: HeteroJob, **kw: Any) -> RunConfig:
+    """The run of a heterogeneous job's layout on local processes (every process alike: the run checks
+    the layout's numerics, the GPU types are the estimate's business). The splits are the ones the
+    estimate costs (given, or balanced by speed): layers per pipeline rank, or micro-batches per
+    replica, replicas in group order."""
+    from shardwise.train.hetero import hetero_estimate
+
+    layout = hetero_estimate(job).layout
+    p = layout.plan
+    stand_in = job.cluster.groups[0].cluster.model_copy(update={"num_gpus": layout.num_gpus})
+    base = TrainJob(job.model, stand_in, job.training, p, job.name)
+    if layout.kind == "pipeline":
+        return config_from_job(base, layer_split=layout.layer_split, **kw)
+    per_rank = tuple(m for (_, d), m in zip(layout.replicas, layout.batch_split, strict=True) for _ in range(d))
+    return config_from_job(base, dp_microbatches=per_rank, **kw)

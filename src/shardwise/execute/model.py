@@ -178,26 +178,26 @@ def build_model(spec: ModelSpec, seed: int = 0) -> GPT:
     return model
 
 
-def split_layers(num_layers: int, num_stages: int) -> list[list[int]]:
-    """Contiguous, as-even-as-possible layer ranges per pipeline stage (earlier stages take the extra
-    layers; stages may be empty when there are more stages than layers: they hold only the embedding
-    or the LM head)."""
+def split_layers(num_layers: int, num_stages: int, counts: tuple[int, ...] | None = None) -> list[list[int]]:
+    """Contiguous layer ranges per pipeline stage: `counts` layers each (an uneven split), or as even as
+    possible (earlier stages take the extra layers; stages may be empty when there are more stages than
+    layers: they hold only the embedding or the LM head)."""
     base, extra = divmod(num_layers, num_stages)
     out, start = [], 0
     for s in range(num_stages):
-        n = base + (1 if s < extra else 0)
+        n = counts[s] if counts is not None else base + (1 if s < extra else 0)
         out.append(list(range(start, start + n)))
         start += n
     return out
 
 
-def stage_module(full: GPT, stage: int, num_stages: int) -> GPT:
+def stage_module(full: GPT, stage: int, num_stages: int, counts: tuple[int, ...] | None = None) -> GPT:
     """A copy of ``full`` keeping only stage ``stage``'s layers (embedding on stage 0, norm + head on the
     last); parameter names are unchanged."""
     if full.spec.tied_embeddings and num_stages > 1:
         raise ShardwiseError("tied_embeddings with pipeline parallelism is not supported by the executor "
                              "(embedding and LM head live on different stages); use tied_embeddings: false")
-    keep = {str(i) for i in split_layers(len(full.layers), num_stages)[stage]}
+    keep = {str(i) for i in split_layers(len(full.layers), num_stages, counts)[stage]}
     mod = copy.deepcopy(full)
     for key in list(mod.layers.keys()):
         if key not in keep:

@@ -1,7 +1,7 @@
 """Run a plan for real and turn the workers' results into one report (needs torch).
 
 :func:`run_plan` writes the schedule CSV, launches the workers (:mod:`.launch`), then merges: per-step
-loss (mean over DP ranks of the ranks that hold the loss) and step time (first rank's start to last
+loss (mean over DP ranks of the ranks that hold the loss, weighted by their batch on an uneven split) and step time (first rank's start to last
 rank's end), memory per rank, the measured timeline of each step (pipeline ranks of the DP-0/TP-0
 slice, the simulator's shape), the prediction from measured stage costs, and with ``check`` the
 comparison with a single-process reference (:mod:`.reference`).
@@ -70,9 +70,11 @@ def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
     name = sched.name if cfg.pp > 1 else "none"
     steps = []
     for k in range(cfg.steps):
-        losses = [r["steps"][k]["loss"] for r in results if r["reports_loss"]]
+        losses = [(r["steps"][k]["loss"], cfg.local_microbatches(r["coords"][1])) for r in results if r["reports_loss"]]
         start = min(r["steps"][k]["start"] for r in results)
-        steps.append({"step": k, "loss": sum(losses) / len(losses),
+        mean = (sum(v for v, _ in losses) / len(losses) if cfg.dp_microbatches is None
+                else sum(v * w for v, w in losses) / sum(w for _, w in losses))  # uneven DP: weighted by batch
+        steps.append({"step": k, "loss": mean,
                       "step_time_s": max(r["steps"][k]["end"] for r in results) - start})
     timelines = [measured_timeline(_pipeline_rows(results, cfg, "timeline", k), name, cfg.pp, sched.vpp,
                                    sched.num_stages, cfg.microbatches) for k in range(cfg.steps)]

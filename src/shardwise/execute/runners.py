@@ -53,12 +53,14 @@ class FlatRunner:
 
     def __init__(self, cfg: RunConfig, full: GPT, mesh: DeviceMesh, rec: Recorder):
         self.cfg, self.rec = cfg, rec
+        self.dp_rank = mesh["dp"].get_local_rank()
         self.model = _parallelize(full, cfg, mesh)
         self.modules = [self.model]
         self.schedule_source = "none (pp=1: forward and backward per micro-batch, gradients accumulated)"
 
     def step(self, x: torch.Tensor, y: torch.Tensor, sync_grads: bool = True) -> float:
-        n = self.cfg.microbatches
+        n = self.cfg.local_microbatches(self.dp_rank)
+        weight = self.cfg.loss_weight(self.dp_rank)  # uneven DP split: gradients averaged over DP stay the global mean
         total = 0.0
         for mb, (xm, ym) in enumerate(zip(x.chunk(n), y.chunk(n))):
             if uses_fsdp(self.cfg):  # reduce-scatter once, after the last micro-batch
@@ -66,7 +68,7 @@ class FlatRunner:
             with self.rec.action("F", 0, mb):
                 loss = lm_loss(self.model(xm), ym)
             with self.rec.action("B", 0, mb):
-                (loss / n).backward()
+                (loss * (weight / n)).backward()
             total += loss.item()
         return total / n
 
@@ -127,7 +129,7 @@ class PipelineRunner:
         pp_rank = mesh["pp"].get_local_rank()
         n_stages = sched.num_stages
         self.stage_ids = sched.rank_stages(pp_rank)
-        self.modules = [_parallelize(stage_module(full, s, n_stages), cfg, mesh) for s in self.stage_ids]
+        self.modules = [_parallelize(stage_module(full, s, n_stages, cfg.layer_split), cfg, mesh) for s in self.stage_ids]
         group = mesh["pp"].get_group()
         stages = [PipelineStage(m, s, n_stages, device, group=group) for m, s in zip(self.modules, self.stage_ids)]
         for st in stages:

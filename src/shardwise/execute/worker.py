@@ -81,7 +81,7 @@ def _run(rank: int, cfg: RunConfig, port: int, workdir: Path) -> dict:
     dp_group = mesh["dp"].get_group()
     opt = make_optimizer(plist, cfg, dp_group)
     sync_dp = cfg.dp > 1 and cfg.zero < 2 and cfg.fault != "skip-dp-grad-reduce"
-    rows = slice(dp_r * cfg.local_batch, (dp_r + 1) * cfg.local_batch)
+    rows = cfg.rows(dp_r)
 
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = synthetic_batch(cfg.model.vocab, cfg.global_batch, cfg.seq_len, cfg.seed, step)

@@ -22,6 +22,9 @@ SERVE_ENGINES = ("vllm", "sglang")
 
 def export_train(job: TrainJob, to: str, version: str | None = None) -> Export:
     """The launch of ``job``'s plan in engine ``to`` (optionally at ``version``)."""
+    from shardwise.specs.hetero import one_gpu_type
+
+    one_gpu_type(job, "train export")
     key = (to or "").strip().lower()
     if key == "torchtitan":
         from shardwise.handoff.torchtitan import export_torchtitan as fn

@@ -26,7 +26,7 @@ import numpy as np
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_ACTION_TIME
 from shardwise.pipeline.engine import blocked_actions, compile_schedule, run
-from shardwise.pipeline.ir import KINDS, Schedule
+from shardwise.pipeline.ir import F_CODE, KINDS, Schedule
 
 #: Default fraction of a micro-batch's stage activations held from I until W. 1.0 is the accounting of
 #: the V-schedule paper's memory counts (a micro-batch is in flight from F to its W); the zero-bubble
@@ -55,9 +55,19 @@ class SimResult:
     starts: list[np.ndarray] = field(repr=False)
     ends: list[np.ndarray] = field(repr=False)
     actions: list[np.ndarray] = field(repr=False)  # per rank (n, 3): stage, mb, kind code (compute only)
-    p2p_s: float = 0.0
+    p2p_s: float | list[float] = 0.0
     extrapolated_from: int | None = None  # micro-batches actually simulated (see pipeline.steady), None: all
     exact: bool = True  # False only when a steady state did not settle within the simulation budget
+
+    def hop_s(self, stage: int, kind: str) -> float:
+        """Seconds of the hop into ``stage``'s action of ``kind`` from the neighbouring stage (below it
+        for F, above it for a backward)."""
+        if not isinstance(self.p2p_s, list):
+            return self.p2p_s
+        if not self.p2p_s:
+            return 0.0
+        b = stage - 1 if kind == "F" else stage
+        return self.p2p_s[min(max(b, 0), len(self.p2p_s) - 1)]
 
     @property
     def stage_span(self) -> float:
@@ -135,7 +145,9 @@ def simulate(
 
     ``f_s``, ``i_s``, ``w_s``: forward, input-gradient and weight-gradient durations, one number or one
     per stage (first/last stages may be heavier). ``b_s``: fused-backward duration, default ``i_s + w_s``.
-    ``p2p_s``: seconds per cross-rank hop (latency + bytes/bandwidth); same-rank hops are free.
+    ``p2p_s``: seconds per cross-rank hop (latency + bytes/bandwidth), one number or one per stage
+    boundary (``S - 1`` values: entry ``b`` is the hop between stages ``b`` and ``b + 1``, both ways, for
+    links that differ, e.g. between GPU groups); same-rank hops are free.
     ``activation``: per-stage amount F adds (default 1 = one micro-batch's activations of one stage).
     Raises :class:`ShardwiseError` on bad inputs or a deadlocking schedule.
     """
@@ -144,7 +156,8 @@ def simulate(
     i = _per_stage(i_s, S, "input-gradient time i_s")
     w = _per_stage(w_s, S, "weight-gradient time w_s")
     b = i + w if b_s is None else _per_stage(b_s, S, "full-backward time b_s")
-    if not (np.isfinite(p2p_s) and 0 <= p2p_s <= MAX_ACTION_TIME):
+    hop = _per_stage(p2p_s, S - 1, "p2p_s (seconds per cross-rank hop)") if np.ndim(p2p_s) else None
+    if hop is None and not (np.isfinite(p2p_s) and 0 <= p2p_s <= MAX_ACTION_TIME):
         raise ShardwiseError(f"p2p_s (seconds per cross-rank hop) must be finite, >= 0 and at most {MAX_ACTION_TIME:g}; got {p2p_s}")
     if not 0.0 <= w_retained_fraction <= 1.0:
         raise ShardwiseError(f"w_retained_fraction must be in [0, 1]; got {w_retained_fraction}")
@@ -160,7 +173,11 @@ def simulate(
     for r in range(sched.pp):
         k, s = comp.kind[r], comp.stage[r]
         durs.append(dur_table[k, s].tolist())
-        lats.append((comp.cross[r] * float(p2p_s)).tolist())
+        if hop is None:
+            lats.append((comp.cross[r] * float(p2p_s)).tolist())
+        else:  # the boundary a dependency crosses: below the stage for F, above it for I/B
+            boundary = np.clip(np.where(k == F_CODE, s - 1, s), 0, max(S - 2, 0))
+            lats.append((comp.cross[r] * (hop[boundary] if S > 1 else 0.0)).tolist())
     starts, progress = run(comp, durs, lats)
     if any(p < len(d) for p, d in zip(progress, comp.dep)):
         raise ShardwiseError(
@@ -211,5 +228,5 @@ def simulate(
         starts=st_l,
         ends=en_l,
         actions=acts,
-        p2p_s=float(p2p_s),
+        p2p_s=float(p2p_s) if hop is None else hop.tolist(),
     )

@@ -116,13 +116,14 @@ def p2p_waits(sched: Schedule, res: SimResult) -> tuple[list[list[dict]], list[t
             src_r, src_i = where[d]
             hops.append((src_r, src_i, r, i))
             sent = float(res.ends[src_r][src_i])
-            arrival = sent + res.p2p_s
+            hop = res.hop_s(int(comp.stage[r][i]), "F" if int(comp.kind[r][i]) == F_CODE else "I")
+            arrival = sent + hop
             lo = max(ends[i - 1] if i else 0.0, sent)
             if _us(arrival) > _us(lo):  # it starts at max(rank free, arrival): the wait ends by its start
                 what = "activation" if int(comp.kind[r][i]) == F_CODE else "gradient"
                 waits[r].append({"name": f"recv {what}", "start": lo, "end": arrival,
                                  "args": {"from_rank": src_r, "stage": int(comp.stage[r][i]),
-                                          "microbatch": int(comp.mb[r][i]), "transfer_s": res.p2p_s}})
+                                          "microbatch": int(comp.mb[r][i]), "transfer_s": hop}})
     return waits, hops
 
 

@@ -6,6 +6,10 @@ node that every GPU of the node shares (rails). A parallel group of ranks is pla
 :meth:`Cluster.tier_for`: k ranks per NVLink domain times N domains. What a collective costs on that
 placement is :mod:`shardwise.cost.comm`'s business.
 
+A :class:`HeteroCluster` is several such clusters (:class:`GpuGroup`: one GPU type, node size and NICs
+each) joined by links of ``inter_group_gbps``; a job file gives it as ``cluster.groups``
+(:class:`GroupSpec`). One group is a plain :class:`Cluster`.
+
 Power limit (``cluster.power_limit_w``): below the board power the peak tensor throughput scales as
 (limit / rated)^(1/3). Assumption, from the CMOS dynamic-power relation P ~ C V^2 f with the supply
 voltage following the clock in the DVFS range (P ~ f^3); memory bandwidth is unchanged. Measured losses
@@ -313,3 +317,129 @@ def make_cluster(
     except ValidationError as exc:
         raise ShardwiseError(format_validation_error(exc, "cluster")) from None
 
+
+
+NIC_KINDS: dict[str, Fabric] = {"ib": "infiniband", "infiniband": "infiniband", "roce": "roce", "efa": "efa", "tcpxo": "tcpxo"}
+
+
+class NicSpec(BaseModel):
+    """A group's scale-out NICs: `count` per node of `gbps` each, of one `kind`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: int = Field(gt=0, le=1024, description="scale-out NICs per node (rails)")
+    gbps: float = Field(gt=0, le=1e5, description="line rate of one NIC, Gbit/s")
+    kind: Literal["ib", "infiniband", "roce", "efa", "tcpxo"] | None = Field(
+        default=None, description="fabric: ib (InfiniBand), roce, efa or tcpxo; default: the GPU's")
+
+
+class GroupSpec(BaseModel):
+    """One entry of `cluster.groups`: nodes of one GPU type with their own network."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, description="label used by parallel.stage_groups and parallel.replicas; "
+                             "default: the GPU's catalog name")
+    gpu: str = Field(description="GPU type: a name or alias from data/gpus.yaml (h100, a100-80gb, ...)")
+    nodes: int = Field(gt=0, description="nodes in the group")
+    gpus_per_node: int | None = Field(default=None, gt=0, description="GPUs per node; default: the GPU's in data/gpus.yaml")
+    nic: NicSpec | None = Field(default=None, description="scale-out NICs of each node; default: the GPU's catalog network")
+    network: NetworkSpec | None = Field(default=None, description="other network fields (NVLink, SHARP) as in cluster.network")
+    price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's list price")
+    power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W")
+
+
+class GroupsSpec(BaseModel):
+    """The `cluster` section of a heterogeneous job: groups of nodes and the links between them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    groups: list[GroupSpec] = Field(min_length=1, description="groups of nodes, each of one GPU type and network")
+    inter_group_gbps: float | None = Field(
+        default=None, gt=0, le=1e7, description="bandwidth of the links joining two groups, Gbit/s per direction, "
+        "shared by every transfer between them; default: no limit beyond each group's NICs (one fabric)")
+    memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory a plan must leave "
+                                          "free to fit, in every group; default 0.05")
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    """A named group of a heterogeneous cluster: a homogeneous :class:`Cluster`."""
+
+    name: str
+    cluster: Cluster
+
+    @property
+    def gpu(self) -> GPU:
+        return self.cluster.gpu
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+
+@dataclass(frozen=True)
+class HeteroCluster:
+    """Groups of GPUs that differ in type, node size or network, and the links joining them."""
+
+    groups: tuple[GpuGroup, ...]
+    inter_group_gbps: float | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.groups)
+
+    @property
+    def nodes(self) -> int:
+        return sum(g.cluster.nodes for g in self.groups)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(g.name for g in self.groups)
+
+    def group(self, name: str, where: str = "group") -> GpuGroup:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise ShardwiseError(f"{where}: unknown group {name!r}; the cluster's groups are {', '.join(self.names)}")
+
+    def describe(self) -> str:
+        return " + ".join(f"{g.num_gpus} x {g.gpu.name} ({g.name})" for g in self.groups)
+
+
+def group_cluster(spec: GroupSpec, where: str, memory_headroom: float | None = None) -> Cluster:
+    """The homogeneous cluster of one group; `nic` fills the network's NIC fields."""
+    net = dict((spec.network or NetworkSpec()).model_dump(exclude_none=True, exclude_defaults=True))
+    if spec.nic is not None:
+        both = [k for k in ("nics_per_node", "nic_gbps", "fabric") if k in net]
+        if both:
+            raise ShardwiseError(f"{where}.network.{both[0]}: give the NICs once, in {where}.nic or in {where}.network")
+        net.update(nics_per_node=spec.nic.count, nic_gbps=spec.nic.gbps)
+        if spec.nic.kind is not None:
+            net["fabric"] = NIC_KINDS[spec.nic.kind]
+    try:
+        gpu = get_gpu(spec.gpu)
+    except ShardwiseError as exc:
+        raise ShardwiseError(f"{where}.gpu: {exc}") from None
+    per_node = spec.gpus_per_node or gpu.gpus_per_node
+    try:
+        return make_cluster(gpu, spec.nodes * per_node, per_node, None, spec.price_usd_per_gpu_hour, net or None, spec.power_limit_w,
+                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom)
+    except ShardwiseError as exc:  # the flat form's messages name `cluster.<field>`: name the group instead
+        msg = str(exc)
+        raise ShardwiseError(where + msg[len("cluster"):] if msg.startswith("cluster") else f"{where}: {msg}") from None
+
+
+def make_hetero_cluster(spec: GroupsSpec, where: str = "cluster") -> Cluster | HeteroCluster:
+    """The cluster of a `cluster.groups` section; a single group is the plain :class:`Cluster` the
+    `{gpu, gpus}` form gives (same numbers)."""
+    clusters = [group_cluster(g, f"{where}.groups[{i}]", spec.memory_headroom) for i, g in enumerate(spec.groups)]
+    if len(clusters) == 1:
+        if spec.inter_group_gbps is not None:
+            raise ShardwiseError(f"{where}.inter_group_gbps: a single group has no links to other groups; remove it")
+        return clusters[0]
+    names = [g.name or c.gpu.name for g, c in zip(spec.groups, clusters, strict=True)]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise ShardwiseError(f"{where}.groups[{i}].name: {n!r} names two groups; give each group a distinct name")
+    return HeteroCluster(tuple(GpuGroup(n, c) for n, c in zip(names, clusters, strict=True)), spec.inter_group_gbps)

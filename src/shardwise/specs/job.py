@@ -12,16 +12,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
-from shardwise.specs.hardware import Cluster, NetworkSpec, make_cluster
+from shardwise.specs.hardware import Cluster, GroupsSpec, HeteroCluster, NetworkSpec, make_cluster, make_hetero_cluster
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import RECIPE_ARCHS, TrainingSpec, TrainPlan
+
+if TYPE_CHECKING:
+    from shardwise.specs.hetero import HeteroJob
 
 
 class ClusterSpec(BaseModel):
@@ -43,8 +46,11 @@ class ClusterSpec(BaseModel):
                                           "free to fit (allocator fragmentation, spikes); default 0.05")
 
 
-def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster:
-    """Build a cluster from a job file's `cluster` mapping (ClusterSpec's fields)."""
+def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster | HeteroCluster:
+    """Build a cluster from a job file's `cluster` mapping: ClusterSpec's fields, or `groups` of nodes
+    (GroupsSpec; one group gives the same Cluster as the flat form)."""
+    if "groups" in data:
+        return make_hetero_cluster(_build(GroupsSpec, data, where), where)
     c: ClusterSpec = _build(ClusterSpec, data, where)
     return make_cluster(c.gpu, c.gpus, c.gpus_per_node, c.inter_node_gbps, c.price_usd_per_gpu_hour, c.network, c.power_limit_w,
                         gpu_field=f"{where}.gpu", memory_headroom=c.memory_headroom)
@@ -69,8 +75,9 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0 and d <= 64)
 
 
-def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: TrainPlan) -> TrainPlan:
-    """Resolve dp and check that the plan can run; raise ShardwiseError naming the field otherwise."""
+def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: TrainPlan, check_batch: bool = True) -> TrainPlan:
+    """Resolve dp and check that the plan can run; raise ShardwiseError naming the field otherwise.
+    `check_batch=False` leaves the global batch to the caller (an uneven split over replicas)."""
     p = plan
     if model.heads % p.tp:
         raise ShardwiseError(f"parallel.tp: {p.tp} does not divide the {model.heads} attention heads of {model.name}; use one of {_divisors(model.heads)}")
@@ -109,8 +116,13 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
         )
     if p.offload != "none" and p.zero == 0:
         raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
+    if training.adapter is not None:
+        training.adapter.shapes(model)  # adapters need a dense, standard-attention model with those layers
+        if p.offload == "optimizer+params":
+            raise ShardwiseError("parallel.offload: an adapter fine-tune keeps its frozen base on the GPU; use offload: "
+                                 "optimizer (or training.lora.paged_optimizer) for the adapters' optimizer states")
     per_step = p.micro_batch * dp
-    if training.global_batch % per_step:
+    if check_batch and training.global_batch % per_step:
         raise ShardwiseError(
             f"training.global_batch: {training.global_batch} is not a multiple of micro_batch*dp = {p.micro_batch}*{dp} = {per_step}"
         )
@@ -199,8 +211,9 @@ def _build(cls: type[BaseModel], data: dict[str, Any], where: str) -> Any:
         raise ShardwiseError(format_validation_error(exc, where)) from None
 
 
-def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) -> TrainJob:
-    """Build and check one job from its parsed mapping."""
+def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) -> TrainJob | HeteroJob:
+    """Build and check one job from its parsed mapping (a :class:`~shardwise.specs.hetero.HeteroJob`
+    when the cluster has several groups)."""
     if not isinstance(doc, dict):
         raise ShardwiseError(f"{where}: a job must be a mapping with model, cluster, training, parallel")
     unknown = set(doc) - {"name", "model", "cluster", "training", "parallel", "moe"}
@@ -213,6 +226,10 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     cluster = cluster_from_mapping(_section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
     training = _build(TrainingSpec, _training_section(doc, where), "training")
     raw_plan = dict(_section(doc, "parallel", where)) if require_plan or doc.get("parallel") is not None else {}
+    if isinstance(cluster, HeteroCluster):
+        from shardwise.specs.hetero import hetero_job
+
+        return hetero_job(model, cluster, training, raw_plan, str(doc.get("name", model.name)), require_plan)
     if raw_plan.get("dp") == "auto":
         raw_plan["dp"] = None
     plan = _build(TrainPlan, raw_plan, "parallel")
@@ -221,7 +238,7 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=str(doc.get("name", model.name)))
 
 
-def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob]:
+def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob | HeteroJob]:
     """Build and check the jobs of a parsed document: one job mapping or a list of them."""
     docs = doc if isinstance(doc, list) else [doc]
     if not docs:
@@ -229,6 +246,6 @@ def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob]:
     return [job_from_mapping(d, where=f"job[{i}]" if len(docs) > 1 else "job") for i, d in enumerate(docs)]
 
 
-def load_jobs(path: str | Path) -> list[TrainJob]:
-    """Read a YAML/JSON file holding one job or a list of jobs."""
+def load_jobs(path: str | Path) -> list[TrainJob | HeteroJob]:
+    """Read a YAML/JSON file holding one job or a list of jobs (a HeteroJob where the cluster has groups)."""
     return jobs_from_document(read_document(path), str(path))

@@ -9,7 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_RANKS, MAX_PIPELINE_STAGES, MAX_SEQUENCE_TOKENS
+from shardwise.specs.model import ModelSpec
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
@@ -29,6 +31,52 @@ CpComm = Literal["p2p", "allgather", "a2a", "a2a+p2p"]
 Dispatcher = Literal["alltoall", "allgather", "deepep"]
 
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp32": 4}
+Method = Literal["full", "lora", "qlora"]
+LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
+
+
+class LoraSpec(BaseModel):
+    """Low-rank adapters (Hu et al. 2021, LoRA) on a frozen base, optionally quantized (Dettmers et al.
+    2023, QLoRA). Defaults: the QLoRA paper's setting (artidoro/qlora scripts: r 64, alpha 16, every
+    linear layer, dropout 0.05, NF4 with double quantization, paged AdamW, bf16 adapters)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    rank: int = Field(default=64, gt=0, le=65536, description="adapter rank r")
+    alpha: float = Field(default=16.0, gt=0, description="adapter scale alpha (alpha / r scales the update; no cost effect)")
+    targets: tuple[LoraTarget, ...] | None = Field(
+        default=None, min_length=1, description="linear layers that get adapters; default: every linear layer of the model")
+    dropout: float = Field(default=0.05, ge=0, lt=1, description="dropout on the adapter input (0: no extra activations)")
+    base_format: Literal["nf4", "int8", "fp8"] | None = Field(
+        default=None, description="qlora: frozen base weights format; default nf4 (lora keeps the training precision)")
+    double_quant: bool = Field(default=True, description="nf4: quantize the block constants too (QLoRA Sec. 3)")
+    paged_optimizer: bool | None = Field(
+        default=None, description="optimizer states page to host memory under pressure; default: true for qlora")
+    adapter_dtype: Literal["bf16", "fp32"] = Field(
+        default="bf16", description="adapter weights and gradients (PEFT upcasts to fp32; QLoRA casts to bf16)")
+
+    @staticmethod
+    def linear_shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of a dense transformer layer (Hugging Face module
+        names q/k/v/o_proj, gate/up/down_proj; a GeLU MLP has up and down only)."""
+        h, a, kv = model.hidden, model.heads, model.n_kv_heads
+        shapes = {"q": (h, a * model.d_head), "k": (h, kv * model.d_head), "v": (h, kv * model.d_v_head),
+                  "o": (a * model.d_v_head, h), "gate": (h, model.ffn), "up": (h, model.ffn), "down": (model.ffn, h)}
+        if model.mlp != "swiglu":
+            del shapes["gate"]
+        return shapes
+
+    def shapes(self, model: ModelSpec) -> dict[str, tuple[int, int]]:
+        """(in, out) of each adapted layer; ShardwiseError when the model has no such layer."""
+        if model.is_moe or model.is_mla:
+            raise ShardwiseError(f"training.method: adapters are modelled for dense, standard-attention models; "
+                                 f"{model.name} has {'experts' if model.is_moe else 'MLA'} (use method: full)")
+        linear = self.linear_shapes(model)
+        missing = [t for t in self.targets or () if t not in linear]
+        if missing:
+            raise ShardwiseError(f"training.lora.targets: {model.name} has no {', '.join(missing)} projection "
+                                 f"({model.mlp} MLP); use some of {', '.join(linear)}")
+        return {t: linear[t] for t in (self.targets or tuple(linear))}
 
 
 class MoeSpec(BaseModel):
@@ -102,6 +150,30 @@ class TrainingSpec(BaseModel):
     def low_precision(self) -> bool:
         """GEMMs run in fp8 or fp4 (the rest of the model in bf16)."""
         return self.precision in ("fp8", "fp4")
+
+    method: Method = Field(default="full", description="full fine-tune / pre-training, lora (frozen base, adapters) or "
+                           "qlora (quantized frozen base, adapters)")
+    lora: LoraSpec | None = Field(default=None, description="adapter settings for method lora / qlora")
+
+    @model_validator(mode="after")
+    def _check_method(self) -> TrainingSpec:
+        if self.method == "full" and self.lora is not None:
+            raise ValueError("lora: adapter settings need method: lora or qlora (method is full); set the method or drop lora")
+        if self.method == "lora" and self.lora is not None and self.lora.base_format is not None:
+            raise ValueError("lora.base_format: a quantized base needs method: qlora; set method: qlora or drop base_format")
+        return self
+
+    @property
+    def adapter(self) -> LoraSpec | None:
+        """The resolved adapter settings (method defaults filled in), or None for a full fine-tune."""
+        if self.method == "full":
+            return None
+        spec = self.lora or LoraSpec()
+        qlora = self.method == "qlora"
+        return spec.model_copy(update={
+            "base_format": (spec.base_format or "nf4") if qlora else None,
+            "paged_optimizer": qlora if spec.paged_optimizer is None else spec.paged_optimizer,
+        })
 
     @property
     def tokens_per_step(self) -> int:

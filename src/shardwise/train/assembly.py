@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.cost import adapters
 from shardwise.cost.activations import (
     embedding_activation_bytes,
     full_recompute_working_bytes,
@@ -26,12 +27,13 @@ from shardwise.cost.device import Device
 from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
 from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
-from shardwise.cost.overlap import dp_exposed_s
+from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.cost.stack import StackProfile
 from shardwise.cost.step import fixed_memory_bytes, model_states, offload_params_s, optimizer_step_s
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
+from shardwise.train.stages import StageContent
 
 
 @dataclass(frozen=True)
@@ -77,18 +79,42 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab) if model.is_moe else act_dense
     kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
     full = recompute == "full"
+    emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, stack, ab)
+    act_recompute = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0
+    lora = training.adapter
+    if lora is not None:  # frozen base + adapters (dense models only: LoraSpec.shapes)
+        extra = adapters.adapter_layer_cost(model, lora, tokens, tp, dev, ab, recompute, stack.selective_recompute_gemms)
+        dense = moe = adapters.frozen_layer(dense, extra)
+        emb, head = adapters.frozen_block(emb), adapters.frozen_block(head)
+        act_dense += adapters.adapter_activation_bytes(model, lora, tokens, tp, recompute, ab)
+        act_moe = act_dense
+        if full:
+            act_recompute += adapters.adapter_working_bytes(model, lora, tokens, tp, ab)
     return Blocks(
         dense=dense,
         moe=moe,
-        embedding=embedding(model, tokens, sp, dev, groups, ab),
-        head=lm_head(model, tokens, sp, dev, groups, stack, ab),
+        embedding=emb,
+        head=head,
         act_dense=act_dense,
         act_moe=act_moe,
         act_embedding=embedding_activation_bytes(model, tokens, tp, sp),
         act_output=output_layer_activation_bytes(model, tokens, tp, sp, ab),
-        act_recompute=full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0,
+        act_recompute=act_recompute,
         w_retained=1.0 if full else min(1.0, kept / (act_moe if model.is_moe else act_dense)),
     )
+
+
+def stage_work(b: Blocks, st: StageContent, tp_overlap: float):
+    """One micro-batch through one virtual stage: (F, I, W, (compute, exposed TP, CP, EP), activation
+    bytes it keeps), the layer-like blocks of `st` costed by `b` with what TP comm stays exposed."""
+    cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
+    if st.embedding:
+        cost = cost + b.embedding
+    if st.lm_head:
+        cost = cost + b.head
+    f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, tp_overlap)
+    act = st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0)
+    return f, i, w, (cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep), act
 
 
 def boundary_p2p_s(cluster: Cluster, model: ModelSpec, training: TrainingSpec, micro_batch, tp, cp, pp_stride):
@@ -144,12 +170,22 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     expert_group = np.maximum(1, dense_group // ep)
     shard = np.minimum(dp_shard, dense_group)
     largest = np.maximum(model.layer_params_dense, gathered_moe_layer_params(model, ep)) / tp
-    states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb,
-                          optimizer_bytes_per_param(training.precision), offload)
+    fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb)
+    opt_bytes, frozen = optimizer_bytes_per_param(training.precision), 0.0
+    lora = training.adapter
+    if lora is not None:  # the trainable parameters are the adapters; the frozen base has weights only
+        frozen = adapters.frozen_weight_bytes(model, lora, p_dense, layers, tp, wb)
+        layer_bytes = adapters.frozen_weight_bytes(model, lora, model.layer_params_dense / tp, 1, tp, wb)
+        fixed = fixed_memory_bytes(consts, zero, dense_group, layer_bytes, 1.0) + adapters.dequant_buffer_bytes(model, lora, tp)
+        p_dense = layers * adapters.adapter_params(model, lora, tp)
+        wb, gb, opt_bytes = adapters.adapter_state_bytes(lora)
+    states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb, opt_bytes, offload)
+    if lora is not None:
+        states = model_states(frozen, 0.0, dense_group, expert_group, zero, shard, 1.0, 0.0, 0.0, offload) + states
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
                         shard, np.where(zero == 3, lowp.gather_bytes, wb) if lowp.active else wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
                         layers=np.maximum(layers, 1) * gathers_per_layer(model, stack),
-                        bucket_bytes=grad_bucket_params(dense_group) * gb)
+                        bucket_bytes=grad_bucket_params(dense_group) * gb, frozen_bytes=frozen)
     if offload == "optimizer+params":
         dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
     sharded = zero >= 1
@@ -158,5 +194,5 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     local = p_dense + p_exp
     if lowp.weights_per_step:
         optimizer_s = optimizer_s + cast_s(dev, lowp, local, layers * 4)
-    fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb) + local * lowp.weight_copy_bytes
+    fixed = fixed + local * lowp.weight_copy_bytes
     return RankTail(states, fixed, dp_s, optimizer_s)

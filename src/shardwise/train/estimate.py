@@ -9,15 +9,15 @@ communication and the optimizer step per pipeline rank; memory by placement (:mo
 
 from __future__ import annotations
 
+from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note, paged_optimizer
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
-from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
-from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail
+from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail, stage_work
 from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
@@ -43,17 +43,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     stages = stage_contents(model, pp * vpp)
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
     for st in stages:
-        cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
-        if st.embedding:
-            cost = cost + b.embedding
-        if st.lm_head:
-            cost = cost + b.head
-        f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, stack.tp_comm_overlap)
+        f, i, w, parts, act = stage_work(b, st, stack.tp_comm_overlap)
         f_s.append(f)
         i_s.append(i)
         w_s.append(w)
-        exposed.append((cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep))
-        acts.append(st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0))
+        exposed.append(parts)
+        acts.append(act)
 
     # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
@@ -77,16 +72,25 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         tails.append(known[key])
     extra_act = [b.act_recompute] * pp
     extra_act[s2r[-1]] += b.act_output
-    cap = min((cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
+    lora = training.adapter
+    paged = lora is not None and bool(lora.paged_optimizer)
+    cap = min((cluster.usable_memory_bytes - t.states.total + (t.states.optimizer if paged else 0.0) - t.fixed_bytes)
+              / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
     p2p_s = boundary_p2p_s(cluster, model, training, plan.micro_batch, tp, cp, plan.stride("pp")) if pp > 1 else 0.0
     timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p)
 
-    ranks = []
+    ranks, paged_gib = [], 0.0
     for r, t in enumerate(tails):
         activations = timing.peak_activation[r] + extra_act[r]
         overheads = float(t.fixed_bytes) + mem_const.fragmentation * activations
-        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), float(t.states.optimizer), activations, overheads)
-        ranks.append((mem, float(t.dp_s), float(t.optimizer_s)))
+        optimizer, paging_s = float(t.states.optimizer), 0.0
+        if paged:
+            _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations + mem_const.fragmentation * activations,
+                                                  cluster.usable_memory_bytes, consts, gpu.arch)
+            paged_gib = max(paged_gib, (optimizer - float(resident)) / GIB)
+            optimizer, paging_s = float(resident), float(paging)
+        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations, overheads)
+        ranks.append((mem, float(t.dp_s), float(t.optimizer_s) + paging_s))
 
     peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)
     dp_s = max(x[1] for x in ranks)
@@ -106,6 +110,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     peak = gpu.peak_flops("bf16" if training.low_precision else training.precision)  # MFU of fp8/fp4 runs: vs the BF16 peak
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
+    if lora is not None:  # frozen weights skip their weight gradients (cost/adapters.py)
+        mf = adapter_model_flops_per_token(model, lora, mf / tokens_step) * tokens_step
+        mf_causal = adapter_model_flops_per_token(model, lora, mf_causal / tokens_step) * tokens_step
     # HFU: the FLOPs the GPUs execute, so causal attention is counted as done and recompute as the stack does it
     hf = mf_causal + recompute_flops_per_token(model, seq, rc, causal=True, flash=flash,
                                                gemm_share=stack.selective_recompute_gemms) * tokens_step
@@ -126,6 +133,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
         searched = " (auto: the schedule searched at that count)" if schedule_info(plan.schedule).takes_costs else ""
         notes.append(f"pipeline simulated with {timing.simulated_microbatches:,} of {m:,} micro-batches and extrapolated {how}{searched}")
+    if lora is not None:
+        notes.append(adapter_note(model, training, lora, paged_gib))
     if cluster.price_usd_per_gpu_hour is None and training.tokens:
         notes.append(f"no catalog price for {gpu.name}: set cluster.price_usd_per_gpu_hour for cost_usd")
     return Estimate(

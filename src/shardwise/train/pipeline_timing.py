@@ -72,32 +72,39 @@ def pipeline_timing(
     f_s: list[float],
     i_s: list[float],
     w_s: list[float],
-    p2p_s: float,
+    p2p_s: float | tuple[float, ...],
     activation: list[float],
     w_retained_fraction: float = 1.0,
     activation_cap: float | None = None,
     split_p2p: bool = True,
 ) -> PipelineTiming:
-    """Simulate `schedule` on per-virtual-stage costs. `activation_cap` (per rank, in the units of
+    """Simulate `schedule` on per-virtual-stage costs; `p2p_s` is one hop time or one per stage
+    boundary (links that differ, as between GPU groups). `activation_cap` (per rank, in the units of
     `activation`) is the memory limit the `auto` schedule is searched under. `split_p2p` runs a second
     simulation without transfers to tell point-to-point time from bubble (otherwise both are bubble).
     Pure, so cached: plans that differ only outside the pipeline (ZeRO stage, say) share one simulation."""
     cap = activation_cap if schedule_info(schedule).takes_costs else None
-    return _timed(resolve(schedule), pp, vpp, microbatches, tuple(f_s), tuple(i_s), tuple(w_s), float(p2p_s),
+    hops = tuple(float(x) for x in p2p_s) if isinstance(p2p_s, tuple | list) else float(p2p_s)
+    return _timed(resolve(schedule), pp, vpp, microbatches, tuple(f_s), tuple(i_s), tuple(w_s), hops,
                   tuple(activation), float(w_retained_fraction), cap, split_p2p)
 
 
-def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float, activation, w_retained_fraction: float,
+def _longest(p2p_s: float | tuple[float, ...]) -> float:
+    """One hop time, or the longest of one per stage boundary."""
+    return max(p2p_s, default=0.0) if isinstance(p2p_s, tuple) else p2p_s
+
+
+def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float | tuple, activation, w_retained_fraction: float,
              activation_cap: float | None) -> Callable[[int], Schedule]:
     """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs,
-    for its step time, on the placement its record gives for ``vpp``)."""
+    for its step time, on the placement its record gives for ``vpp``; with one hop time per boundary, the longest)."""
     info = schedule_info(name)
     if info.takes_costs:
         objective = "stage" if info.step_time is StepTime.RANK_SPAN else "makespan"
 
         def build(m: int) -> Schedule:
-            return generate_schedule(name, pp, m, vpp, f_s=f_s, i_s=i_s, w_s=w_s, p2p_s=p2p_s, mem_cap=activation_cap,
-                                     activation=activation, w_retained_fraction=w_retained_fraction,
+            return generate_schedule(name, pp, m, vpp, f_s=f_s, i_s=i_s, w_s=w_s, p2p_s=_longest(p2p_s),
+                                     mem_cap=activation_cap, activation=activation, w_retained_fraction=w_retained_fraction,
                                      objective=objective)
         return build
     return lambda m: cached_schedule(name, pp, m, vpp)
@@ -115,7 +122,7 @@ def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s,
 
 
 @lru_cache(maxsize=2048)
-def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float,
+def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float | tuple,
            activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
     inputs = (name, pp, vpp, microbatches, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
     if pp == 1:
@@ -134,7 +141,7 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
     steady = not grouped or microbatches % pp == 0
     kw = {"f_s": f_s, "i_s": i_s, "w_s": w_s, "activation": activation, "w_retained_fraction": w_retained_fraction}
 
-    def timed(p2p: float) -> SimResult:
+    def timed(p2p: float | tuple) -> SimResult:
         if not steady:
             return simulate(build(microbatches), p2p_s=p2p, **kw)
         return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, pp if grouped else 1,
@@ -142,7 +149,7 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
 
     res = timed(p2p_s)
     span_rule = info.step_time is StepTime.RANK_SPAN
-    if p2p_s > 0 and split_p2p:
+    if _longest(p2p_s) > 0 and split_p2p:
         free = timed(0.0)
         pp_comm = (res.stage_span - free.stage_span) if span_rule else (res.makespan - free.makespan)
     else:

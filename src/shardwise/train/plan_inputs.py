@@ -24,6 +24,12 @@ def split_list(values: str | list[str] | tuple[str, ...] | None) -> list[str]:
     return [v.strip() for item in items for v in str(item).split(",") if v.strip()]
 
 
+# A fine-tune's sequence and batch when the options leave them out: 2,048 tokens (the common fine-tuning
+# cut-off, e.g. torchtune's and axolotl's example configs) and 16 sequences (QLoRA's Guanaco runs:
+# micro-batch 4 x 4 accumulation steps, artidoro/qlora finetune_guanaco_65b.sh).
+FINE_TUNE_DEFAULTS = {"seq_len": 2048, "global_batch": 16}
+
+
 @dataclass(frozen=True)
 class PlanInputs:
     model: ModelSpec
@@ -34,37 +40,49 @@ class PlanInputs:
 
 def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gpu: str | list[str] | None = None,
                 gpus: int | None = None, seq_len: int | None = None, global_batch: int | None = None,
-                tokens: float | None = None, precision: str | None = None, memory_headroom: float | None = None) -> PlanInputs:
+                tokens: float | None = None, precision: str | None = None, memory_headroom: float | None = None,
+                method: str | None = None) -> PlanInputs:
     """A job document whose `parallel` may be partly or wholly left out, or the options
-    (--model, --gpu, --gpus, --seq-len, --global-batch; --precision, --tokens, --memory-headroom)."""
+    (--model, --gpu, --gpus, --seq-len, --global-batch; --precision, --tokens, --memory-headroom, --method).
+    A fine-tune (--method lora | qlora) takes FINE_TUNE_DEFAULTS for the sequence and batch left out."""
     if memory_headroom is not None and not 0 <= memory_headroom < 1:
         raise ShardwiseError(f"--memory-headroom must be in [0, 1), got {memory_headroom}")
     if doc is not None:
         base = job_from_mapping(doc, require_plan=False)
+        if not isinstance(base.cluster, Cluster):
+            raise ShardwiseError("cluster.groups: this search takes GPUs of one type; search a cluster with groups "
+                                 "with `shardwise train plan JOB` (shardwise.train.hetero_plan.hetero_plan)")
         fixed = dict(doc.get("parallel") or {})
         training, clusters, spec = base.training, [base.cluster], base.model
         if memory_headroom is not None:
             clusters = [c.model_copy(update={"memory_headroom": memory_headroom}) for c in clusters]
     else:
         names = split_list(gpu)
+        if method not in (None, "full"):
+            seq_len = seq_len or FINE_TUNE_DEFAULTS["seq_len"]
+            global_batch = global_batch or FINE_TUNE_DEFAULTS["global_batch"]
         given = (("--model", model), ("--gpu", names), ("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch", global_batch))
         missing = [flag for flag, value in given if not value]
         if missing:
             raise ShardwiseError(f"give a job file or {', '.join(missing)}")
         spec = load_model(model)
         try:
-            training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens)
+            training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision or "bf16", tokens=tokens,
+                                    method=method or "full")
         except ValidationError as exc:
             raise ShardwiseError(_flag_errors(exc)) from None
         if not 0 < gpus <= MAX_CLUSTER_GPUS:
             raise ShardwiseError(f"--gpus must be in 1..{MAX_CLUSTER_GPUS:,} (see Limits in the README), got {shorten(gpus)}")
         clusters = [make_cluster(g, gpus, memory_headroom=memory_headroom) for g in names]
         fixed = {}
-    if tokens is not None and doc is not None:
+    if (tokens is not None or method is not None) and doc is not None:
+        update = {k: v for k, v in (("tokens", tokens), ("method", method)) if v is not None}
         try:
-            training = TrainingSpec(**{**training.model_dump(), "tokens": tokens})
+            training = TrainingSpec(**{**training.model_dump(), **update})
         except ValidationError as exc:
             raise ShardwiseError(_flag_errors(exc)) from None
+    if training.adapter is not None:
+        training.adapter.shapes(spec)  # a model adapters cannot be put on: one line naming the field
     return PlanInputs(spec, training, clusters, fixed)
 
 

@@ -26,6 +26,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from shardwise.cost.adapters import paged_optimizer
+from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import job_device
 from shardwise.cost.layer import PassCost
@@ -97,6 +99,7 @@ def screen(
     act = np.array(acts)[inv]  # (n, 5)
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
+    paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     mc = consts.memory
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
     p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
@@ -119,7 +122,15 @@ def screen(
             rows = slice(offset, offset + shape[0] * shape[1])
             offset = rows.stop
             total = states[rows].reshape(shape)[rank_kind] + activations * (1 + mc.fragmentation)
-            rest = dp_s[rows].reshape(shape).max(axis=0) + opt_s[rows].reshape(shape).max(axis=0) + consts.step.step_overhead_s
+            opt_rest = opt_s[rows].reshape(shape).max(axis=0)
+            if paged:  # adapter jobs: the optimizer states take what room is left (cost/adapters.py)
+                per_rank = [np.broadcast_to(x, (rows_total,))[rows].reshape(shape)[rank_kind]
+                            for x in (tail.states.weights + tail.states.grads, tail.states.optimizer, tail.fixed_bytes)]
+                total, _resident, paging_s = paged_optimizer(ModelStateBytes(per_rank[0], 0.0, per_rank[1]), per_rank[2],
+                                                             activations * (1 + mc.fragmentation),
+                                                             cluster.usable_memory_bytes, consts, gpu.arch)
+                opt_rest = (opt_s[rows].reshape(shape)[rank_kind] + paging_s).max(axis=0)
+            rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + consts.step.step_overhead_s
             lb[idx] = pipe_lb * straggle + rest
             approx[idx] = pipe * straggle + rest
             mem[idx] = np.max(total, axis=0)

@@ -153,7 +153,7 @@ def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_a
     from shardwise.engines.support import PlanView
 
     return PlanView(c["tp"], c["pp"], c["vpp"], c["cp"], c["ep"], c["dp"], c["zero"], c["sp"], c["rc"], c["sched"],
-                    c.schedules, model, training.precision, flash_attention)
+                    c.schedules, model, training.precision, flash_attention, training.method)
 
 
 def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, training: TrainingSpec,

@@ -40,12 +40,15 @@ def layer_counts(layers: int, stages: int) -> list[int]:
     return counts
 
 
-def stage_contents(model: ModelSpec, stages: int) -> list[StageContent]:
-    """Contents of each virtual stage in model order (stage 0 holds the embedding)."""
+def stage_contents(model: ModelSpec, stages: int, counts: tuple[int, ...] | None = None) -> list[StageContent]:
+    """Contents of each virtual stage in model order (stage 0 holds the embedding); `counts` gives the
+    layers of each stage (an uneven split), default :func:`layer_counts`."""
     out = []
     first = 0
     dense_total = model.layers - model.moe_layers
-    for s, n in enumerate(layer_counts(model.layers, stages)):
+    if counts is not None and (len(counts) != stages or sum(counts) != model.layers or min(counts) < 0):
+        raise ShardwiseError(f"layer split {list(counts)}: give {stages} counts >= 0 adding up to {model.layers} layers")
+    for s, n in enumerate(counts if counts is not None else layer_counts(model.layers, stages)):
         dense = max(0, min(first + n, dense_total) - first)
         out.append(StageContent(s, dense, n - dense, embedding=s == 0, lm_head=s == stages - 1))
         first += n

@@ -50,14 +50,20 @@ def estimate_jobs(body: Any) -> list:
 
 
 def estimate_cells(job: Any) -> int:
-    """Pipeline stages x micro-batches the estimate simulates (V schedules hold two stages per rank)."""
+    """Pipeline stages x micro-batches the estimate simulates (V schedules hold two stages per rank); on a
+    cluster with groups, at most every micro-batch of the step on one pipeline."""
     from shardwise.pipeline import schedule_info
+    from shardwise.specs.hetero import HeteroJob
 
-    plan = job.plan
+    if isinstance(job, HeteroJob):
+        plan = job.layout.plan
+        microbatches = job.training.global_batch // plan.micro_batch
+    else:
+        plan, microbatches = job.plan, job.microbatches
     if plan.pp == 1:
         return 1
     vpp = schedule_info(plan.schedule).vpp_rule.held(plan.pp, plan.vpp)
-    return pipeline_cells(plan.pp, vpp, job.microbatches)
+    return pipeline_cells(plan.pp, vpp, microbatches)
 
 
 def train_estimate(body: Any, progress: Progress = _quiet) -> Any:
@@ -65,10 +71,12 @@ def train_estimate(body: Any, progress: Progress = _quiet) -> Any:
 
 
 def estimate_result(jobs: list) -> Any:
+    from shardwise.specs.hetero import HeteroJob
     from shardwise.train.estimate import estimate
+    from shardwise.train.hetero import hetero_estimate
     from shardwise.train.report import estimate_json
 
-    return estimate_json([estimate(j) for j in jobs])
+    return estimate_json([hetero_estimate(j) if isinstance(j, HeteroJob) else estimate(j) for j in jobs])
 
 
 def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
