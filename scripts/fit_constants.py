@@ -8,6 +8,7 @@ serving fit again on the new device constants.
     .venv/bin/python scripts/fit_constants.py            # full fit + leave-one-source-out, writes the data file
     .venv/bin/python scripts/fit_constants.py --no-cv    # full fit only (keeps the stored cross-validation)
     .venv/bin/python scripts/fit_constants.py --dry-run  # print, write nothing
+    .venv/bin/python scripts/fit_constants.py --no-cv --new-only  # fit only parameters new since the stored fit
 
 Writes src/shardwise/data/fitted_constants.json: the fitted constants (read by
 shardwise.cost.constants.default_constants), which of them the data determine, the held-out
@@ -23,7 +24,7 @@ import sys
 import time
 
 from shardwise.calibration.bands import error_bands
-from shardwise.calibration.fit import PARAMS, base_constants, fit_cases, in_fit_scope, leave_one_group_out
+from shardwise.calibration.fit import PARAMS, base_constants, fit_cases, fit_new_params, in_fit_scope, leave_one_group_out
 from shardwise.calibration.serving_fit import fit_serving
 from shardwise.calibration.validate import collect_cases
 from shardwise.cost.constants import FITTED_FILE, default_constants, fitted_data
@@ -35,6 +36,8 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
     parser.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out refits")
     parser.add_argument("--max-nfev", type=int, default=30, help="function evaluations of the full fit")
+    parser.add_argument("--new-only", action="store_true",
+                        help="fit only the parameters the stored fit lacks, the others fixed at their stored values")
     args = parser.parse_args()
     t0 = time.time()
     serving, first = fit_serving(default_constants())
@@ -42,7 +45,10 @@ def main() -> None:
     print(f"serving fit in {time.time() - t0:.0f} s; device constants it determines: {device_from_serving}")
     base = base_constants(device_from_serving)
     cases, _skips = collect_cases()
-    result, constants = fit_cases(cases, base, max_nfev=args.max_nfev)
+    if args.new_only:
+        result, constants = fit_new_params(cases, base, fitted_data().get("fit", {}).get("parameters", {}), args.max_nfev)
+    else:
+        result, constants = fit_cases(cases, base, max_nfev=args.max_nfev)
     rows = sum(in_fit_scope(c) for c in cases)
     print(f"full fit on {rows} rows in {time.time() - t0:.0f} s; constants:")
     print(json.dumps(result.values, indent=2))

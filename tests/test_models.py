@@ -18,8 +18,10 @@ PUBLISHED = {
     "mistral-7b": "7241732096", "mixtral-8x7b": "46702792704", "mixtral-8x22b": "140.6e9",
     "llama-33b": "32.5e9",
     "qwen2.5-7b": "7615616512", "qwen2.5-72b": "72706203648", "deepseek-v3": "671e9",
+    "qwen3-30b-a3b": "30.5e9", "qwen3-235b-a22b": "235e9",
 }
-ACTIVE = {"mixtral-8x7b": "12.9e9", "mixtral-8x22b": "39e9", "deepseek-v3": "37e9"}
+ACTIVE = {"mixtral-8x7b": "12.9e9", "mixtral-8x22b": "39e9", "deepseek-v3": "37e9", "qwen3-30b-a3b": "3.3e9",
+          "qwen3-235b-a22b": "22e9"}
 
 
 def _half_unit(printed: str) -> float:

@@ -26,7 +26,7 @@ from shardwise.specs.hardware import GroupSpec, GroupsSpec, NetworkSpec, NicSpec
 from shardwise.specs.hetero import HeteroLayoutFields
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import LoraSpec, TrainingSpec, TrainPlan
+from shardwise.specs.training import LoraSpec, MoeSpec, TrainingSpec, TrainPlan
 
 #: key -> (model, what a reader calls it). Training jobs: model, cluster, training, parallel; serve jobs:
 #: the top level and its blocks.
@@ -35,6 +35,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "train-cluster": (ClusterSpec, "cluster"),
     "train-network": (NetworkSpec, "network"),
     "train-training": (TrainingSpec, "training"),
+    "train-moe": (MoeSpec, "moe"),
     "train-lora": (LoraSpec, "lora"),
     "train-parallel": (TrainPlan, "parallel"),
     "train-groups": (GroupsSpec, "cluster with groups"),

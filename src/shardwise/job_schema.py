@@ -25,7 +25,7 @@ from shardwise.specs.hardware import GroupsSpec
 from shardwise.specs.hetero import HeteroLayoutSpec
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import TrainingSpec
+from shardwise.specs.training import MoeSpec, TrainingSpec
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -52,6 +52,8 @@ class TrainJobFile(BaseModel):
     model: ModelRef
     cluster: ClusterSpec | GroupsSpec = Field(description="GPUs of one type (gpu, gpus), or groups of nodes that differ")
     training: TrainingSpec
+    moe: MoeSpec | None = Field(default=None, description="MoE routing knobs (capacity factor or dropless imbalance, "
+                                "dispatcher); the same as training.moe")
     parallel: ParallelSection | None = Field(
         default=None, description="required by train estimate, export and run; train plan searches what is left out")
 

@@ -3,7 +3,8 @@
 The fitted parameters (:data:`PARAMS`) are physical constants of the device model (GEMM and attention
 efficiency per GPU family, the fixed cost of a GEMM), of the software stacks (elementwise traffic of
 eager and compiled PyTorch, communication overlap shares) and of the step (per-step overhead, straggler
-jitter). Residuals are log(predicted / measured) of every dense BF16/FP16 throughput figure plus the
+jitter), of low-precision GEMMs (FP8/FP4 efficiency per family, recipe ratios) and of MoE layers (grouped
+GEMMs, dispatch). Residuals are log(predicted / measured) of every throughput figure plus the
 measured layer times of Korthikanti et al. 2022 Table 4; each row is weighted 1/sqrt(rows of its source
 group) so that no single source dominates, with a robust (soft-L1, 10%) loss and a weak prior pulling
 each constant towards its cited starting value (so constants the data do not pin stay where the
@@ -64,6 +65,19 @@ def _fusion(kind: str) -> Callable[[Case], bool]:
 
 
 FSDP_STACKS = ("fsdp", "torchtitan", "deepspeed", "maxtext", "megatron")
+LOW_PRECISION = ("fp8", "fp4")
+
+
+def _lowp(family: str | None = None, recipes: tuple[str, ...] = (), precision: str | None = None) -> Callable[[Case], bool]:
+    """Cases of FP8/FP4 runs (of a GPU family, recipes or precision when given)."""
+    return lambda c: (c.tags.get("precision") in LOW_PRECISION and (family is None or c.tags.get("gpu_family") == family)
+                      and (not recipes or c.tags.get("recipe") in recipes)
+                      and (precision is None or c.tags.get("precision") == precision))
+
+
+def _moe(case: Case) -> bool:
+    return bool(case.tags.get("moe"))
+
 
 PARAMS: tuple[Param, ...] = (
     Param("A100 GEMM efficiency", ("per_gpu.A100-80GB.gemm_efficiency",), 0.70, 0.40, 0.95, 0.15, _family("A100-80GB")),
@@ -83,6 +97,16 @@ PARAMS: tuple[Param, ...] = (
       for s in ("fsdp", "torchtitan", "deepspeed", "maxtext")),
     Param("straggler jitter (cv)", ("step.straggler_cv",), 0.01, 0.0, 0.10, 0.02, _any),
     Param("per-step overhead (s)", ("step.step_overhead_s",), 0.02, 0.0, 0.5, 0.1, _any),
+    # Low precision (shardwise.cost.lowp): FP8 GEMM efficiency per family, FP4 on Blackwell, recipe ratios.
+    Param("H100 FP8 GEMM efficiency", ("per_gpu.H100-SXM.fp8_gemm_efficiency",), 0.70, 0.25, 0.95, 0.15, _lowp("H100-SXM")),
+    Param("B200 FP8 GEMM efficiency", ("per_gpu.B200.fp8_gemm_efficiency",), 0.70, 0.15, 0.95, 0.15, _lowp("B200", precision="fp8")),
+    Param("MI300X FP8 GEMM efficiency", ("per_gpu.MI300X.fp8_gemm_efficiency",), 0.55, 0.15, 0.95, 0.15, _lowp("MI300X")),
+    Param("B200 FP4 GEMM efficiency", ("per_gpu.B200.fp4_gemm_efficiency",), 0.70, 0.15, 0.95, 0.15, _lowp("B200", precision="fp4")),
+    Param("row-wise / tensor-wise FP8 GEMM speed", ("lowp.rowwise_gemm_ratio",), 0.85, 0.4, 1.0, 0.15, _lowp(recipes=("rowwise",))),
+    Param("MX block-scaled / tensor-wise GEMM speed", ("lowp.mx_gemm_ratio",), 1.0, 0.5, 1.2, 0.15, _lowp(recipes=("mxfp8", "mxfp4"))),
+    # Mixture of experts (shardwise.cost.layer): grouped-GEMM speed, fixed cost of a dispatch.
+    Param("MoE grouped-GEMM / dense GEMM speed", ("moe.grouped_gemm_ratio",), 1.0, 0.3, 1.6, 0.3, _moe),
+    Param("MoE dispatch fixed cost (s)", ("moe.dispatch_overhead_s",), 50e-6, 0.0, 1e-3, 100e-6, _moe),
 )
 
 
@@ -104,10 +128,10 @@ def base_constants(hbm: dict[str, float] | None = None) -> Constants:
 
 
 def in_fit_scope(case: Case) -> bool:
-    """Dense BF16/FP16 throughput figures and measured layer times (FP8 and MoE: their own issue)."""
+    """Throughput figures (dense and MoE; BF16/FP16, FP8 and FP4) and measured layer times."""
     if case.category == "time":
         return True
-    return case.category == "throughput" and case.tags.get("precision") in ("bf16", "fp16") and not case.tags.get("moe")
+    return case.category == "throughput" and case.tags.get("precision") in ("bf16", "fp16", *LOW_PRECISION)
 
 
 def apply(constants: Constants, values: dict[str, float]) -> Constants:
@@ -256,6 +280,21 @@ def fit_cases(cases: list[Case], base: Constants, x0: np.ndarray | None = None, 
     problem = Problem([c for c in cases if in_fit_scope(c)], base)
     result = problem.fit(x0, max_nfev)
     return result, apply(base, result.values)
+
+
+def fit_new_params(cases: list[Case], base: Constants, stored: dict[str, float], max_nfev: int = 30) -> tuple[FitResult, Constants]:
+    """Fit only the parameters a stored fit lacks, the others fixed at their `stored` values, on the
+    in-scope cases the new ones affect (fast: the rest of the model is not refitted). The result's
+    objective is the full one over every in-scope case, as :func:`fit_cases` reports it."""
+    fixed = {p.name: stored[p.name] for p in PARAMS if p.name in stored}
+    free = tuple(p for p in PARAMS if p.name not in stored)
+    scoped = [c for c in cases if in_fit_scope(c)]
+    touched = [c for c in scoped if any(p.applies(c) for p in free)]
+    result = Problem(touched, apply(base, fixed), free).fit(None, max_nfev)
+    values = {**fixed, **result.values}
+    cost = Problem(scoped, base).cost(np.array([values[p.name] for p in PARAMS]))
+    determined = {**{n: "fixed at the stored fit" for n in fixed}, **result.determined}
+    return FitResult(values, cost, determined, result.stderr, len(scoped)), apply(base, values)
 
 
 def held_out_rows(cases: list[Case], group: str, consts: Constants) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import get_gpu, make_cluster
 from shardwise.specs.job import TrainJob, check_plan
 from shardwise.specs.model import ModelSpec, load_model, preset_names
-from shardwise.specs.training import TrainingSpec, TrainPlan
+from shardwise.specs.training import MoeSpec, TrainingSpec, TrainPlan
 
 # Records' schedule strings -> engine names.
 SCHEDULES = [
@@ -129,6 +129,9 @@ def _model(m: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> 
         if not m.get("top_k") or not m.get("expert_ffn"):
             raise ShardwiseError("MoE top-k or expert size not stated")
         shared = m.get("shared_experts") or 0
+        if shared and m.get("shared_expert_ffn") and m["shared_expert_ffn"] % m["expert_ffn"] == 0:
+            # One wide shared expert (Qwen2-MoE's shared_expert_intermediate_size) = as many expert-sized ones.
+            shared = shared * m["shared_expert_ffn"] // m["expert_ffn"]
         spec.update(experts=m["experts"], top_k=m["top_k"], expert_ffn=m["expert_ffn"], shared_experts=shared,
                     dense_layers=m.get("dense_layers") or 0, ffn=m.get("ffn") or m["expert_ffn"])
     return ModelSpec(**spec)
@@ -194,6 +197,22 @@ def _seq_len(record: dict[str, Any], facts: dict[str, Any], assumptions: list[st
     raise ShardwiseError("sequence length not stated exactly")
 
 
+# Scaling recipes named in records' precision text (first match wins) -> TrainingSpec.fp8_recipe.
+RECIPES = [(r"nvfp4", "nvfp4"), (r"mxfp4", "mxfp4"), (r"mxfp8", "mxfp8"), (r"rowwise", "rowwise"),
+           (r"blockwise|block scaling|1x128", "blockwise"), (r"tensorwise|current scaling", "tensorwise"),
+           (r"delayed", "delayed")]
+
+
+def _precision(text: str, facts: dict[str, Any]) -> tuple[str, str]:
+    """(precision, fp8_recipe) of a record's precision text; the source's `fp8_recipe` fact where the
+    text names no recipe, else the stack's default ("auto")."""
+    low = text.lower()
+    if not re.search(r"fp8|float8|fp4", low):
+        return ("fp16" if "fp16" in low and "bf16" not in low else "bf16"), "auto"
+    recipe = next((r for pattern, r in RECIPES if re.search(pattern, low)), facts.get("fp8_recipe", "auto"))
+    return ("fp4" if recipe in ("nvfp4", "mxfp4") else "fp8"), recipe
+
+
 def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) -> TrainJob:
     """The job of a throughput record, or a ShardwiseError saying what the record does not determine."""
     facts = source.record_facts(record["id"])
@@ -217,6 +236,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         assumptions.append(f"tp={tp}, pp={pp} from model-parallel size {mp} (TP=8 convention)")
     tp, pp = int(tp or 1), int(pp or 1)
     cp, ep = int(par.get("cp") or 1), int(par.get("ep") or 1)
+    etp = int(par["etp"]) if par.get("etp") else None
     recompute = _recompute(par, facts, assumptions)
     mb = par.get("micro_batch") or facts.get("micro_batch")
     if mb is None:
@@ -224,6 +244,9 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         assumptions.append("micro_batch=1 (not stated)")
     dp = n_gpus // (tp * pp * cp)
     gb = par.get("global_batch") or derived.get("global_batch_seqs")
+    if not isinstance(gb, int) and isinstance(facts.get("global_batch"), int):
+        gb = facts["global_batch"]
+        assumptions.append(f"global_batch={gb} (the source's setup; not stated for this record)")
     if not isinstance(gb, int) and pp > 1:
         raise ShardwiseError("global batch not stated: a pipeline's bubble depends on the micro-batch count")
     if not isinstance(gb, int):
@@ -244,7 +267,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
     if "offload" in fsdp_text.lower() and offload == "none":
         offload = "optimizer+params" if "param" in fsdp_text.lower() else "optimizer"
     plan = TrainPlan(
-        tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero=_zero(par, facts, assumptions), sequence_parallel=bool(sp),
+        tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp if model.is_moe else None, zero=_zero(par, facts, assumptions), sequence_parallel=bool(sp),
         recompute=recompute, micro_batch=int(mb), schedule=_schedule(par.get("schedule"), vpp),
         flash_attention=bool(facts.get("flash_attention", True)), dp_shard=dp_shard,
         offload=offload if offload in ("none", "optimizer", "optimizer+params") else "none",
@@ -252,12 +275,11 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
     )
     gbps = facts.get("inter_node_gbps")
     cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps)
-    precision = str(record.get("precision") or "bf16").lower()
+    precision, recipe = _precision(str(record.get("precision") or "bf16"), facts)
     training = TrainingSpec(
-        seq_len=seq, global_batch=int(gb),
-        precision="fp8" if re.search(r"fp8|float8|mxfp8|nvfp4|fp4", precision) else "fp16" if "fp16" in precision and "bf16" not in precision else "bf16",
+        seq_len=seq, global_batch=int(gb), precision=precision, fp8_recipe=recipe,
         framework=facts.get("framework", "megatron"), compile=facts.get("compile"),
-        attention_kernel=facts.get("attention", "auto"),
+        attention_kernel=facts.get("attention", "auto"), moe=MoeSpec(**facts.get("moe", {})),
     )
     plan = check_plan(model, cluster, training, plan)
     return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=record["id"])
@@ -311,6 +333,7 @@ def _predictor(job: TrainJob, metric: str, facts: dict[str, Any]) -> Callable[[C
 
 
 def _tags(job: TrainJob, record: dict[str, Any]) -> dict[str, Any]:
+    from shardwise.cost.lowp import low_precision
     from shardwise.cost.stack import stack_profile
 
     consts = default_constants()
@@ -321,6 +344,7 @@ def _tags(job: TrainJob, record: dict[str, Any]) -> dict[str, Any]:
         "framework": job.training.framework,
         "fusion": stack.fusion,
         "precision": job.training.precision,
+        "recipe": low_precision(job.training, stack, gpu).recipe,
         "moe": job.model.is_moe,
         "long_context": job.training.seq_len >= 16384,
         "small_model": job.model.hidden <= 2048,

@@ -31,6 +31,8 @@ class ComputeConstants:
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
     fa3_attention_efficiency: float = 0.75  # cited: FlashAttention-3 bf16 forward on H100, 740 of 989 TFLOP/s (Shah et al. 2024)
     memory_efficiency: float = 0.72  # assumed (the serving fit's start value); fitted per GPU family on the serving runs (decode streams the weights), kept for families without serving runs
+    fp8_gemm_efficiency: float = 0.70  # fitted per GPU family: large FP8 GEMMs (per-tensor scales) / FP8 peak
+    fp4_gemm_efficiency: float = 0.70  # fitted per GPU family: large NVFP4/MXFP4 GEMMs / FP4 peak
 
 
 # NCCL's relative NVLS efficiency per GPU architecture (NVIDIA/nccl src/graph/tuning.cc, nvlsEfficiency:
@@ -90,6 +92,24 @@ class FusionConstants:
 
 
 @dataclass(frozen=True)
+class LowPrecisionConstants:
+    """FP8/FP4 GEMMs of each scaling recipe relative to per-tensor scaling (:mod:`shardwise.cost.lowp`)."""
+
+    rowwise_gemm_ratio: float = 0.85  # fitted: FP8 GEMMs with per-row scales (scaled-mm epilogue) / per-tensor
+    blockwise_gemm_ratio: float = 0.85  # assumed: 1x128 / 128x128 block scales promoted in the main loop (DeepSeek-V3 Sec. 3.3.2)
+    mx_gemm_ratio: float = 1.0  # fitted: MXFP8 block-scaled GEMMs (Blackwell tensor cores) / per-tensor
+
+
+@dataclass(frozen=True)
+class MoeConstants:
+    """Mixture-of-experts layers (:func:`shardwise.cost.layer.transformer_layer`)."""
+
+    grouped_gemm_tile: float = 128.0  # cited: CUTLASS grouped-GEMM threadblock tiles of 128 rows (each expert's rows padded to it)
+    dispatch_overhead_s: float = 50e-6  # fitted: fixed cost of one token dispatch or combine (routing metadata, splits, sync)
+    grouped_gemm_ratio: float = 1.0  # fitted: expert grouped-GEMM speed / dense GEMM speed at the same shape
+
+
+@dataclass(frozen=True)
 class MemoryConstants:
     """Runtime memory outside the model states and activations (named assumptions)."""
 
@@ -117,6 +137,8 @@ class Constants:
     fusion: FusionConstants = field(default_factory=FusionConstants)
     memory: MemoryConstants = field(default_factory=MemoryConstants)
     step: StepConstants = field(default_factory=StepConstants)
+    lowp: LowPrecisionConstants = field(default_factory=LowPrecisionConstants)
+    moe: MoeConstants = field(default_factory=MoeConstants)
     # Per GPU-family overrides of ComputeConstants fields, e.g. {"H100-SXM": {"gemm_efficiency": 0.62}}.
     per_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
     # GPU families: GPUs without their own measurements use their family's values.

@@ -40,7 +40,7 @@ FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused
 class Device:
     """What op timing needs of one GPU at one precision (flat and hashable: on the hot path)."""
 
-    peak_flops: float  # dense tensor FLOP/s at the GEMM precision
+    peak_flops: float  # dense tensor FLOP/s of 16-bit GEMMs (TF32 for fp32 jobs)
     attention_peak_flops: float  # attention runs in 16-bit even in fp8 recipes
     hbm_bytes_s: float
     gemm_efficiency: float
@@ -48,35 +48,47 @@ class Device:
     attention_efficiency: float  # forward asymptote of the attention kernel in use
     memory_efficiency: float
     kernel_overhead_s: float
+    lowp_flops: float = 0.0  # achieved FLOP/s of low-precision (FP8/FP4) GEMMs; 0: none (shardwise.cost.lowp)
+    lowp_bytes: float = 2.0  # bytes per element of a low-precision GEMM operand
 
     @classmethod
-    def of(cls, gpu: GPU, precision: str, constants: ComputeConstants, attention_kernel: str = "fa2") -> Device:
+    def of(cls, gpu: GPU, precision: str, constants: ComputeConstants, attention_kernel: str = "fa2",
+           lowp_flops: float = 0.0, lowp_bytes: float = 2.0) -> Device:
         """`attention_kernel`: "fa3" (FlashAttention-3 / cuDNN, Hopper and later; FA2 elsewhere), "fa2"
-        or "fa1"."""
+        or "fa1". fp8/fp4 jobs run their 16-bit GEMMs at the BF16 peak and their block linears at
+        `lowp_flops` (:func:`shardwise.cost.lowp.device`)."""
         fa3 = attention_kernel == "fa3" and gpu.arch in FA3_ARCHS
         attention = constants.fa3_attention_efficiency if fa3 else constants.attention_efficiency
         if attention_kernel == "fa1":
             attention *= FA1_RATIO
+        sixteen = "bf16" if precision in ("fp8", "fp4") else precision
         return cls(
-            peak_flops=gpu.peak_flops(precision),
-            attention_peak_flops=gpu.peak_flops("bf16" if precision == "fp8" else precision),
+            peak_flops=gpu.peak_flops(sixteen),
+            attention_peak_flops=gpu.peak_flops(sixteen),
             hbm_bytes_s=gpu.hbm_bytes_s,
             gemm_efficiency=constants.gemm_efficiency,
             gemm_overhead_s=constants.gemm_overhead_s,
             attention_efficiency=attention,
             memory_efficiency=constants.memory_efficiency,
             kernel_overhead_s=constants.kernel_overhead_s,
+            lowp_flops=lowp_flops,
+            lowp_bytes=lowp_bytes,
         )
 
     @property
     def hbm_rate(self) -> float:
         return self.hbm_bytes_s * self.memory_efficiency
 
-    def gemm_s(self, m, n, k, count=1, bytes_per_element: float = 2.0):
-        """`count` identical (or one grouped GEMM of `count`) (m x k) @ (k x n) GEMMs."""
+    def gemm_s(self, m, n, k, count=1, bytes_per_element: float = 2.0, lowp: bool = False):
+        """`count` identical (or one grouped GEMM of `count`) (m x k) @ (k x n) GEMMs; `lowp`: a block
+        linear, run in FP8/FP4 when the device has a low-precision rate (16-bit output)."""
         flops = 2.0 * m * n * k
-        compute = flops / (self.peak_flops * self.gemm_efficiency)
-        memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
+        if lowp and self.lowp_flops:
+            compute = flops / self.lowp_flops
+            memory = ((m * k + k * n) * self.lowp_bytes + m * n * 2.0) / self.hbm_rate
+        else:
+            compute = flops / (self.peak_flops * self.gemm_efficiency)
+            memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
         return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
 
     def attention_s(self, flops, bytes_moved, seq_kv, causal: bool = True, backward: bool = False):

@@ -22,12 +22,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from shardwise.cost.comm import collective_s
+from shardwise.cost.constants import MoeConstants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import matmul_weights
+from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.stack import StackProfile
 from shardwise.specs.hardware import CommGroup
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.training import MoeSpec
+
+DEFAULT_MOE = MoeSpec()
+DEFAULT_MOE_CONSTANTS = MoeConstants()
 
 
 @dataclass(frozen=True)
@@ -67,10 +75,64 @@ class Groups:
     tp_tier: CommGroup
     cp_tier: CommGroup
     ep_tier: CommGroup
+    etp: int = 0  # expert tensor-parallel degree; 0: tp
+    cp_comm: str = "p2p"  # TrainPlan.cp_comm
+    ulysses: int = 1  # ranks of cp exchanging heads by all-to-all (TrainPlan.cp_a2a)
+    ulysses_tier: CommGroup | None = None  # placement of the Ulysses all-to-all (a2a+p2p); None: cp_tier
+    ring_tier: CommGroup | None = None  # placement of the ring across Ulysses groups (a2a+p2p); None: cp_tier
 
 
-def _gemm(dev: Device, tokens: float, n_out: float, k_in: float, count: int = 1) -> float:
-    return float(dev.gemm_s(tokens, n_out, k_in, count))
+def _gemm(dev: Device, tokens: float, n_out: float, k_in: float, count: int = 1, lowp: bool = False) -> float:
+    return float(dev.gemm_s(tokens, n_out, k_in, count, lowp=lowp))
+
+
+def expert_rows(model: ModelSpec, tokens: float, groups: Groups, moe: MoeSpec, tile: float) -> float:
+    """Rows of each local expert's grouped GEMM on the busiest expert-parallel rank: the layer's routed
+    tokens (`tokens` x top-k, re-gathered over the expert-TP group: tokens x etp / tp) spread over the
+    experts, times the load factor (capacity or imbalance, :class:`MoeSpec`), padded to the grouped
+    GEMM's row tile (each expert's rows are padded to whole tiles)."""
+    etp = groups.etp or groups.tp
+    rows = tokens * etp / groups.tp * model.top_k * groups.ep / model.experts * moe.load_factor
+    return float(np.ceil(rows / tile) * tile)
+
+
+def dispatch_s(model: ModelSpec, tokens: float, groups: Groups, moe: MoeSpec, act_bytes: float, fp8_dispatch: bool,
+               overhead_s: float) -> float:
+    """One token dispatch (or combine) of a micro-batch over the expert-parallel group, on the network
+    model's all-to-all (:func:`shardwise.cost.comm.collective_s`): each rank sends its routed tokens
+    (x top-k, x the load factor on the busiest rank). The allgather dispatcher gathers every rank's
+    tokens instead; DeepEP sends FP8 tokens in low-precision recipes (DeepEP README, "low-precision
+    dispatch"). Plus a fixed cost per dispatch (routing metadata, splits, synchronisation)."""
+    if groups.ep <= 1:
+        return 0.0
+    nbytes = tokens * model.hidden * (1.0 if fp8_dispatch and moe.dispatcher == "deepep" else act_bytes)
+    if moe.dispatcher == "allgather":
+        return collective_s("all_gather", nbytes * groups.ep, groups.ep, groups.ep_tier) + overhead_s
+    return collective_s("all_to_all", nbytes * model.top_k * moe.load_factor, groups.ep, groups.ep_tier) + overhead_s
+
+
+def cp_comm_s(model: ModelSpec, tokens: float, groups: Groups, act_bytes: float) -> tuple[float, bool]:
+    """Context-parallel traffic of one attention pass and whether it overlaps the attention:
+    - p2p (ring attention, Liu et al. 2023): each rank passes its K/V around the ring, cp - 1 steps,
+      hidden under the attention of the blocks already received;
+    - allgather (Llama 3 Sec. 3.3.2): K/V all-gathered before the attention, not overlapped;
+    - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023 Sec. 3.1): Q, K, V scattered over heads and gathered
+      over the sequence by one all-to-all, the output by another, not overlapped;
+    - a2a+p2p (the hybrid, USP / Megatron-Core's hierarchical CP): Ulysses all-to-alls inside groups of
+      `ulysses` ranks, a ring of K/V (of the Ulysses group's sequence, its share of heads) across them."""
+    tp = groups.tp
+    kv_local = max(model.n_kv_heads / tp, 1.0) * (model.d_head + model.d_v_head) * tokens * act_bytes
+    q_out = model.heads / tp * (model.d_head + model.d_v_head) * tokens * act_bytes
+    if groups.cp <= 1:
+        return 0.0, True
+    if groups.cp_comm in ("a2a", "a2a+p2p"):
+        u = groups.ulysses
+        a2a = collective_s("all_to_all", q_out + kv_local, u, groups.ulysses_tier or groups.cp_tier)
+        ring_n = groups.cp // u
+        ring = collective_s("all_gather", kv_local * ring_n, ring_n, groups.ring_tier or groups.cp_tier) if ring_n > 1 else 0.0
+        return a2a + ring, False
+    ring = collective_s("all_gather", kv_local * groups.cp, groups.cp, groups.cp_tier)
+    return ring, groups.cp_comm == "p2p"
 
 
 @lru_cache(maxsize=4096)
@@ -86,29 +148,47 @@ def transformer_layer(
     groups: Groups,
     stack: StackProfile,
     act_bytes: float = 2.0,
+    lowp: LowPrecision = NO_LOWP,
+    moe: MoeSpec = DEFAULT_MOE,
+    moe_consts: MoeConstants = DEFAULT_MOE_CONSTANTS,
 ) -> PassCost:
-    """One transformer layer, one micro-batch of `tokens` local tokens (b*s/cp) attending to `seq_kv` keys."""
+    """One transformer layer, one micro-batch of `tokens` local tokens (b*s/cp) attending to `seq_kv` keys.
+    `lowp`: the low-precision recipe (block linears in FP8/FP4, plus their casts; :mod:`shardwise.cost.lowp`);
+    `moe`: how an MoE layer routes its tokens."""
     tp = groups.tp
     h, heads = model.hidden, model.heads / tp
     attn_in, attn_out, dense_mlp, expert = matmul_weights(model)
-    # --- GEMMs (each has a dgrad and a wgrad twin of equal FLOPs) -------------------------------
-    gemm = _gemm(dev, tokens, attn_in / h / tp, h) + _gemm(dev, tokens, h, attn_out / h / tp)
+    # --- block linears (m, n, k, count, speed); each has a dgrad and a wgrad twin of equal FLOPs ---
+    linears = [(tokens, attn_in / h / tp, h, 1, 1.0), (tokens, h, attn_out / h / tp, 1, 1.0)]
     mats = 3 if model.mlp == "swiglu" else 2
+    router = permute = 0.0  # 16-bit router GEMM; token permutation (memory-bound, no weight gradient)
+    dispatch = 0.0
     if moe_layer:
-        experts_local = model.experts / groups.ep
-        per_expert_tokens = tokens * model.top_k * groups.ep / model.experts
-        ffn_local = model.d_expert / tp
-        gemm += _gemm(dev, per_expert_tokens, (mats - 1) * ffn_local, h, round(experts_local))
-        gemm += _gemm(dev, per_expert_tokens, h, ffn_local, round(experts_local))
+        etp = groups.etp or tp
+        experts_local = round(model.experts / groups.ep)
+        rows = expert_rows(model, tokens, groups, moe, moe_consts.grouped_gemm_tile)
+        ffn_local = model.d_expert / etp
+        grouped = moe_consts.grouped_gemm_ratio
+        linears += [(rows, (mats - 1) * ffn_local, h, experts_local, grouped), (rows, h, ffn_local, experts_local, grouped)]
         if model.shared_experts:
-            gemm += _gemm(dev, tokens, (mats - 1) * model.shared_experts * ffn_local, h)
-            gemm += _gemm(dev, tokens, h, model.shared_experts * ffn_local)
-        gemm += _gemm(dev, tokens, model.experts, h)  # router
-        act_width = (model.top_k + model.shared_experts) * model.d_expert / tp
+            shared = model.shared_experts * model.d_expert / tp
+            linears += [(tokens, (mats - 1) * shared, h, 1, 1.0), (tokens, h, shared, 1, 1.0)]
+        routed = tokens * etp / tp * model.top_k * moe.load_factor
+        router = _gemm(dev, tokens, model.experts, h)
+        permute = float(dev.memory_s(2 * 2 * routed * h * act_bytes, 2))  # permute + unpermute: read and write each token
+        dispatch = dispatch_s(model, tokens * etp / tp, groups, moe, act_bytes, lowp.active, moe_consts.dispatch_overhead_s)
+        act_width = (model.top_k * moe.load_factor * etp / tp + model.shared_experts / tp) * model.d_expert
     else:
         ffn_local = model.ffn / tp
-        gemm += _gemm(dev, tokens, (mats - 1) * ffn_local, h) + _gemm(dev, tokens, h, ffn_local)
+        linears += [(tokens, (mats - 1) * ffn_local, h, 1, 1.0), (tokens, h, ffn_local, 1, 1.0)]
         act_width = model.ffn / tp
+    gemm = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in linears) + router
+    # --- low-precision casts: GEMM inputs in the forward, output gradients in the backward ----------
+    n_lin = sum(c for _, _, _, c, _ in linears)
+    cast_f = float(cast_s(dev, lowp, sum(m * k * c for m, _, k, c, _ in linears), len(linears)))
+    cast_b = float(cast_s(dev, lowp, sum(m * n * c for m, n, _, c, _ in linears), len(linears)))
+    if not lowp.weights_per_step:  # weights cast at every forward
+        cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
     # --- attention core ---------------------------------------------------------------------------
     d_qk, d_v = model.d_head, model.d_v_head
     if flash:
@@ -130,16 +210,13 @@ def transformer_layer(
     per_token += act_bytes * act_width * (3 if model.mlp == "swiglu" else 2)
     per_token *= stack.elementwise_traffic
     kernels = stack.kernels_per_layer
-    elem_f = dev.memory_s(tokens * per_token, kernels)
-    elem_b = dev.memory_s(2.0 * tokens * per_token, 2 * kernels)
+    elem_f = dev.memory_s(tokens * per_token, kernels) + cast_f + permute
+    elem_b = dev.memory_s(2.0 * tokens * per_token, 2 * kernels) + cast_b + permute
     # --- communication ----------------------------------------------------------------------------
     activation = tokens * h * act_bytes
     tp_pass = 2 * collective_s("all_reduce", activation, tp, groups.tp_tier)  # = 2 AG + 2 RS with SP
-    kv_local = max(model.n_kv_heads / tp, 1.0) * (d_qk + d_v) * tokens * act_bytes
-    cp_pass = collective_s("all_gather", kv_local * groups.cp, groups.cp, groups.cp_tier)
-    ep_pass = 0.0
-    if moe_layer and groups.ep > 1:
-        ep_pass = 2 * collective_s("all_to_all", tokens * model.top_k * h * act_bytes, groups.ep, groups.ep_tier)
+    cp_pass, cp_overlapped = cp_comm_s(model, tokens, groups, act_bytes)
+    ep_pass = 2 * dispatch  # dispatch + combine
     # --- recomputation ----------------------------------------------------------------------------
     forward = gemm + attn_f + elem_f
     if recompute == "full":
@@ -161,7 +238,7 @@ def transformer_layer(
         cp_bwd_s=cp_pass,
         ep_fwd_s=ep_pass,
         ep_bwd_s=ep_pass,
-        attention_s=attn_f,
+        attention_s=attn_f if cp_overlapped else 0.0,
     )
 
 

@@ -30,6 +30,11 @@ class StackProfile:
     dp_overlap: float
     fsdp_prefetch_overlap: float
     zero3_unit: str = "layer"  # "layer" or "module": what one ZeRO-3 gather holds
+    fp8_recipe: str = "tensorwise"  # what training.fp8_recipe: auto means for fp8
+    fp8_all_gather: tuple[str, ...] = ()  # recipes whose ZeRO-3/FSDP gathers move FP8 weights
+    fp8_weight_cache: bool = False  # FP8 weights cast once per step and kept (else cast at every use)
+    fp8_saved_inputs: bool = False  # GEMM inputs saved for the backward in FP8
+    ep_comm_overlap: float = 0.0  # share of the expert-parallel all-to-all hidden under compute
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
@@ -70,6 +75,11 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
         kernels_per_layer=kernels,
         selective_recompute_gemms=float(raw["selective_recompute_gemms"]),
         zero3_unit=raw.get("zero3_unit", "layer"),
+        fp8_recipe=raw.get("fp8_recipe", "tensorwise"),
+        fp8_all_gather=tuple(raw.get("fp8_all_gather") or ()),
+        fp8_weight_cache=bool(raw.get("fp8_weight_cache", False)),
+        fp8_saved_inputs=bool(raw.get("fp8_saved_inputs", False)),
+        ep_comm_overlap=float(raw.get("ep_comm_overlap", 0.0)),
         **{k: float(raw[k]) for k in FITTED_KNOBS},
     )
     over = consts.stacks.get(framework, {})

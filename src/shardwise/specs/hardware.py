@@ -31,7 +31,7 @@ from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
-DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "tf32"}
+DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "fp32": "tf32"}
 POWER_CLOCK_EXPONENT = 1.0 / 3.0  # assumption (module docstring): clock ~ power^(1/3) below the rated power
 Fabric = Literal["infiniband", "roce", "efa", "tcpxo"]
 

@@ -9,6 +9,7 @@ generated from them (:mod:`shardwise.job_docs`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.hardware import Cluster, GroupsSpec, HeteroCluster, NetworkSpec, make_cluster, make_hetero_cluster
 from shardwise.specs.model import ModelSpec, load_model
-from shardwise.specs.training import TrainingSpec, TrainPlan
+from shardwise.specs.training import RECIPE_ARCHS, TrainingSpec, TrainPlan
 
 if TYPE_CHECKING:
     from shardwise.specs.hetero import HeteroJob
@@ -105,13 +106,9 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
         raise ShardwiseError("parallel.vpp: virtual stages need pp > 1; set vpp: 1")
     if training.seq_len % p.cp:
         raise ShardwiseError(f"parallel.cp: {p.cp} does not divide seq_len {training.seq_len}")
-    if p.ep > 1:
-        if not model.is_moe:
-            raise ShardwiseError(f"parallel.ep: {p.ep} > 1 but {model.name} is dense; use ep: 1")
-        if model.experts % p.ep:
-            raise ShardwiseError(f"parallel.ep: {p.ep} does not divide the {model.experts} experts of {model.name}")
-        if (dp * p.cp) % p.ep:
-            raise ShardwiseError(f"parallel.ep: {p.ep} must divide dp*cp = {dp * p.cp} (experts are sharded inside the data-parallel group)")
+    p = _check_experts(model, p, dp)
+    p = _check_context(model, cluster, training, p)
+    _check_precision(cluster, training)
     if p.dp_shard is not None and (dp * p.cp) % p.dp_shard:
         raise ShardwiseError(
             f"parallel.dp_shard: {p.dp_shard} does not divide the data-parallel group dp*cp = {dp * p.cp}; "
@@ -132,6 +129,59 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
     return p.model_copy(update={"dp": dp})
 
 
+def _check_experts(model: ModelSpec, p: TrainPlan, dp: int) -> TrainPlan:
+    """Expert parallelism folded over the tp*cp*dp ranks of a pipeline stage (Liu et al. 2025, MoE Parallel
+    Folding Sec. 3: the expert layers re-split those ranks as etp x ep x expert-dp)."""
+    if not model.is_moe:
+        if p.ep > 1:
+            raise ShardwiseError(f"parallel.ep: {p.ep} > 1 but {model.name} is dense; use ep: 1")
+        if p.etp is not None and p.etp != p.tp:
+            raise ShardwiseError(f"parallel.etp: {model.name} is dense (no experts to split); leave etp out")
+        return p
+    if model.experts % p.ep:
+        raise ShardwiseError(f"parallel.ep: {p.ep} does not divide the {model.experts} experts of {model.name}; "
+                             f"use one of {_divisors(model.experts)}")
+    ranks, etp = p.tp * p.cp * dp, p.expert_tp
+    if ranks % (p.ep * etp):
+        raise ShardwiseError(
+            f"parallel.ep: ep*etp = {p.ep}*{etp} must divide the tp*cp*dp = {ranks} ranks of a pipeline stage "
+            f"(the expert layers re-split them as etp x ep x expert-dp); use one of ep: {_divisors(ranks // etp)}")
+    return p
+
+
+def _check_context(model: ModelSpec, cluster: Cluster, training: TrainingSpec, p: TrainPlan) -> TrainPlan:
+    """cp_comm rules: Ulysses all-to-all splits the heads of each TP rank over its ranks (Jacobs et al. 2023,
+    DeepSpeed-Ulysses Sec. 3), so it needs heads/tp divisible by them."""
+    if p.ulysses is not None and p.cp_comm != "a2a+p2p":
+        raise ShardwiseError(f"parallel.ulysses: only used with cp_comm a2a+p2p (cp_comm is {p.cp_comm}); leave it out")
+    if p.cp == 1:
+        return p
+    if p.cp_comm == "a2a+p2p" and p.ulysses is None:
+        in_domain = cluster.tier_for(p.cp, p.tp).per_domain
+        p = p.model_copy(update={"ulysses": math.gcd(p.cp, in_domain)})
+    a2a = p.cp_a2a
+    if p.cp_comm == "a2a+p2p" and p.cp % a2a:
+        raise ShardwiseError(f"parallel.ulysses: {a2a} does not divide cp {p.cp}")
+    heads = model.heads // p.tp
+    if a2a > 1 and heads % a2a:
+        what = "cp" if p.cp_comm == "a2a" else "ulysses"
+        raise ShardwiseError(f"parallel.cp_comm: {p.cp_comm} needs the {heads} attention heads per TP rank divisible by "
+                             f"{what} = {a2a}; use cp_comm p2p or allgather, or a {what} dividing {heads}")
+    return p
+
+
+def _check_precision(cluster: Cluster, training: TrainingSpec) -> None:
+    """The GPU must run the precision and its recipe (RECIPE_ARCHS)."""
+    gpu = cluster.gpu
+    if training.precision in ("fp8", "fp4") and training.precision not in gpu.tflops:
+        raise ShardwiseError(f"training.precision: {gpu.name} has no {training.precision} tensor cores in the catalog; "
+                             "use bf16")
+    archs = RECIPE_ARCHS.get(training.fp8_recipe)
+    if archs and gpu.arch not in archs:
+        raise ShardwiseError(f"training.fp8_recipe: {training.fp8_recipe} needs a {' or '.join(sorted(archs))} GPU "
+                             f"({gpu.name} is {gpu.arch}); use tensorwise, rowwise or delayed")
+
+
 def _section(doc: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = doc.get(key)
     if value is None:
@@ -139,6 +189,19 @@ def _section(doc: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ShardwiseError(f"{where}.{key}: must be a mapping, got {type(value).__name__}")
     return value
+
+
+def _training_section(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """The training section with the job's top-level `moe:` section folded in (TrainingSpec.moe)."""
+    training = dict(_section(doc, "training", where))
+    moe = doc.get("moe")
+    if moe is not None:
+        if "moe" in training:
+            raise ShardwiseError(f"{where}: moe given twice (top level and training.moe); keep the top-level moe: section")
+        if not isinstance(moe, dict):
+            raise ShardwiseError(f"{where}.moe: must be a mapping (capacity_factor, imbalance, dispatcher), got {type(moe).__name__}")
+        training["moe"] = moe
+    return training
 
 
 def _build(cls: type[BaseModel], data: dict[str, Any], where: str) -> Any:
@@ -153,14 +216,15 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     when the cluster has several groups)."""
     if not isinstance(doc, dict):
         raise ShardwiseError(f"{where}: a job must be a mapping with model, cluster, training, parallel")
-    unknown = set(doc) - {"name", "model", "cluster", "training", "parallel"}
+    unknown = set(doc) - {"name", "model", "cluster", "training", "parallel", "moe"}
     if unknown:
-        raise ShardwiseError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; expected model, cluster, training, parallel")
+        raise ShardwiseError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; expected model, cluster, training, "
+                             "parallel (and moe)")
     if "model" not in doc:
         raise ShardwiseError(f"{where}: missing 'model' (a preset name, a config.json path or a mapping)")
     model = load_model(doc["model"])
     cluster = cluster_from_mapping(_section(doc, "cluster", where), f"{where}.cluster" if where != "job" else "cluster")
-    training = _build(TrainingSpec, _section(doc, "training", where), "training")
+    training = _build(TrainingSpec, _training_section(doc, where), "training")
     raw_plan = dict(_section(doc, "parallel", where)) if require_plan or doc.get("parallel") is not None else {}
     if isinstance(cluster, HeteroCluster):
         from shardwise.specs.hetero import hetero_job

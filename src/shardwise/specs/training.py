@@ -1,6 +1,7 @@
-"""TrainingSpec (what to train on) and TrainPlan (how the work is split: the parallel degrees and
-knobs). The plan owns the rank layout: TP innermost, then CP, DP, PP outermost (Megatron-LM's
-default order ``tp-cp-ep-dp-pp``; torchtitan's ``ParallelDims``)."""
+"""TrainingSpec (what to train on, with MoeSpec: how MoE tokens are routed) and TrainPlan (how the work is
+split: the parallel degrees and knobs). The plan owns the rank layout: TP innermost, then CP, DP, PP
+outermost (Megatron-LM's default order ``tp-cp-ep-dp-pp``; torchtitan's ``ParallelDims``); the expert
+layers re-split each stage's tp*cp*dp ranks as etp x ep x expert-dp (MoE Parallel Folding)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,24 @@ from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_RANKS, MAX_PIPELINE_STAGES, MAX_SEQUENCE_TOKENS
 from shardwise.specs.model import ModelSpec
 
-Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
 Framework = Literal["megatron", "torchtitan", "fsdp", "deepspeed", "composer", "maxtext"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
+#: Low-precision scaling recipes (:mod:`shardwise.cost.lowp`): FP8 ones for precision fp8, FP4 ones for fp4.
+FP8_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "delayed")
+FP4_RECIPES = ("nvfp4", "mxfp4")
+Recipe = Literal["auto", "tensorwise", "rowwise", "blockwise", "mxfp8", "delayed", "nvfp4", "mxfp4"]
+#: GPU generations whose tensor cores run each recipe natively: MX and NVFP4 block scaling are Blackwell
+#: features (NVIDIA Blackwell architecture technical brief; Transformer Engine's MXFP8/NVFP4 recipes need
+#: sm100); 1x128/128x128 blockwise FP8 runs on Hopper and later (Transformer Engine Float8BlockScaling,
+#: DeepSeek-V3 report Sec. 3.3). Recipes not listed run wherever the GPU has FP8.
+RECIPE_ARCHS = {"mxfp8": frozenset({"blackwell"}), "nvfp4": frozenset({"blackwell"}), "mxfp4": frozenset({"blackwell"}),
+                "blockwise": frozenset({"hopper", "blackwell"})}
+CpComm = Literal["p2p", "allgather", "a2a", "a2a+p2p"]
+Dispatcher = Literal["alltoall", "allgather", "deepep"]
 
-BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp32": 4}
 Method = Literal["full", "lora", "qlora"]
 LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 
@@ -66,6 +79,34 @@ class LoraSpec(BaseModel):
         return {t: linear[t] for t in (self.targets or tuple(linear))}
 
 
+class MoeSpec(BaseModel):
+    """How a mixture-of-experts model routes its tokens at run time (the job file's `moe:` section)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    capacity_factor: float | None = Field(
+        default=None, gt=0, le=64, description="expert capacity as a multiple of the mean tokens per expert; tokens "
+        "beyond it are dropped and each expert's input is padded to it; None = dropless")
+    imbalance: float = Field(
+        default=1.2, ge=1, le=64, description="dropless routing: tokens of the busiest expert-parallel rank over the "
+        "mean (sets the slowest rank's expert GEMMs and all-to-all); assumed 1.2 when not measured")
+    dispatcher: Dispatcher = Field(
+        default="alltoall", description="token dispatcher: alltoall (Megatron-Core), allgather (tokens gathered over "
+        "the expert group) or deepep (DeepEP: one copy per destination node, fp8 dispatch in fp8 recipes)")
+
+    @property
+    def load_factor(self) -> float:
+        """Tokens the busiest expert-parallel rank processes over the mean: the capacity when tokens are
+        padded to it, else the imbalance ratio."""
+        return self.capacity_factor if self.capacity_factor is not None else self.imbalance
+
+    def assumption(self) -> str:
+        """The load-balance assumption in words (printed with an estimate)."""
+        if self.capacity_factor is not None:
+            return f"capacity factor {self.capacity_factor:g}: tokens over capacity dropped, inputs padded to it"
+        return f"dropless, busiest expert rank at {self.imbalance:g}x the mean tokens"
+
+
 class TrainingSpec(BaseModel):
     """Sequence length, global batch (sequences), precision and, optionally, tokens to train."""
 
@@ -73,7 +114,11 @@ class TrainingSpec(BaseModel):
 
     seq_len: int = Field(gt=0, le=MAX_SEQUENCE_TOKENS, description="tokens per sequence")
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    precision: Precision = Field(default="bf16", description="GEMM precision; fp8 keeps bf16 weights and activations")
+    precision: Precision = Field(default="bf16", description="GEMM precision; fp8 and fp4 keep bf16 weights and "
+                                 "activations and cast the GEMM inputs (fp8_recipe)")
+    fp8_recipe: Recipe = Field(
+        default="auto", description="low-precision scaling: tensorwise, rowwise, blockwise, mxfp8 or delayed (fp8); "
+        "nvfp4 or mxfp4 (fp4, Blackwell); auto = the stack's default recipe")
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars")
     grad_dtype: Literal["bf16", "fp32"] = Field(
         default="fp32", description="gradient accumulation/reduction dtype (Megatron main_grad: fp32)"
@@ -86,6 +131,26 @@ class TrainingSpec(BaseModel):
     attention_kernel: Literal["auto", "fa1", "fa2", "fa3"] = Field(
         default="auto", description="fused attention kernel (FlashAttention 1/2/3); auto = the stack's choice for the GPU"
     )
+    moe: MoeSpec = Field(default_factory=MoeSpec, description="MoE routing knobs (also written as the job file's top-level moe: section)")
+
+    @model_validator(mode="after")
+    def _check_recipe(self) -> TrainingSpec:
+        r = self.fp8_recipe
+        if r == "auto":
+            return self
+        if self.precision == "fp8" and r not in FP8_RECIPES:
+            raise ValueError(f"fp8_recipe {r!r} is an fp4 recipe; with precision fp8 use one of {', '.join(FP8_RECIPES)}")
+        if self.precision == "fp4" and r not in FP4_RECIPES:
+            raise ValueError(f"fp8_recipe {r!r} is an fp8 recipe; with precision fp4 use one of {', '.join(FP4_RECIPES)}")
+        if self.precision not in ("fp8", "fp4"):
+            raise ValueError(f"fp8_recipe {r!r} needs precision fp8 or fp4 (precision is {self.precision}); leave it auto")
+        return self
+
+    @property
+    def low_precision(self) -> bool:
+        """GEMMs run in fp8 or fp4 (the rest of the model in bf16)."""
+        return self.precision in ("fp8", "fp4")
+
     method: Method = Field(default="full", description="full fine-tune / pre-training, lora (frozen base, adapters) or "
                            "qlora (quantized frozen base, adapters)")
     lora: LoraSpec | None = Field(default=None, description="adapter settings for method lora / qlora")
@@ -116,12 +181,12 @@ class TrainingSpec(BaseModel):
 
     @property
     def activation_bytes(self) -> int:
-        """Bytes per activation element (fp8 training keeps activations in bf16)."""
+        """Bytes per activation element (fp8/fp4 training keeps activations in bf16)."""
         return 4 if self.precision == "fp32" else 2
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes per working weight (fp8 recipes keep bf16 weights and cast per GEMM)."""
+        """Bytes per working weight (fp8/fp4 recipes keep bf16 weights and cast per GEMM)."""
         return 4 if self.precision == "fp32" else 2
 
     @property
@@ -139,7 +204,15 @@ class TrainPlan(BaseModel):
     vpp: int = Field(default=1, gt=0, le=MAX_PIPELINE_STAGES, description="virtual stages (model chunks) per pipeline rank")
     dp: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="data-parallel degree; auto or left out: GPUs / (tp * pp * cp)")
     cp: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="context-parallel degree: ranks sharing one sequence; divides seq_len")
-    ep: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="expert-parallel degree (MoE): ranks sharing the experts; divides dp * cp")
+    cp_comm: CpComm = Field(default="p2p", description="context-parallel attention: p2p (ring, K/V passed under the "
+                            "attention), allgather (K/V gathered first), a2a (Ulysses all-to-all over heads) or a2a+p2p "
+                            "(Ulysses inside, ring across)")
+    ulysses: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="cp_comm a2a+p2p: the all-to-all part "
+                                "of cp; None = the cp ranks in one NVLink domain")
+    ep: int = Field(default=1, gt=0, le=MAX_CLUSTER_GPUS, description="expert-parallel degree (MoE): ranks sharing the "
+                    "experts; ep * etp divides tp * cp * dp (MoE Parallel Folding)")
+    etp: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="expert tensor-parallel degree: ranks "
+                            "splitting each expert; None = tp (Megatron-Core's default)")
     zero: Literal[0, 1, 2, 3] = Field(default=1, description="ZeRO stage over the data-parallel group: 0 replicates "
                                       "the model states, 1 shards the optimizer states, 2 also the gradients, 3 also "
                                       "the parameters")
@@ -168,10 +241,25 @@ class TrainPlan(BaseModel):
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
 
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree (etp, else tp)."""
+        return self.etp or self.tp
+
+    @property
+    def cp_a2a(self) -> int:
+        """Ranks of cp that exchange heads by all-to-all (Ulysses): cp for a2a, ulysses for a2a+p2p, else 1."""
+        if self.cp_comm == "a2a":
+            return self.cp
+        return (self.ulysses or 1) if self.cp_comm == "a2a+p2p" else 1
+
     def degrees(self) -> dict[str, int]:
         return {"tp": self.tp, "cp": self.cp, "dp": self.dp or 0, "pp": self.pp, "vpp": self.vpp, "ep": self.ep}
 
-    # Rank layout (TP innermost, then CP, DP, PP): the stride of each group in the global rank order.
+    # Rank layout (TP innermost, then CP, DP, PP): the stride of each group in the global rank order. The
+    # expert layers re-split the tp*cp*dp ranks of a stage as etp (innermost), ep, expert-dp (MoE Parallel
+    # Folding; Megatron-Core's expert order tp-ep-dp-pp).
     def stride(self, dim: str) -> int:
         dp = self.dp or 1
-        return {"tp": 1, "cp": self.tp, "dp": self.tp * self.cp, "pp": self.tp * self.cp * dp}[dim]
+        return {"tp": 1, "cp": self.tp, "dp": self.tp * self.cp, "pp": self.tp * self.cp * dp,
+                "etp": 1, "ep": self.expert_tp, "edp": self.expert_tp * self.ep}[dim]

@@ -22,9 +22,10 @@ from shardwise.cost.activations import (
     weight_gradient_bytes,
 )
 from shardwise.cost.comm import group_collective_s
-from shardwise.cost.constants import Constants
+from shardwise.cost.constants import Constants, MoeConstants
 from shardwise.cost.device import Device
 from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
+from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.cost.stack import StackProfile
@@ -51,13 +52,29 @@ class Blocks:
     w_retained: float  # share of a layer's activations held from its I pass to its W pass
 
 
+def layer_groups(cluster: Cluster, tp: int, cp: int, ep: int, etp: int | None = None, cp_comm: str = "p2p",
+                 ulysses: int = 1) -> Groups:
+    """The groups a layer talks over, placed in the rank order (TP innermost, then CP; the expert layers
+    re-split the ranks as etp x ep; Ulysses groups innermost in CP, the ring across them)."""
+    etp = etp or tp
+    ring = cp // ulysses
+    return Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, etp), etp=etp,
+                  cp_comm=cp_comm, ulysses=ulysses, ulysses_tier=cluster.tier_for(ulysses, tp),
+                  ring_tier=cluster.tier_for(ring, tp * ulysses))
+
+
 def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Device, stack: StackProfile,
-           tp: int, cp: int, ep: int, sp: bool, recompute: str, flash: bool, micro_batch: int) -> Blocks:
+           tp: int, cp: int, ep: int, sp: bool, recompute: str, flash: bool, micro_batch: int,
+           lowp: LowPrecision = NO_LOWP, groups: Groups | None = None, moe_consts: MoeConstants | None = None) -> Blocks:
+    """`groups` (default: :func:`layer_groups` of tp, cp, ep) carries etp and the CP scheme; `lowp` the
+    low-precision recipe; `moe_consts` the MoE constants (default: the cited/assumed ones)."""
     seq, ab = training.seq_len, training.activation_bytes
     tokens = micro_batch * seq / cp
-    groups = Groups(tp, cp, ep, cluster.tier_for(tp, 1), cluster.tier_for(cp, tp), cluster.tier_for(ep, tp))
-    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, groups, stack, ab)
-    moe = transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab) if model.is_moe else dense
+    groups = groups or layer_groups(cluster, tp, cp, ep)
+    mc = moe_consts or MoeConstants()
+    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp)
+    moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc)
+           if model.is_moe else dense)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab)
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab) if model.is_moe else act_dense
     kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
@@ -124,6 +141,14 @@ def gathers_per_layer(model: ModelSpec, stack: StackProfile) -> int:
     return 2 + qkv + 1 + (2 if model.mlp == "gelu" else 3)
 
 
+def gathered_moe_layer_params(model: ModelSpec, ep):
+    """Parameters of one MoE layer a rank gathers under ZeRO-3: its own routed experts (1/ep of them)
+    and every dense weight (attention, router, norms, shared experts); 0 for a dense model."""
+    if not model.is_moe:
+        return 0
+    return model.layer_params_moe - model.experts * model.expert_params * (1 - 1 / np.asarray(ep))
+
+
 @dataclass(frozen=True)
 class RankTail:
     states: ModelStateBytes
@@ -134,15 +159,17 @@ class RankTail:
 
 def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts: Constants, stack: StackProfile, dev: Device,
               *, tp, cp, ep, dp, zero, dp_shard, offload: str, overlap_grad_reduce, microbatches,
-              p_dense, p_exp, fwd_s, bwd_s, layers=1) -> RankTail:
+              p_dense, p_exp, fwd_s, bwd_s, layers=1, lowp: LowPrecision = NO_LOWP) -> RankTail:
     """Model states, fixed memory, exposed data-parallel communication and the optimizer step of a
     pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP) in `layers` layers, whose
-    micro-batch forward and backward take `fwd_s` / `bwd_s`."""
+    micro-batch forward and backward take `fwd_s` / `bwd_s`. Low-precision recipes (`lowp`): ZeRO-3
+    gathers move `lowp.gather_bytes` per weight, weights cast once per step are cast after the optimizer
+    step, and their kept low-precision copies count as fixed memory (:mod:`shardwise.cost.lowp`)."""
     wb, gb = training.weight_bytes, training.grad_bytes
     dense_group = dp * cp
     expert_group = np.maximum(1, dense_group // ep)
     shard = np.minimum(dp_shard, dense_group)
-    largest = max(model.layer_params_dense, model.layer_params_moe if model.is_moe else 0) / tp
+    largest = np.maximum(model.layer_params_dense, gathered_moe_layer_params(model, ep)) / tp
     fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb)
     opt_bytes, frozen = optimizer_bytes_per_param(training.precision), 0.0
     lora = training.adapter
@@ -156,7 +183,7 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     if lora is not None:
         states = model_states(frozen, 0.0, dense_group, expert_group, zero, shard, 1.0, 0.0, 0.0, offload) + states
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
-                        shard, wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
+                        shard, np.where(zero == 3, lowp.gather_bytes, wb) if lowp.active else wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
                         layers=np.maximum(layers, 1) * gathers_per_layer(model, stack),
                         bucket_bytes=grad_bucket_params(dense_group) * gb, frozen_bytes=frozen)
     if offload == "optimizer+params":
@@ -164,4 +191,8 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     sharded = zero >= 1
     opt_params = p_dense / np.where(sharded, shard, 1) + p_exp / np.where(sharded, expert_group, 1)
     optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb)
+    local = p_dense + p_exp
+    if lowp.weights_per_step:
+        optimizer_s = optimizer_s + cast_s(dev, lowp, local, layers * 4)
+    fixed = fixed + local * lowp.weight_copy_bytes
     return RankTail(states, fixed, dp_s, optimizer_s)

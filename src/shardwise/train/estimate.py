@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note, paged_optimizer
 from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.device import Device
+from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
-from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail, stage_work
+from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail, stage_work
 from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
@@ -35,9 +35,10 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
+    dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     seq, sp, rc, flash = training.seq_len, plan.sp, plan.recompute, plan.flash_attention
-    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch)
+    groups = layer_groups(cluster, tp, cp, ep, plan.expert_tp, plan.cp_comm, plan.cp_a2a)
+    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch, lowp, groups, consts.moe)
 
     stages = stage_contents(model, pp * vpp)
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
@@ -66,7 +67,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
             known[key] = rank_tail(
                 model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
                 dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
-                microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers,
+                microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers, lowp=lowp,
             )
         tails.append(known[key])
     extra_act = [b.act_recompute] * pp
@@ -106,7 +107,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler,
     )
     tokens_step = training.tokens_per_step
-    peak = gpu.peak_flops(training.precision)
+    peak = gpu.peak_flops("bf16" if training.low_precision else training.precision)  # MFU of fp8/fp4 runs: vs the BF16 peak
     mf = model_flops_per_token(model, seq) * tokens_step
     mf_causal = model_flops_per_token(model, seq, causal=True) * tokens_step
     if lora is not None:  # frozen weights skip their weight gradients (cost/adapters.py)
@@ -122,6 +123,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         if cluster.price_usd_per_gpu_hour is not None:
             cost = seconds / 3600 * n * cluster.price_usd_per_gpu_hour
     notes = []
+    if model.is_moe:
+        notes.append(f"MoE routing: {training.moe.assumption()}; {training.moe.dispatcher} dispatch over ep {ep}, "
+                     f"expert all-to-all {e_ep:.3g} s per step (exposed)")
+    if training.low_precision:
+        notes.append(f"MFU and HFU are against the BF16 peak ({peak / 1e12:.0f} TFLOP/s); {lowp.recipe} {training.precision} "
+                     "GEMMs run the block linears, attention and the LM head stay in BF16")
     if timing.simulated_microbatches is not None:
         how = "exactly: the steady state repeats" if timing.exact else "approximately: the steady state had not settled"
         searched = " (auto: the schedule searched at that count)" if schedule_info(plan.schedule).takes_costs else ""
@@ -150,6 +157,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         mfu=mf / (step * n * peak),
         mfu_causal=mf_causal / (step * n * peak),
         hfu=hf / (step * n * peak),
+        mfu_limit=gpu.peak_flops(training.precision) / peak,
         bubble_definition=timing.bubble_definition,
         bubble_fraction=timing.bubble_fraction,
         stage_bubble_ratio=timing.stage_bubble_ratio,

@@ -82,13 +82,17 @@ class Estimate:
     memory_per_rank: tuple[MemoryBreakdown, ...] = ()  # every pipeline rank's breakdown (bytes)
     #: the pipeline simulation's inputs (``PipelineTiming.inputs``), to redraw its timeline as a trace
     pipeline_inputs: tuple = field(default=(), compare=False, repr=False)
+    #: the most MFU can be: the GEMM precision's peak over the peak MFU is reported against (fp8/fp4 runs
+    #: report MFU against the BF16 peak, so their MFU may exceed 1)
+    mfu_limit: float = 1.0
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
         or non-finite time or memory (each would be a case the cost model does not cover)."""
-        # Causal MFU and HFU count work the GPUs do, so neither can pass 1; the full-attention (PaLM) MFU
-        # counts causal attention twice over and may, at sequences of millions of tokens.
-        bad = [f"{k} {v:.3g}" for k, v in (("causal MFU", self.mfu_causal), ("HFU", self.hfu)) if not 0.0 <= v <= 1.0]
+        # Causal MFU and HFU count work the GPUs do, so neither can pass 1 (mfu_limit for fp8/fp4 runs, whose
+        # MFU is against the BF16 peak); the full-attention (PaLM) MFU counts causal attention twice over
+        # and may, at sequences of millions of tokens.
+        bad = [f"{k} {v:.3g}" for k, v in (("causal MFU", self.mfu_causal), ("HFU", self.hfu)) if not 0.0 <= v <= self.mfu_limit]
         bad += [f"MFU {self.mfu:.3g}"] if not (math.isfinite(self.mfu) and self.mfu >= 0.0) else []
         parts = {"step time": self.step_time_s, **{f"time {f.name}": getattr(self.time_s, f.name) for f in fields(self.time_s)},
                  **{f"memory {f.name}": getattr(self.memory, f.name) for f in fields(self.memory)}}

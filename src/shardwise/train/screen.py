@@ -29,7 +29,7 @@ import numpy as np
 from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.device import Device
+from shardwise.cost.lowp import job_device
 from shardwise.cost.layer import PassCost
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
@@ -82,13 +82,14 @@ def screen(
     consts = constants or default_constants()
     gpu = cluster.gpu
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    dev = Device.of(gpu, training.precision, consts.compute_for(gpu.name), attention_kernel(training, stack))
+    dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     n = len(c)
     sp = (c["sp"] == 1) & (c["tp"] > 1)
     keys = np.stack([c["tp"], c["cp"], c["ep"], sp.astype(np.int64), c["rc"], c["mb"]], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
-    per_key = [blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb)
+    per_key = [blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb, lowp,
+                      moe_consts=consts.moe)
                for tp, cp, ep, sp_, rc, mb in uniq.tolist()]
     dense, moe = [b.dense for b in per_key], [b.moe for b in per_key]
     emb, head = [b.embedding for b in per_key], [b.head for b in per_key]
@@ -112,7 +113,7 @@ def screen(
         cp, dp = r["cp"], r["dp"]
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
                          dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
-                         p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"])
+                         p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp)
         rows_total = len(cp)
         states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
         dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))

@@ -56,14 +56,15 @@ def stage_contents(model: ModelSpec, stages: int, counts: tuple[int, ...] | None
 
 
 def stage_params(model: ModelSpec, content: StageContent, tp: int, ep: int) -> tuple[float, float]:
-    """(dense, expert) parameters a GPU of this stage holds after TP (and EP for experts).
+    """(dense, expert) parameters a GPU of this stage holds after TP (and EP for the routed experts;
+    shared experts run on every token like a dense MLP and are dense parameters).
 
     Norms are counted as TP-sharded (they are replicated in practice: < 0.01% of a layer). With tied
     embeddings, the last stage keeps its own copy of the embedding for the LM head (Megatron-LM).
     """
-    expert_total = (model.experts + model.shared_experts) * model.expert_params
-    expert_local = model.experts * model.expert_params / ep + model.shared_experts * model.expert_params
-    moe_dense = model.layer_params_moe - expert_total
+    routed = model.experts * model.expert_params
+    expert_local = routed / ep  # shared experts are dense weights: replicated over EP, in the dense DP group
+    moe_dense = model.layer_params_moe - routed
     dense = content.dense_layers * model.layer_params_dense + content.moe_layers * moe_dense
     if content.embedding:
         dense += model.embedding_params

@@ -1,0 +1,190 @@
+"""FP8/FP4 recipes, MoE routing and context-parallel schemes in the estimate (issue 11): hand-computed
+numbers for the MoE and CP formulas, the two MoE memory bugs, the measured recipe order, and dense BF16
+estimates untouched by the new constants."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardwise.calibration.validate import collect_cases
+from shardwise.cli.main import main
+from shardwise.cost.comm import collective_s
+from shardwise.cost.constants import LowPrecisionConstants, MoeConstants, default_constants
+from shardwise.cost.flops import model_flops_per_token
+from shardwise.cost.layer import cp_comm_s, dispatch_s, expert_rows
+from shardwise.cost.lowp import low_precision
+from shardwise.cost.stack import stack_profile
+from shardwise.specs.job import job_from_mapping
+from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.training import MoeSpec
+from shardwise.train.assembly import gathered_moe_layer_params, layer_groups
+from shardwise.train.estimate import estimate
+from shardwise.train.stages import StageContent, stage_params
+
+
+def job(model="llama-3-8b", gpu="H100-SXM", gpus=8, training=None, moe=None, **parallel):
+    doc = {
+        "model": model,
+        "cluster": {"gpu": gpu, "gpus": gpus},
+        "training": {"seq_len": 8192, "global_batch": 8, **(training or {})},
+        "parallel": {"tp": 1, "pp": 1, "recompute": "selective", **parallel},
+    }
+    if moe:
+        doc["moe"] = moe
+    return job_from_mapping(doc)
+
+
+# --- FP8 / FP4 ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=8, deadline=None)
+@given(gpu=st.sampled_from(["A100-80GB", "H100-SXM", "B200", "MI300X"]), zero=st.sampled_from([1, 3]),
+       framework=st.sampled_from(["megatron", "torchtitan"]))
+def test_dense_bf16_estimates_ignore_the_low_precision_and_moe_constants(gpu, zero, framework):
+    j = job(gpu=gpu, zero=zero, training={"framework": framework})
+    consts = default_constants()
+    other = replace(consts, lowp=LowPrecisionConstants(rowwise_gemm_ratio=0.5, mx_gemm_ratio=0.6),
+                    moe=MoeConstants(dispatch_overhead_s=1e-3, grouped_gemm_ratio=0.4))
+    assert estimate(j, other).step_time_s == estimate(j, consts).step_time_s
+
+
+def test_fp8_is_faster_than_bf16_but_not_by_the_peak_ratio_and_mfu_is_against_the_bf16_peak():
+    bf16 = estimate(job(model="llama-3-70b", gpus=64, tp=8, sequence_parallel=True, training={"global_batch": 64}))
+    fp8_job = job(model="llama-3-70b", gpus=64, tp=8, sequence_parallel=True,
+                  training={"global_batch": 64, "precision": "fp8"})
+    fp8 = estimate(fp8_job)
+    assert bf16.step_time_s / 2 < fp8.step_time_s < bf16.step_time_s  # attention and the LM head stay BF16
+    gpu = fp8_job.cluster.gpu
+    flops = model_flops_per_token(fp8_job.model, 8192) * fp8_job.training.tokens_per_step
+    assert fp8.mfu == pytest.approx(flops / (fp8.step_time_s * 64 * gpu.peak_flops("bf16")), rel=1e-12)
+    assert any("against the BF16 peak" in n for n in fp8.notes)
+
+
+def test_recipes_differ_and_tensorwise_beats_rowwise_on_h100():
+    tw = estimate(job(training={"precision": "fp8", "fp8_recipe": "tensorwise", "framework": "torchtitan"}, zero=3))
+    rw = estimate(job(training={"precision": "fp8", "fp8_recipe": "rowwise", "framework": "torchtitan"}, zero=3))
+    assert tw.tokens_per_s_per_gpu > rw.tokens_per_s_per_gpu
+
+
+def test_only_tensorwise_gathers_fp8_weights_in_torchtitan():
+    """torchao's float8 FSDP2 all-gather is for tensorwise scaling; rowwise gathers BF16 (torchao docs)."""
+    j = job(training={"precision": "fp8", "framework": "torchtitan"})
+    stack = stack_profile("torchtitan", "hopper")
+    gpu = j.cluster.gpu
+    tw = low_precision(j.training, stack, gpu, "tensorwise")
+    rw = low_precision(j.training, stack, gpu, "rowwise")
+    assert (tw.gather_bytes, rw.gather_bytes) == (1.0, 2.0)
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "b200"])
+def test_fp8_recipes_rank_in_the_measured_order(gpu):
+    """torchao's Llama3-8B rows compare recipes on one setup: the estimate ranks them as measured."""
+    cases, _ = collect_cases()
+    picked = [c for c in cases if c.record_id.startswith(f"torchao_{gpu}_llama3_8b_") and c.tags["precision"] == "fp8"
+              and c.category == "throughput"]
+    by_recipe: dict[str, list] = {}
+    for c in picked:
+        by_recipe.setdefault(c.tags["recipe"], []).append(c)
+    assert len(by_recipe) >= 2
+    measured = sorted(by_recipe, key=lambda r: -_mean([c.measured for c in by_recipe[r]]))
+    predicted = sorted(by_recipe, key=lambda r: -_mean([c.predict(None) for c in by_recipe[r]]))
+    assert predicted == measured
+
+
+# --- MoE ----------------------------------------------------------------------------------------
+
+
+def test_expert_rows_scale_by_the_load_factor_and_pad_to_the_tile():
+    mixtral = load_model("mixtral-8x7b")  # 8 experts, top-2
+    cluster = job(model="mixtral-8x7b", gpus=8, ep=8).cluster
+    groups = layer_groups(cluster, 1, 1, 8)
+    # 4096 tokens x top-2 x 8 ranks / 8 experts x 1.25 = 10240 rows (a whole number of 128-row tiles)
+    assert expert_rows(mixtral, 4096, groups, MoeSpec(capacity_factor=1.25), 128) == 10240
+    # 1000 x 2 x 1 / 8 x 1.25 = 312.5 rows, padded to 3 tiles of 128
+    assert expert_rows(mixtral, 1000, layer_groups(cluster, 1, 1, 1), MoeSpec(capacity_factor=1.25), 128) == 384
+
+
+def test_dispatch_moves_the_routed_tokens_on_the_network_all_to_all():
+    mixtral = load_model("mixtral-8x7b")  # hidden 4096, top-2
+    cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
+    groups = layer_groups(cluster, 2, 1, 8)
+    # 4096 tokens x 4096 x 2 B x top-2 x imbalance 1.2
+    routed = 4096 * 4096 * 2 * 2 * 1.2
+    a2a = dispatch_s(mixtral, 4096, groups, MoeSpec(imbalance=1.2), 2.0, False, 0.0)
+    assert a2a == pytest.approx(collective_s("all_to_all", routed, 8, groups.ep_tier), rel=1e-12)
+    fp8 = dispatch_s(mixtral, 4096, groups, MoeSpec(imbalance=1.2, dispatcher="deepep"), 2.0, True, 0.0)
+    assert fp8 == pytest.approx(collective_s("all_to_all", routed / 2, 8, groups.ep_tier), rel=1e-12)
+    gathered = dispatch_s(mixtral, 4096, groups, MoeSpec(dispatcher="allgather"), 2.0, False, 0.0)
+    assert gathered == pytest.approx(collective_s("all_gather", 4096 * 4096 * 2 * 8, 8, groups.ep_tier), rel=1e-12)
+
+
+def test_imbalance_slows_the_step_and_the_estimate_states_it():
+    even = estimate(job(model="mixtral-8x7b", gpus=16, tp=2, ep=8, training={"global_batch": 16}, moe={"imbalance": 1.0}))
+    skew = estimate(job(model="mixtral-8x7b", gpus=16, tp=2, ep=8, training={"global_batch": 16}, moe={"imbalance": 1.5}))
+    assert skew.step_time_s > even.step_time_s
+    assert skew.time_s.ep_comm > even.time_s.ep_comm > 0
+    assert any("busiest expert rank at 1.5x" in n for n in skew.notes)
+
+
+def test_shared_experts_are_dense_parameters():
+    """Bug: shared experts were counted with the routed ones (sharded over EP and the expert-DP group)."""
+    m = ModelSpec(name="t", layers=2, hidden=1024, heads=8, kv_heads=8, ffn=512, vocab=1000, experts=8, top_k=2,
+                  expert_ffn=512, shared_experts=1)
+    dense, expert = stage_params(m, StageContent(0, 0, 1, False, False), tp=1, ep=4)
+    one_expert = 3 * 1024 * 512  # SwiGLU: gate, up, down
+    assert expert == 8 * one_expert / 4  # routed experts only, split over ep 4
+    # attention (Q, K, V, O) + the shared expert + router + two RMSNorms
+    assert dense == 4 * 1024 * 1024 + one_expert + 1024 * 8 + 2 * 1024
+
+
+def test_zero3_gathers_a_ranks_own_experts():
+    """Bug: the ZeRO-3 gathered-layer buffer counted every expert. Mixtral-8x7B layer: attention
+    4096 x (4096 + 2 x 1024) + 4096 x 4096 = 41,943,040; router 32,768; norms 8,192; one expert
+    3 x 4096 x 14336 = 176,160,768: with ep 8 a rank gathers one expert, 218,144,768 parameters."""
+    mixtral = load_model("mixtral-8x7b")
+    assert gathered_moe_layer_params(mixtral, 8) == 41_943_040 + 32_768 + 8_192 + 176_160_768
+    base = {"model": "mixtral-8x7b", "gpus": 16, "tp": 2, "zero": 3, "training": {"global_batch": 16}}
+    one, eight = estimate(job(ep=1, **base)), estimate(job(ep=8, **base))
+    # the double-buffered gather (2 layers, 2 B, tp 2) holds 7 experts fewer
+    assert one.memory.overheads - eight.memory.overheads == pytest.approx(2 * 2 * 7 * 176_160_768 / 2, rel=1e-9)
+
+
+def test_qwen3_235b_estimate_prints_the_all_to_all_and_the_imbalance(tmp_path, capsys):
+    path = tmp_path / "q.yaml"
+    path.write_text("model: qwen3-235b-a22b\ncluster: {gpu: H100-SXM, gpus: 256}\n"
+                    "training: {seq_len: 4096, global_batch: 1024}\n"
+                    "parallel: {tp: 2, pp: 8, ep: 32, etp: 1, sequence_parallel: true}\n")
+    assert main(["train", "estimate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "ep comm" in out and "all-to-all" in out and "busiest expert rank at 1.2x" in out
+
+
+# --- context parallelism ------------------------------------------------------------------------
+
+
+def test_only_the_ring_hides_under_attention():
+    base = {"model": "llama-3.1-8b", "cp": 8, "training": {"seq_len": 131072}}
+    ring = estimate(job(cp_comm="p2p", **base))
+    gathered = estimate(job(cp_comm="allgather", **base))
+    ulysses = estimate(job(cp_comm="a2a", **base))
+    assert ring.time_s.cp_comm == 0.0
+    assert gathered.time_s.cp_comm > 0 and ulysses.time_s.cp_comm > 0
+
+
+def test_ulysses_moves_q_k_v_and_o_by_all_to_all():
+    """Llama-3.1-8B, 131072 tokens over cp 8 (16384 each), head dim 128: Q and O 32 heads, K and V 8."""
+    j = job(model="llama-3.1-8b", cp=8, cp_comm="a2a", training={"seq_len": 131072})
+    groups = layer_groups(j.cluster, 1, 8, 1, cp_comm="a2a", ulysses=8)
+    q_o = 32 * (128 + 128) * 16384 * 2
+    k_v = 8 * (128 + 128) * 16384 * 2
+    comm, overlapped = cp_comm_s(j.model, 16384, groups, 2.0)
+    assert not overlapped
+    assert comm == pytest.approx(collective_s("all_to_all", q_o + k_v, 8, groups.cp_tier), rel=1e-12)
