@@ -5,7 +5,8 @@ small plan searches through the job queue; prints p50/p99 latency per kind and t
 
 The server (`shardwise web`, one search worker) runs in its own process; the clients are asyncio tasks
 in this one, on the same machine, so both share its cores. `--think-s` is each client's mean pause
-between requests (exponential; 0 = closed loop, every client always waiting on a request). Bounded: the
+between requests (exponential; 0 = closed loop, every client always waiting on a request); with a pause,
+each client's first request also waits one such pause, so the clients do not start as one burst. Bounded: the
 run stops after `--seconds` and waits at most 120 s more for the requests in flight. Prints figures only;
 tests never assert wall-clock times.
 """
@@ -49,6 +50,8 @@ def plan_body(rng: random.Random) -> dict:
 
 async def client(http: httpx.AsyncClient, kind: str, deadline: float, think_s: float, seed: int, out: list) -> None:
     rng = random.Random(seed)
+    if think_s > 0:  # clients arrive spread out, as in steady state, not as one burst at t = 0
+        await asyncio.sleep(rng.expovariate(1.0 / think_s))
     while time.monotonic() < deadline:
         path, body = ("/api/train/estimate", estimate_body(rng)) if kind == "estimate" else ("/api/train/plan", plan_body(rng))
         t0 = time.perf_counter()
