@@ -17,7 +17,7 @@ from typing import Any
 from shardwise.calibration import Case, Skip, record_cases
 from shardwise.cost.constants import Constants
 from shardwise.errors import ShardwiseError
-from shardwise.specs._loading import data_path, read_document
+from shardwise.specs._loading import data_path, read_record_list
 
 CATEGORIES = ("throughput", "time", "memory", "formula")
 
@@ -47,11 +47,7 @@ class Row:
 
 
 def load_records(path: str | Path | None = None) -> list[dict[str, Any]]:
-    p = Path(path) if path else default_data_path()
-    data = read_document(p)
-    if not isinstance(data, list):
-        raise ShardwiseError(f"{p}: expected a JSON list of records")
-    return data
+    return read_record_list(Path(path) if path else default_data_path())
 
 
 def collect_cases(path: str | Path | None = None) -> tuple[list[Case], list[Skip]]:

@@ -34,7 +34,7 @@ import numpy as np
 from shardwise.cost.comm import bus_factor, collective_s
 from shardwise.cost.constants import NetworkConstants, fitted_network_constants
 from shardwise.errors import ShardwiseError
-from shardwise.specs._loading import data_path, read_document
+from shardwise.specs._loading import data_path, read_record_list
 from shardwise.specs.hardware import Cluster, CommGroup, make_cluster
 
 MIB = 2**20
@@ -137,11 +137,7 @@ def default_data_path() -> Path:
 
 
 def load_records(path: str | Path | None = None) -> list[dict[str, Any]]:
-    p = Path(path) if path else default_data_path()
-    data = read_document(p)
-    if not isinstance(data, list):
-        raise ShardwiseError(f"{p}: expected a JSON list of records")
-    return data
+    return read_record_list(Path(path) if path else default_data_path())
 
 
 def source_of(record_id: str) -> str:

@@ -138,6 +138,14 @@ def read_document(path: str | Path) -> Any:
     return check_document(doc, shown)
 
 
+def read_record_list(path: str | Path) -> list[Any]:
+    """A calibration data file: a JSON (or YAML) list of records."""
+    data = read_document(path)
+    if not isinstance(data, list):
+        raise ShardwiseError(f"{path}: expected a JSON list of records")
+    return data
+
+
 def _union_tag(part: Any) -> bool:
     """Pydantic names the member a union error comes from in the location ('str', 'dict[str,any]', ...)."""
     return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool", "dict", "list", "none"})
