@@ -23,6 +23,8 @@ per element).
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from shardwise.cost.comm import group_collective_s, where
@@ -69,22 +71,27 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
     across_bytes = p_dense * grad_bytes / shard
     window = where(overlap_grad_reduce, dp_overlap, 0.0)
 
+    # Terms shared by several stages' rules: each computed at most once per call.
+    @cache
     def across():
         return chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
 
+    @cache
     def hidden_gather():
         return np.maximum(0.0, both("all_gather", weight_bytes, shard, tp, False) - window * fwd_s)
+
+    @cache
+    def scatter():
+        return both("reduce_scatter", grad_bytes, shard, tp, False)
 
     def zero0():
         return np.maximum(0.0, both("all_reduce", grad_bytes, n_dense, tp, False) - window * bwd_s)
 
     def zero1():
-        scatter = both("reduce_scatter", grad_bytes, shard, tp, False)
-        return np.maximum(0.0, scatter + across() - window * bwd_s) + hidden_gather()
+        return np.maximum(0.0, scatter() + across() - window * bwd_s) + hidden_gather()
 
     def zero2():
-        scatter = both("reduce_scatter", grad_bytes, shard, tp, False)
-        return (microbatches * np.maximum(0.0, scatter - window * bwd_s) + np.maximum(0.0, across() - window * bwd_s)
+        return (microbatches * np.maximum(0.0, scatter() - window * bwd_s) + np.maximum(0.0, across() - window * bwd_s)
                 + hidden_gather())
 
     def zero3():
