@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -36,6 +37,8 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the result, write nothing")
     parser.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out refits")
     parser.add_argument("--max-nfev", type=int, default=30, help="function evaluations of the full fit")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes for the leave-one-source-out folds (default: one per CPU)")
     parser.add_argument("--new-only", action="store_true",
                         help="fit only the parameters the stored fit lacks, the others fixed at their stored values")
     args = parser.parse_args()
@@ -77,9 +80,9 @@ def main() -> None:
         import numpy as np
 
         def progress(group: str) -> None:
-            print(f"  holding out {group} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+            print(f"  held out {group} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
 
-        cv = leave_one_group_out(cases, base, result, progress)
+        cv = leave_one_group_out(cases, base, result, progress, jobs=args.jobs)
         out["cv"] = {"method": "leave one source group out; refit from the full fit", "groups": cv}
         out["error_bands"] = error_bands(cv)
         for group, fold in cv.items():

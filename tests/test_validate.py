@@ -100,6 +100,30 @@ def test_cli_cross_validation(capsys):
     assert main(["validate", "--cv"]) == 0
     out = capsys.readouterr().out
     assert "held-out MAE" in out and "what the data determine" in out
+    assert "FP8 MAE" in out and "MoE MAE" in out
+
+
+def test_row_classes_split_dense_fp8_and_moe():
+    """Issue 9's target is judged on dense BF16 rows; FP8 and MoE rows are reported (and judged) apart."""
+    from shardwise.calibration.validate import row_class
+
+    assert row_class({"precision": "bf16", "moe": False}) == "dense"
+    assert row_class({"precision": "fp16", "moe": False}) == "dense"
+    assert row_class({"precision": "fp8", "moe": False}) == "fp8"
+    assert row_class({"precision": "fp4", "moe": False}) == "fp8"
+    assert row_class({"precision": "bf16", "moe": True}) == "moe"
+    assert row_class({"precision": "fp8", "moe": True}) == "moe"
+
+
+def test_cross_validation_classes_partition_the_held_out_rows():
+    if not fitted_data().get("cv"):
+        pytest.skip("no cross-validation stored")
+    from shardwise.calibration.validate import cross_validation
+
+    result = cross_validation()
+    for g in result["groups"].values():
+        assert sum(c["rows"] for c in g["classes"].values()) == len(g["held_out"])
+        assert g["rows"] == g["classes"]["dense"]["rows"]
 
 
 def test_bad_calibration_path(tmp_path, capsys):
@@ -137,3 +161,19 @@ def test_shipped_constants_match_the_recorded_fit():
     assert apply(base_constants(), fit["parameters"]).per_gpu == default_constants().per_gpu
     x = np.array([fit["parameters"][p.name] for p in PARAMS])
     assert problem.cost(x) == pytest.approx(fit["cost"], rel=1e-6)
+
+
+def test_parallel_folds_equal_serial_folds():
+    """The forked fold workers give exactly the serial leave-one-group-out result."""
+    from shardwise.calibration.fit import FitResult, leave_one_group_out
+
+    cases, _ = collect_cases()
+    picked = [c for c in cases if c.group in ("maxtext", "tinyllama", "megatron_readme")]
+    values = fitted_data()["fit"]["parameters"]
+    full = FitResult(values, 0.0, {}, {}, len(picked))
+    serial = leave_one_group_out(picked, base_constants(), full, max_nfev=1, jobs=1)
+    forked = leave_one_group_out(picked, base_constants(), full, max_nfev=1, jobs=2)
+    assert list(serial) == list(forked) == ["maxtext", "megatron_readme", "tinyllama"]
+    for g in serial:
+        assert serial[g]["values"] == forked[g]["values"]
+        assert [r["predicted"] for r in serial[g]["rows"]] == [r["predicted"] for r in forked[g]["rows"]]

@@ -307,19 +307,44 @@ def held_out_rows(cases: list[Case], group: str, consts: Constants) -> list[dict
     ]
 
 
+_FOLD_INPUTS: tuple[Any, ...] = ()  # (cases, base, full, max_nfev) inherited by forked fold workers
+
+
+def _fold(group: str) -> tuple[str, dict[str, Any]]:
+    """One leave-one-group-out fold: refit without `group` (from the full fit) and predict it."""
+    cases, base, full, max_nfev = _FOLD_INPUTS
+    scoped = [c for c in cases if in_fit_scope(c)]
+    train = [c for c in scoped if c.group != group]
+    x_full = np.array([full.values[p.name] for p in PARAMS])
+    res = Problem(train, base).fit(x_full, max_nfev, assess=False) if len(train) < len(scoped) else full
+    return group, {"values": res.values, "rows": held_out_rows(cases, group, apply(base, res.values))}
+
+
 def leave_one_group_out(cases: list[Case], base: Constants, full: FitResult, progress: Callable[[str], None] | None = None,
-                        max_nfev: int = 6) -> dict[str, dict[str, Any]]:
+                        max_nfev: int = 6, jobs: int = 1) -> dict[str, dict[str, Any]]:
     """For each source group with throughput rows: refit without it (from the full fit) and predict it.
     Returns group -> {"values": the fold's constants, "rows": held-out rows (id, metric, measured,
-    predicted, error, tags)}."""
-    scoped = [c for c in cases if in_fit_scope(c)]
+    predicted, error, tags)}. `jobs` > 1 runs the folds in that many forked processes (the cases hold
+    closures, so the workers inherit them rather than receive them)."""
+    global _FOLD_INPUTS
     groups = sorted({c.group for c in cases if c.category == "throughput"})
-    x_full = np.array([full.values[p.name] for p in PARAMS])
-    out: dict[str, dict[str, Any]] = {}
-    for g in groups:
-        if progress:
-            progress(g)
-        train = [c for c in scoped if c.group != g]
-        res = Problem(train, base).fit(x_full, max_nfev, assess=False) if len(train) < len(scoped) else full
-        out[g] = {"values": res.values, "rows": held_out_rows(cases, g, apply(base, res.values))}
-    return out
+    _FOLD_INPUTS = (cases, base, full, max_nfev)
+    try:
+        if jobs <= 1:
+            done = []
+            for g in groups:
+                if progress:
+                    progress(g)
+                done.append(_fold(g))
+        else:
+            import multiprocessing
+
+            with multiprocessing.get_context("fork").Pool(jobs) as pool:
+                done = []
+                for g, fold in pool.imap_unordered(_fold, groups):
+                    if progress:
+                        progress(g)
+                    done.append((g, fold))
+    finally:
+        _FOLD_INPUTS = ()
+    return dict(sorted(done))

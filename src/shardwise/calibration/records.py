@@ -124,7 +124,8 @@ def _model(m: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> 
     }
     if gelu:
         spec.update(mlp="gelu", norm="layernorm", tied_embeddings=True, linear_bias=True,
-                    position_embeddings=(m.get("seq_len") or 0) if preset else 0, dropout=preset is not None)
+                    position_embeddings=(m.get("seq_len") or 0) if preset else 0,
+                    dropout=facts.get("dropout", preset is not None))
     if m.get("experts"):
         if not m.get("top_k") or not m.get("expert_ffn"):
             raise ShardwiseError("MoE top-k or expert size not stated")

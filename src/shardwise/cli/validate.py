@@ -85,15 +85,18 @@ def _cross_validation(path: Path | None, format: Format, details: bool) -> None:
     console = make_console()
     table = Table(title="Leave-one-source-out: error of each source predicted by constants fitted without it",
                   title_justify="left")
-    for col in ("source group", "dense BF16 rows", "held-out MAE", "mean error", "FP8/MoE rows", "FP8/MoE MAE"):
+    for col in ("source group", "dense BF16 rows", "held-out MAE", "mean error", "FP8 rows", "FP8 MAE", "MoE rows", "MoE MAE"):
         table.add_column(col, justify="left" if col == "source group" else "right")
     for group, g in result["groups"].items():
-        style = "" if g["target"] else "dim"
+        fp8, moe = g["classes"]["fp8"], g["classes"]["moe"]
         table.add_row(group, str(g["rows"]), _pct(g["mape"]), _pct(g["mean_error"], signed=True),
-                      str(g["fp8_moe_rows"]), _pct(g["fp8_moe_mape"]), style=style)
+                      str(fp8["rows"]), _pct(fp8["mape"]), str(moe["rows"]), _pct(moe["mape"]),
+                      style="" if g["target"] else "dim")
     console.print(table)
-    console.print(f"sources with >= {TARGET_MIN_ROWS} dense BF16 rows: {result['targeted_groups']}; "
-                  f"held-out MAE <= 10%: {result['within_10pct']}; above 20%: {result['above_20pct']}")
+    for label, t in (("dense BF16", result["targets"]["dense"]), ("FP8", result["targets"]["fp8"]),
+                     ("MoE", result["targets"]["moe"])):
+        console.print(f"sources with >= {TARGET_MIN_ROWS} {label} rows: {t['sources']}; held-out MAE <= "
+                      f"{t['target_mae']:.0%}: {t['within']}; above 20%: {t['above_20pct']}")
     det = Table(title="Fitted constants: what the data determine", title_justify="left")
     det.add_column("constant")
     det.add_column("verdict")
