@@ -178,7 +178,9 @@ def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride, const
     if not (isinstance(n, np.ndarray) or isinstance(stride, np.ndarray) or isinstance(size_bytes, np.ndarray)):  # plain Python
         if n <= 1 or size_bytes <= 0:
             return 0.0
-        return collective_s(kind, float(size_bytes), int(n), cluster.tier_for(int(n), int(stride)), constants)
+        net = cluster.network
+        k, n_dom = group_shape(int(n), int(stride), net.nvlink_domain)  # what Cluster.tier_for places
+        return float(_time_s(kind, float(size_bytes), k, n_dom, net, constants or fitted_network_constants(), _Scalar))
     n_arr = np.maximum(np.asarray(n), 1)
     k, n_dom = group_shape(n_arr, np.asarray(stride), cluster.network.nvlink_domain)
     size = np.asarray(size_bytes, dtype=float)

@@ -23,8 +23,6 @@ per element).
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from shardwise.cost.comm import group_collective_s, where
@@ -70,42 +68,34 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
 
     across_bytes = p_dense * grad_bytes / shard
     window = where(overlap_grad_reduce, dp_overlap, 0.0)
+    stages = {int(zero)} if np.ndim(zero) == 0 else set(np.unique(zero).tolist())  # only the rules in use run
 
-    # Terms shared by several stages' rules: each computed at most once per call.
-    @cache
-    def across():
-        return chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
-
-    @cache
-    def hidden_gather():
-        return np.maximum(0.0, both("all_gather", weight_bytes, shard, tp, False) - window * fwd_s)
-
-    @cache
-    def scatter():
-        return both("reduce_scatter", grad_bytes, shard, tp, False)
-
-    def zero0():
-        return np.maximum(0.0, both("all_reduce", grad_bytes, n_dense, tp, False) - window * bwd_s)
-
-    def zero1():
-        return np.maximum(0.0, scatter() + across() - window * bwd_s) + hidden_gather()
-
-    def zero2():
-        return (microbatches * np.maximum(0.0, scatter() - window * bwd_s) + np.maximum(0.0, across() - window * bwd_s)
-                + hidden_gather())
-
-    def zero3():
+    # Terms several stages share, computed once.
+    across = (chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
+              if stages - {0} else 0.0)
+    if stages & {1, 2}:
+        hidden_gather = np.maximum(0.0, both("all_gather", weight_bytes, shard, tp, False) - window * fwd_s)
+        scatter = both("reduce_scatter", grad_bytes, shard, tp, False)
+    rules = {}
+    if 0 in stages:
+        rules[0] = np.maximum(0.0, both("all_reduce", grad_bytes, n_dense, tp, False) - window * bwd_s)
+    if 1 in stages:
+        rules[1] = np.maximum(0.0, scatter + across - window * bwd_s) + hidden_gather
+    if 2 in stages:
+        rules[2] = (microbatches * np.maximum(0.0, scatter - window * bwd_s) + np.maximum(0.0, across - window * bwd_s)
+                    + hidden_gather)
+    if 3 in stages:
         layer_gather = both("all_gather", weight_bytes, shard, tp, True)
         if np.any(np.asarray(frozen_bytes) > 0):  # an adapter job's frozen base: gathered, never reduced
             layer_gather = layer_gather + chunked_s(cluster, "all_gather", frozen_bytes, shard, tp, layers)
         layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
-        return (microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
-                                + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
-                + np.maximum(0.0, across() - window * bwd_s))
-
-    rules = (zero0, zero1, zero2, zero3)
-    if np.ndim(zero) == 0:  # one plan: only its own stage's rule is evaluated
-        out = rules[int(zero)]()
+        rules[3] = (microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
+                                    + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
+                    + np.maximum(0.0, across - window * bwd_s))
+    if np.ndim(zero) == 0:
+        out = rules[int(zero)]
     else:
-        out = where(zero == 0, zero0(), where(zero == 1, zero1(), where(zero == 2, zero2(), zero3())))
+        out = 0.0
+        for stage, value in rules.items():
+            out = where(zero == stage, value, out)
     return float(out) if np.ndim(out) == 0 else out
