@@ -76,11 +76,6 @@ def bus_factor(kind: str, n):
     return 1.0 + 0.0 * n
 
 
-def where(cond, a, b):
-    """np.where that stays in plain Python for scalar conditions (the estimate's hot path)."""
-    return np.where(cond, a, b) if isinstance(cond, np.ndarray) and cond.ndim else (a if cond else b)
-
-
 class _Scalar:
     """Operations on plain floats (fast path)."""
 

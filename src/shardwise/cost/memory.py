@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from shardwise.cost.comm import where
+from shardwise.cost.numeric import where
 
 
 class Placement(Enum):

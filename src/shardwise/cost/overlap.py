@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.cost.comm import group_collective_s, where
+from shardwise.cost.comm import group_collective_s
+from shardwise.cost.numeric import ceil, maximum, minimum, where
 from shardwise.specs.hardware import Cluster
 
 
@@ -33,8 +34,8 @@ def exposed_layer_comm(cost, tp_overlap: float):
     """(F, I, W, exposed tp, exposed cp, exposed ep) seconds of one micro-batch of a block whose
     :class:`~shardwise.cost.layer.PassCost` (or arrays with the same fields) is `cost`."""
     tp_bwd = cost.tp_bwd_s * (1.0 - tp_overlap)
-    cp_fwd = np.maximum(0.0, cost.cp_fwd_s - cost.attention_s)
-    cp_bwd = np.maximum(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s)
+    cp_fwd = maximum(0.0, cost.cp_fwd_s - cost.attention_s)
+    cp_bwd = maximum(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s)
     f = cost.f_s + cost.tp_fwd_s + cp_fwd + cost.ep_fwd_s
     i = cost.i_s + cost.recompute_s + tp_bwd + cp_bwd + cost.ep_bwd_s
     return f, i, cost.w_s, cost.tp_fwd_s + tp_bwd, cp_fwd + cp_bwd, cost.ep_fwd_s + cost.ep_bwd_s
@@ -42,7 +43,7 @@ def exposed_layer_comm(cost, tp_overlap: float):
 
 def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
     """`calls` equal collectives moving `size_bytes` in total (each pays its latency)."""
-    calls = np.maximum(calls, 1)
+    calls = maximum(calls, 1)
     return calls * group_collective_s(cluster, kind, size_bytes / calls, n, stride)
 
 
@@ -54,11 +55,11 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
     (strides tp and tp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
     fwd_s / bwd_s: one micro-batch's forward / backward; frozen_bytes: the rank's frozen (adapter-job)
     base weights, which ZeRO-3 gathers like the others but which have no gradients to reduce."""
-    shard = np.minimum(shard, n_dense)
+    shard = minimum(shard, n_dense)
     replicas = n_dense // shard
 
     def buckets(nbytes):
-        return np.ceil(nbytes / bucket_bytes)
+        return ceil(nbytes / bucket_bytes)
 
     def both(kind: str, nbytes: float, n_d, stride_d, per_layer: bool):
         dense, expert = p_dense * nbytes, p_exp * nbytes
@@ -68,34 +69,35 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
 
     across_bytes = p_dense * grad_bytes / shard
     window = where(overlap_grad_reduce, dp_overlap, 0.0)
-    stages = {int(zero)} if np.ndim(zero) == 0 else set(np.unique(zero).tolist())  # only the rules in use run
+    scalar = not isinstance(zero, np.ndarray) or zero.ndim == 0
+    stages = {int(zero)} if scalar else set(np.unique(zero).tolist())  # only the rules in use run
 
     # Terms several stages share, computed once.
     across = (chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
               if stages - {0} else 0.0)
     if stages & {1, 2}:
-        hidden_gather = np.maximum(0.0, both("all_gather", weight_bytes, shard, tp, False) - window * fwd_s)
+        hidden_gather = maximum(0.0, both("all_gather", weight_bytes, shard, tp, False) - window * fwd_s)
         scatter = both("reduce_scatter", grad_bytes, shard, tp, False)
     rules = {}
     if 0 in stages:
-        rules[0] = np.maximum(0.0, both("all_reduce", grad_bytes, n_dense, tp, False) - window * bwd_s)
+        rules[0] = maximum(0.0, both("all_reduce", grad_bytes, n_dense, tp, False) - window * bwd_s)
     if 1 in stages:
-        rules[1] = np.maximum(0.0, scatter + across - window * bwd_s) + hidden_gather
+        rules[1] = maximum(0.0, scatter + across - window * bwd_s) + hidden_gather
     if 2 in stages:
-        rules[2] = (microbatches * np.maximum(0.0, scatter - window * bwd_s) + np.maximum(0.0, across - window * bwd_s)
+        rules[2] = (microbatches * maximum(0.0, scatter - window * bwd_s) + maximum(0.0, across - window * bwd_s)
                     + hidden_gather)
     if 3 in stages:
         layer_gather = both("all_gather", weight_bytes, shard, tp, True)
         if np.any(np.asarray(frozen_bytes) > 0):  # an adapter job's frozen base: gathered, never reduced
             layer_gather = layer_gather + chunked_s(cluster, "all_gather", frozen_bytes, shard, tp, layers)
         layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
-        rules[3] = (microbatches * (np.maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
-                                    + np.maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
-                    + np.maximum(0.0, across - window * bwd_s))
-    if np.ndim(zero) == 0:
+        rules[3] = (microbatches * (maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
+                                    + maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
+                    + maximum(0.0, across - window * bwd_s))
+    if scalar:
         out = rules[int(zero)]
     else:
         out = 0.0
         for stage, value in rules.items():
             out = where(zero == stage, value, out)
-    return float(out) if np.ndim(out) == 0 else out
+    return out if isinstance(out, np.ndarray) and out.ndim else float(out)

@@ -15,9 +15,11 @@ planner's vectorised screen (every argument may be a number or a numpy array, on
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from shardwise.cost.comm import where
+from shardwise.cost.numeric import minimum, where
 from shardwise.cost.constants import Constants
 from shardwise.cost.memory import ModelStateBytes, model_state_bytes
 
@@ -30,7 +32,7 @@ def model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, weight_
                  optimizer_bytes, offload: str = "none") -> ModelStateBytes:
     """Bytes of model states on one GPU: dense parameters sharded over `shard` ranks of their
     data-parallel group, expert parameters over their whole (expert) data-parallel group."""
-    dense_shard = np.minimum(shard, dense_group)
+    dense_shard = minimum(shard, dense_group)
     states = (model_state_bytes(p_dense, dense_shard, zero, weight_bytes, grad_bytes, optimizer_bytes)
               + model_state_bytes(p_exp, expert_group, zero, weight_bytes, grad_bytes, optimizer_bytes))
     if offload == "none":
@@ -65,5 +67,7 @@ def offload_params_s(consts: Constants, params_per_layer_pass, arch: str = "ampe
 
 def straggler_factor(n_nodes, cv: float):
     """Expected slowest-of-N-nodes over mean for per-node jitter cv (module docstring)."""
+    if not isinstance(n_nodes, np.ndarray):
+        return 1.0 + cv * math.sqrt(2.0 * math.log(max(n_nodes, 1)))
     n = np.maximum(n_nodes, 1)
     return 1.0 + cv * np.sqrt(2.0 * np.log(n))

@@ -22,6 +22,7 @@ from shardwise.cost.activations import (
     weight_gradient_bytes,
 )
 from shardwise.cost.comm import group_collective_s
+from shardwise.cost.numeric import maximum, minimum, where
 from shardwise.cost.constants import Constants, MoeConstants
 from shardwise.cost.device import Device
 from shardwise.cost.layer import Groups, PassCost, embedding, lm_head, transformer_layer
@@ -128,7 +129,7 @@ def grad_bucket_params(dp_group):
     """Parameters per gradient-reduction bucket: Megatron-LM's default grows with the data-parallel
     size, max(40M, 1M x DP) (megatron/core/distributed/distributed_data_parallel.py), so the count of
     collectives, and the latency they pay, stays bounded at scale."""
-    return np.maximum(40e6, 1e6 * dp_group)
+    return maximum(40e6, 1e6 * dp_group)
 
 
 def gathers_per_layer(model: ModelSpec, stack: StackProfile) -> int:
@@ -167,9 +168,9 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     step, and their kept low-precision copies count as fixed memory (:mod:`shardwise.cost.lowp`)."""
     wb, gb = training.weight_bytes, training.grad_bytes
     dense_group = dp * cp
-    expert_group = np.maximum(1, dense_group // ep)
-    shard = np.minimum(dp_shard, dense_group)
-    largest = np.maximum(model.layer_params_dense, gathered_moe_layer_params(model, ep)) / tp
+    expert_group = maximum(1, dense_group // ep)
+    shard = minimum(dp_shard, dense_group)
+    largest = maximum(model.layer_params_dense, gathered_moe_layer_params(model, ep)) / tp
     fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb)
     opt_bytes, frozen = optimizer_bytes_per_param(training.precision), 0.0
     lora = training.adapter
@@ -183,13 +184,13 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     if lora is not None:
         states = model_states(frozen, 0.0, dense_group, expert_group, zero, shard, 1.0, 0.0, 0.0, offload) + states
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
-                        shard, np.where(zero == 3, lowp.gather_bytes, wb) if lowp.active else wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
-                        layers=np.maximum(layers, 1) * gathers_per_layer(model, stack),
+                        shard, where(zero == 3, lowp.gather_bytes, wb) if lowp.active else wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
+                        layers=maximum(layers, 1) * gathers_per_layer(model, stack),
                         bucket_bytes=grad_bucket_params(dense_group) * gb, frozen_bytes=frozen)
     if offload == "optimizer+params":
         dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
     sharded = zero >= 1
-    opt_params = p_dense / np.where(sharded, shard, 1) + p_exp / np.where(sharded, expert_group, 1)
+    opt_params = p_dense / where(sharded, shard, 1) + p_exp / where(sharded, expert_group, 1)
     optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb)
     local = p_dense + p_exp
     if lowp.weights_per_step:
