@@ -10,6 +10,7 @@ from rich.text import Text
 
 from shardwise.train.hetero_plan import HeteroPlanResult
 from shardwise.train.hetero_result import HeteroEstimate
+from shardwise.train.report import run_cost_rows
 from shardwise.train.result import GIB
 
 
@@ -31,10 +32,7 @@ def hetero_table(e: HeteroEstimate) -> Group:
     ]
     if e.usd_per_million_tokens is not None:
         rows.append(("$ per M tokens", f"{e.usd_per_million_tokens:.3f} (${e.usd_per_hour:,.0f}/h)"))
-    if e.days_to_train is not None:
-        rows.append(("days to train", f"{e.days_to_train:,.1f}"))
-    if e.cost_usd is not None:
-        rows.append(("cost", f"${e.cost_usd:,.0f}"))
+    rows += run_cost_rows(e)
     for k, v in rows:
         head.add_row(k, v)
 

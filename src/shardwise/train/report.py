@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from shardwise.train.result import Estimate
+
+if TYPE_CHECKING:
+    from shardwise.train.hetero_result import HeteroEstimate
 
 #: How the headline MFU counts: the figure training reports compare (attention-score FLOPs halved by the
 #: causal mask, no recompute), over the GPU's dense peak at the training precision (cost/flops.py).
@@ -51,6 +54,16 @@ def _stack_text(e: Estimate) -> str:
             f"TP overlap {k['tp_comm_overlap']:.2f}, DP overlap {k['dp_overlap']:.2f}, FSDP prefetch {k['fsdp_prefetch_overlap']:.2f}")
 
 
+
+def run_cost_rows(e: Estimate | HeteroEstimate) -> list[tuple[str, str]]:
+    """Days and dollars of the whole run, where the job gives `training.tokens` (and a price)."""
+    rows = []
+    if e.days_to_train is not None:
+        rows.append(("days to train", f"{e.days_to_train:,.1f}"))
+    if e.cost_usd is not None:
+        rows.append(("cost", f"${e.cost_usd:,.0f}"))
+    return rows
+
 def estimate_table(e: Estimate) -> Group:
     """Headline figures, then the time and memory breakdowns side by side."""
     head = Table(title=f"{e.name}: {e.model} on {e.num_gpus} x {e.gpu}", show_header=False, title_justify="left")
@@ -69,10 +82,7 @@ def estimate_table(e: Estimate) -> Group:
                                 f"{1 - e.usable_memory_gib / e.gpu_memory_gib:.0%} headroom; pipeline rank {e.peak_memory_rank})"),
         ("fits", fits),
     ]
-    if e.days_to_train is not None:
-        rows.append(("days to train", f"{e.days_to_train:,.1f}"))
-    if e.cost_usd is not None:
-        rows.append(("cost", f"${e.cost_usd:,.0f}"))
+    rows += run_cost_rows(e)
     for k, v in rows:
         head.add_row(k, v)
 
