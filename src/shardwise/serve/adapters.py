@@ -124,11 +124,11 @@ class AdapterSpec(BaseModel):
 
     def draw(self, n: int, seed: int) -> np.ndarray:
         """Adapter index of each of `n` requests (deterministic for a seed)."""
-        rng = np.random.default_rng([seed, 0x10A])
-        if self.popularity == "uniform" or self.count == 1:
-            return rng.integers(0, self.count, n)
-        weights = np.arange(1, self.count + 1, dtype=float) ** -self.zipf_exponent
-        return rng.choice(self.count, size=n, p=weights / weights.sum())
+        u = np.random.default_rng([seed, 0x10A]).random(n)
+        if self.popularity == "uniform":  # floor(count * u), as S-LoRA's generator with alpha = 1
+            return np.minimum((u * self.count).astype(np.int64), self.count - 1)
+        cdf = np.cumsum(np.arange(1, self.count + 1, dtype=float) ** -self.zipf_exponent)
+        return np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), self.count - 1)
 
 
 @dataclass(frozen=True)
