@@ -86,6 +86,9 @@ class Engine:
         self.running_adapters: dict[int, int] = {}  # adapter -> running requests using it
         self.decoding_adapters: dict[int, int] = {}  # adapter -> decoding requests using it
         self.pending_load_s = 0.0  # adapter loads the next step waits for
+        self.waiting_by_adapter: dict[int, deque[int]] = {}  # adapter -> its waiting requests, in queue order
+        self.queue_key: dict[int, int] = {}  # waiting request -> its place (smaller: nearer the front)
+        self.queue_front = self.queue_back = 0
         self.adapter_steps = 0
         self.adapter_distinct_sum = 0  # distinct adapters summed over steps (their mean per step)
 
@@ -117,6 +120,8 @@ class Engine:
         arrival_s, pending = self.table.arrival_s, self.pending
         while self.pending_at < len(pending) and arrival_s[pending[self.pending_at]] <= self.now_s:
             self.waiting.append(pending[self.pending_at])
+            if self.adapters is not None:
+                self._index_waiting(pending[self.pending_at], front=False)
             self.pending_at += 1
 
     def _next_arrival_s(self) -> float:
@@ -172,7 +177,7 @@ class Engine:
         """Whether the head of the queue can be admitted now."""
         if not self.waiting or len(self.running) >= self.spec.max_num_seqs:
             return False
-        rid = self.waiting[0] if self.adapters is None else self._first_adapter_fit()
+        rid = self._next_waiting()
         if rid is None or self._is_prefilled(rid) or self.hold_admission:
             return False
         first = self._first_chunk_tokens(self._tokens_to_prefill(rid) - self._prefix_hit(rid))
@@ -187,23 +192,20 @@ class Engine:
                 return
             kv_tokens = table.prompt[rid]
             need = self._blocks(kv_tokens) + 1
-            if need > self.free or self.adapters is not None and not self._adapter_fits(rid):
+            if need > self.free or self.adapters is not None and self._next_waiting() != rid:
                 return
-            self.waiting.popleft()
+            self._take_waiting(rid)
             self.free -= need - 1
             self._join(rid)
             self._start_decode(rid, kv_tokens, float(table.first_s[rid]))
 
     def _admit_waiting(self, budget: int, whole: bool) -> tuple[list[Chunk], int]:
         """Admit FCFS from the queue (whole prompts only if `whole`); returns (chunks, token budget left)."""
-        table, chunks, skipped = self.table, [], []
+        table, chunks = self.table, []
         while self.waiting and budget > 0 and len(self.running) < self.spec.max_num_seqs:
-            rid = self.waiting[0]
-            if table.prefilled[rid]:
+            rid = self._next_waiting()
+            if rid is None or table.prefilled[rid]:
                 break
-            if self.adapters is not None and not self._adapter_fits(rid):
-                skipped.append(self.waiting.popleft())  # vLLM V1: over max_loras, skip; it keeps its place
-                continue
             table.target[rid] = self._tokens_to_prefill(rid)
             hit = self._prefix_hit(rid)
             todo = table.target[rid] - hit
@@ -213,7 +215,7 @@ class Engine:
             need = self._blocks(chunk)
             if need + self.watermark > self.free:
                 break
-            self.waiting.popleft()
+            self._take_waiting(rid)
             self.free -= need
             table.prefix_hit[rid], table.computed[rid] = hit, hit
             table.phase[rid] = PREFILL
@@ -221,8 +223,6 @@ class Engine:
             self.prefilling.append(rid)
             chunks.append((rid, hit, chunk))
             budget -= chunk
-        if skipped:
-            self.waiting.extendleft(reversed(skipped))
         return chunks, budget
 
     def _preempt_one(self) -> None:
@@ -240,6 +240,8 @@ class Engine:
         table.preemptions[rid] += 1
         table.prefilled[rid] = False
         self.waiting.appendleft(rid)
+        if self.adapters is not None:
+            self._index_waiting(rid, front=True)
         self.hold_admission = True
 
     def _done(self, rid: int) -> None:
@@ -262,14 +264,42 @@ class Engine:
         if self.adapters is not None:
             _release(self.running_adapters, self.table.adapter[rid])
 
-    def _adapter_fits(self, rid: int) -> bool:
-        """Running `rid` keeps the distinct adapters of the running requests within max_loras."""
-        adapter = self.table.adapter[rid]
-        return adapter in self.running_adapters or len(self.running_adapters) < self.adapters.cost.spec.gpu_slots
+    def _index_waiting(self, rid: int, front: bool) -> None:
+        """File a request joining the queue (at its back or, preempted, its front) under its adapter."""
+        if front:
+            self.queue_front -= 1
+            self.queue_key[rid] = self.queue_front
+            self.waiting_by_adapter.setdefault(self.table.adapter[rid], deque()).appendleft(rid)
+        else:
+            self.queue_back += 1
+            self.queue_key[rid] = self.queue_back
+            self.waiting_by_adapter.setdefault(self.table.adapter[rid], deque()).append(rid)
 
-    def _first_adapter_fit(self) -> int | None:
-        """The first waiting request the adapter limit lets in (vLLM V1 skips the others)."""
-        return next((rid for rid in self.waiting if self._adapter_fits(rid)), None)
+    def _next_waiting(self) -> int | None:
+        """The first waiting request the adapter limit lets run: the head of the queue while GPU slots are
+        free, else the earliest request of an adapter already running (vLLM V1 skips the others, which
+        keep their places)."""
+        if self.adapters is None or len(self.running_adapters) < self.adapters.cost.spec.gpu_slots:
+            return self.waiting[0] if self.waiting else None
+        best, key = None, self.queue_key
+        for adapter in self.running_adapters:
+            queue = self.waiting_by_adapter.get(adapter)
+            if queue and (best is None or key[queue[0]] < key[best]):
+                best = queue[0]
+        return best
+
+    def _take_waiting(self, rid: int) -> None:
+        """Remove `rid` (what _next_waiting returned) from the queue."""
+        if self.waiting[0] == rid:
+            self.waiting.popleft()
+        else:
+            self.waiting.remove(rid)
+        if self.adapters is not None:
+            adapter = self.table.adapter[rid]
+            queue = self.waiting_by_adapter[adapter]
+            queue.popleft()  # the earliest of its adapter
+            if not queue:
+                del self.waiting_by_adapter[adapter]
 
     def _adapter_step_s(self, tokens: int, distinct: int) -> tuple[float, float]:
         """(seconds a step's adapter GEMMs take, pending loads the step waits for)."""
