@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from shardwise.serve.config import parse_serve_job
+from shardwise.serve.config import ServeJob, parse_serve_job
 from shardwise.serve.metrics import compute_metrics
 from shardwise.serve.simulate import simulate
 
 
-def s1_job(count: int, requests: int):
+def s1_job(count: int, requests: int) -> ServeJob:
     deployment: dict = {"gpu": "a100-80gb"}
     if count:
         deployment["adapters"] = {"count": count, "rank": 8, "max_loras": min(count, 256), "max_cpu_loras": count}

@@ -5,7 +5,7 @@ export, planning, and the throughput trend S-LoRA reports.
 S-LoRA (Sheng et al. 2023, arXiv 2311.03285) Table 3, setting S1 (Llama-7B, rank-8 adapters on q,k,v,o,
 one A100-80GB; uniform adapter popularity: alpha = 1 in its generator; 10 req/s; input and output lengths
 uniform in [8, 512]): 8.05, 7.99, 7.64, 7.61 req/s with 5, 100, 1000, 2000 adapters (the run records in
-S-LoRA/S-LoRA benchmarks/paper/synthetic/slora/synthetic_num_adapters_a100-80_S1_slora_table.jsonl), a
+github.com/S-LoRA/S-LoRA/blob/main/benchmarks/paper/synthetic/slora/synthetic_num_adapters_a100-80_S1_slora_table.jsonl), a
 5.0% drop from 5 to 1000 adapters; S2 (ranks 8-64) drops 10.6% (7.49 -> 6.69).
 """
 

@@ -3,7 +3,7 @@ et al. 2023, arXiv 2310.18547), with vLLM's semantics for the knobs (vllm/config
 
 - Requests draw their adapter from a popularity law: uniform, or Zipf with P(k) ~ 1/k^s over the adapters
   k = 1..count (s = 1 by default: Zipf's law). S-LoRA's synthetic traces draw index = floor(count * X)
-  with X ~ power(alpha) (S-LoRA benchmarks/trace.py); its default alpha = 1 (every Table 3 run) makes
+  with X ~ power(alpha) (github.com/S-LoRA/S-LoRA/blob/main/benchmarks/trace.py); its default alpha = 1 (every Table 3 run) makes
   that uniform. Draws use a seeded generator: the same job gives the same adapters.
 - Memory: vLLM reserves ``max_loras`` GPU slots at start-up, each sized for ``--max-lora-rank`` (one of
   1, 8, 16, 32, 64, 128, 256, 320, 512: the smallest that holds ``rank``) in the base model's 16-bit
