@@ -185,7 +185,7 @@ def test_lru_caches_evict_the_least_recently_used_adapter_not_running():
     assert list(cache.host) == [2, 1, 3] and (cache.gpu_loads, cache.host_loads) == (5, 4)
 
 
-def _engine_run(adapters, spec, cost_kw, inputs=10, outputs=5, blocks=100_000):
+def _engine_run(adapters, spec, cost_kw, inputs=10, outputs=5, blocks=100_000, engine=None):
     n = len(adapters)
     req = make_requests([0.0] * n, [inputs] * n, [outputs] * n)
     from shardwise.serve.policies import make_engine
@@ -193,21 +193,22 @@ def _engine_run(adapters, spec, cost_kw, inputs=10, outputs=5, blocks=100_000):
 
     table = RequestTable(req)
     table.adapter = list(adapters)
-    eng = make_engine(FakeTimer(), EngineSpec(), blocks, table, False, AdapterCache(FakeCost(spec, **cost_kw)))
+    eng = make_engine(FakeTimer(), engine or EngineSpec(), blocks, table, False, AdapterCache(FakeCost(spec, **cost_kw)))
     for rid in range(n):
         eng.submit(rid)
     eng.advance()
     return table, eng
 
 
-def test_max_loras_skips_requests_of_other_adapters_as_vllm_v1_does():
-    table, eng = _engine_run([0, 1, 0, 1], AdapterSpec(count=2, max_loras=1), {})
+@pytest.mark.parametrize("engine", [EngineSpec(), EngineSpec(version="vllm-0.6.0", chunked_prefill=False)], ids=["mixed", "prefill-first"])
+def test_max_loras_skips_requests_of_other_adapters_as_vllm_v1_does(engine):
+    table, eng = _engine_run([0, 1, 0, 1], AdapterSpec(count=2, max_loras=1), {}, engine=engine)
     first, finish = table.first_s, table.finish_s
     assert first[2] == first[0] < first[1]  # request 2 (adapter 0) passes request 1 (adapter 1)
     assert min(first[1], first[3]) >= max(finish[0], finish[2])  # adapter 1 waits for adapter 0's slot
     assert np.all(np.isfinite(finish)) and eng.adapters.gpu_loads == 2
     # two slots: all four run together
-    table2, _ = _engine_run([0, 1, 0, 1], AdapterSpec(count=2, max_loras=2), {})
+    table2, _ = _engine_run([0, 1, 0, 1], AdapterSpec(count=2, max_loras=2), {}, engine=engine)
     assert len(set(table2.first_s)) == 1
 
 

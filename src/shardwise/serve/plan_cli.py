@@ -120,6 +120,9 @@ def print_plan(result: PlanResult) -> None:
     slo = ", ".join(f"{k} {v:g}" for k, v in r.slo.model_dump().items() if v is not None and k != "attainment")
     console.print(f"[bold]{r.model.name}[/bold] ({r.precision}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
                   f"GPUs available: {', '.join(f'{n}x {g}' for g, n in r.gpus.items())}")
+    if r.adapters is not None:
+        a = r.adapters
+        console.print(f"serving {a.count:,} LoRA adapters (rank {a.rank}, {a.popularity}) with {a.gpu_slots} GPU slots per replica")
     table = Table(title_justify="left")
     for col in ("", "deployment", "$/hour", "p90 TTFT ms", "p90 TPOT ms", "attainment", "$/M out tok"):
         table.add_column(col, justify="left" if col in ("", "deployment") else "right")
