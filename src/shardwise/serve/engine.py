@@ -300,11 +300,13 @@ class Engine:
             queue.popleft()  # the earliest of its adapter
             if not queue:
                 del self.waiting_by_adapter[adapter]
+            del self.queue_key[rid]
 
     def _adapter_step_s(self, tokens: int, distinct: int) -> tuple[float, float]:
         """(seconds a step's adapter GEMMs take, pending loads the step waits for)."""
         load_s, self.pending_load_s = self.pending_load_s, 0.0
         return self.adapters.cost.gemm_s(tokens, distinct), load_s
+
     # --- decoders ----------------------------------------------------------------------------------
     def _start_decode(self, rid: int, kv_tokens: int, last_emit_s: float) -> None:
         table, step = self.table, self.decode_steps
