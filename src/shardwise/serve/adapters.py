@@ -140,9 +140,13 @@ class AdapterCost:
     timer: StepTimer
 
     @cached_property
+    def _lora(self) -> LoraSpec:
+        """The slots' shape in the training spec's terms (rank, adapted layers), for the shared formula."""
+        return LoraSpec(rank=self.spec.slot_rank, targets=self.spec.packed_targets(self.model))
+
+    @cached_property
     def _params_per_layer_per_gpu(self) -> float:
-        lora = LoraSpec(rank=self.spec.slot_rank, targets=self.spec.packed_targets(self.model))
-        return adapter_params(self.model, lora, self.timer.tp)
+        return adapter_params(self.model, self._lora, self.timer.tp)
 
     @cached_property
     def slot_bytes_per_gpu(self) -> float:
@@ -157,9 +161,7 @@ class AdapterCost:
     @cached_property
     def adapter_bytes(self) -> float:
         """One whole adapter (every layer, unsharded), as stored on disk and in host memory."""
-        shapes = LoraSpec.linear_shapes(self.model)
-        per_layer = sum(self.spec.slot_rank * (n_in + n_out) for t, (n_in, n_out) in shapes.items() if t in self.spec.packed_targets(self.model))
-        return per_layer * self.model.layers * ADAPTER_BYTES
+        return adapter_params(self.model, self._lora, 1) * self.model.layers * ADAPTER_BYTES
 
     @cached_property
     def _read_params(self) -> float:
