@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJobSpec, SLOSpec
 from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.workload import WorkloadSpec
@@ -50,6 +51,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "serve-workload": (WorkloadSpec, "workload"),
     "serve-length": (LengthSpec, "length"),
     "serve-slo": (SLOSpec, "slo"),
+    "serve-adapters": (AdapterSpec, "adapters"),
 }
 
 #: Fields the parser takes in a wider shape than their annotation (validated later or converted first).
@@ -57,6 +59,7 @@ TYPE_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (DeploymentSpec, "engine"): "engine",
     (PoolSpec, "engine"): "engine",
     (LoraSpec, "targets"): "list of q, k, v, o, gate, up, down",
+    (AdapterSpec, "targets"): "list of q, k, v, o, gate, up, down, or all",
     (ServeJobSpec, "model"): "str or model mapping",
     (TrainPlan, "dp"): "int > 0 or auto",
     (WorkloadSpec, "input_len"): "int, str or length",

@@ -52,6 +52,8 @@ MAX_SERVE_REQUESTS = 1_000_000
 MAX_PLAN_REQUESTS = 20_000
 #: Engines (replicas x pp, summed over the pools) of one simulated deployment.
 MAX_SERVE_ENGINES = 4096
+#: LoRA adapters one serving deployment may name (S-LoRA serves 2,000 on one GPU).
+MAX_SERVE_ADAPTERS = 1_000_000
 
 #: Coefficient of variation of gamma inter-arrival gaps: above 10 the gamma shape 1/cv^2 < 0.01 makes
 #: nearly every gap underflow to zero (use `rate: inf` to send every request at once).

@@ -120,3 +120,31 @@ def test_pipeline_parallel_adds_kv_room_but_not_speed():
     assert pp2.kv_capacity_tokens > 2 * tp4.kv_capacity_tokens
     # each of the 2 virtual engines still streams every layer's weights per step: no per-token speed-up
     assert compute_metrics(pp2)["tpot_ms"]["median"] == pytest.approx(compute_metrics(tp4)["tpot_ms"]["median"], rel=0.05)
+
+
+adapter_blocks = st.builds(
+    lambda count, share, popularity, extra: {"count": count, "max_loras": max(1, int(count * share)), "popularity": popularity,
+                                            "max_cpu_loras": min(count, max(1, int(count * share)) + extra), "rank": 8},
+    st.sampled_from([1, 3, 20, 200]), st.sampled_from([0.01, 0.3, 1.0]), st.sampled_from(["uniform", "zipf"]),
+    st.sampled_from([0, 5, 1000]))
+
+
+@given(engine=engines, adapters=adapter_blocks, rate=st.sampled_from([5.0, 50.0, "inf"]), seed=st.integers(0, 5))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_with_adapters_every_request_completes_and_a_batch_never_exceeds_max_loras(engine, adapters, rate, seed):
+    spec = parse_serve_job({"model": "llama-3.1-8b", "deployment": {"gpu": "a100-80gb", "engine": engine, "adapters": adapters},
+                            "workload": {"rate": rate, "num_requests": 120, "seed": seed,
+                                         "input_len": {"dist": "uniform", "min": 8, "max": 500},
+                                         "output_len": {"dist": "uniform", "min": 1, "max": 300}}})
+    res = simulate(spec)
+    assert np.all(np.isfinite(res.finish_s)) and np.all(res.finish_s >= res.first_s)
+    v, w = res.itl.samples()
+    assert float(np.dot(v, w)) == pytest.approx(float(np.sum(res.finish_s - res.first_s)), rel=1e-9, abs=1e-9)
+    if res.preemptions.sum() == 0:  # a request then runs from before its first token to its last
+        used = spec.deployment.adapters.draw(len(res.requests), seed)
+        times = np.unique(np.concatenate([res.first_s, res.finish_s]))
+        for t in (times[:-1] + times[1:]) / 2:
+            active = (res.first_s <= t) & (res.finish_s > t)
+            assert len(set(used[active].tolist())) <= spec.deployment.adapters.gpu_slots
+    a = compute_metrics(res)["adapters"]
+    assert a["gpu_loads"] >= a["host_loads"] >= min(adapters["count"], 1)

@@ -120,6 +120,13 @@ def test_serve_simulate_equals_cli(client, capsys, tmp_path):
     assert cdfs[0]["slo_ms"] == 300 and cdfs[2]["slo_ms"] is None
 
 
+def test_serve_simulate_with_adapters_equals_cli(client, capsys):
+    path = ROOT / "examples" / "serve-llama2-7b-lora.yaml"
+    doc = yaml.safe_load(path.read_text())
+    got = client.post("/api/serve/simulate", json=doc).json()
+    assert got == cli_json(capsys, "serve", "simulate", str(path)) and got["adapters"]["count"] == 1000
+
+
 def test_serve_simulate_with_an_uploaded_trace_equals_cli(client, capsys):
     trace = ROOT / "examples" / "serve-azure-trace.yaml"
     doc = yaml.safe_load(trace.read_text())

@@ -9,11 +9,14 @@ Mapping of our engine knobs:
   ``--max-num-batched-tokens`` (V1 always chunks prefills), ``--gpu-memory-utilization``,
   ``--block-size``, ``--enable-prefix-caching``/``--no-enable-prefix-caching``, ``--max-model-len``,
   ``--kv-cache-dtype fp8`` with fp8; prefill/decode pools as NIXL KV-transfer instances
-  (``--kv-transfer-config``).
+  (``--kv-transfer-config``); adapters as ``--enable-lora --max-loras --max-lora-rank --max-cpu-loras``
+  and ``--lora-target-modules`` (vLLM's packed names: qkv_proj, o_proj, gate_up_proj, down_proj).
 - SGLang: ``--tp-size``, ``--pp-size``, ``--dp-size``, ``--max-running-requests``,
   ``--chunked-prefill-size`` with ``--enable-mixed-chunk`` (decodes and prompt chunks in one batch, what
   our V1 scheduler does; SGLang's default runs prefill batches alone), ``--mem-fraction-static``,
-  ``--page-size``, ``--disable-radix-cache`` without prefix caching, ``--disaggregation-mode``.
+  ``--page-size``, ``--disable-radix-cache`` without prefix caching, ``--disaggregation-mode``; adapters as
+  ``--max-loras-per-batch --max-loaded-loras --max-lora-rank --lora-target-modules`` (module names
+  q_proj ... down_proj); LoRA is switched on by the adapters given with ``--lora-paths``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export
+from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.config import DeploymentSpec, EngineSpec, PoolSpec, ServeJob, engine_spec
 
 VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
@@ -76,6 +80,10 @@ def vllm_args(job: ServeJob, pool: PoolSpec | DeploymentSpec, e: EngineSpec, rol
         a += ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]
     if role:
         a += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))]
+    lora = job.deployment.adapters
+    if lora is not None:
+        a += ["--enable-lora", "--max-loras", str(lora.gpu_slots), "--max-lora-rank", str(lora.slot_rank),
+              "--max-cpu-loras", str(lora.host_slots), "--lora-target-modules", *lora.packed_modules(job.model)]
     return a
 
 
@@ -94,6 +102,11 @@ def sglang_args(job: ServeJob, pool: PoolSpec | DeploymentSpec, e: EngineSpec, r
         a += ["--quantization", "fp8", "--kv-cache-dtype", "fp8_e4m3"]
     if role:
         a += ["--disaggregation-mode", role]
+    lora = job.deployment.adapters
+    if lora is not None:
+        a += ["--max-loras-per-batch", str(lora.gpu_slots), "--max-loaded-loras", str(lora.host_slots),
+              "--max-lora-rank", str(lora.slot_rank), "--lora-target-modules",
+              *(f"{t}_proj" for t in lora.packed_targets(job.model))]
     return a
 
 
@@ -112,5 +125,15 @@ def export_serving(job: ServeJob, engine: str, version: str | None = None) -> li
         notes = [f"{label}: {pool.replicas} x {pool.gpu} tp{pool.tp} pp{pool.pp}"]
         if getattr(pool, "classes", None):
             notes.append("length classes are routed by the client or router in front of the pools")
+        if job.deployment.adapters is not None:
+            notes.append(_adapter_note(engine, job.deployment.adapters))
         out.append(Export(engine, version, args, launcher, {}, {}, None, notes, title=f"{job.name} {label}"))
     return out
+
+
+def _adapter_note(engine: str, lora: AdapterSpec) -> str:
+    """How the adapters themselves reach the engine (their paths are not part of the job)."""
+    if engine == "vllm":
+        return (f"{lora.count} adapters: name them with --lora-modules NAME=PATH ... or load them at run time "
+                "(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, POST /v1/load_lora_adapter)")
+    return f"{lora.count} adapters: name them with --lora-paths NAME=PATH ... (this also enables LoRA)"

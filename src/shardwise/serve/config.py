@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_SEQUENCE_TOKENS, MAX_SERVE_ENGINES
+from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.model import ModelSpec, load_model
@@ -144,6 +145,8 @@ class DeploymentSpec(BaseModel):
     kv_link_gbps: float = Field(default=400.0, gt=0, description="disaggregated: prefill->decode KV transfer "
                                 "bandwidth per GPU pair, Gbit/s")
     pools: list[PoolSpec] | None = Field(default=None, description="pools serving length classes (a GPU mix)")
+    adapters: AdapterSpec | None = Field(default=None, description="LoRA adapters served on the base model "
+                                         "(every pool serves them; docs/serving.md)")
 
     @model_validator(mode="after")
     def _check(self) -> DeploymentSpec:
@@ -243,6 +246,8 @@ def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job")
     model = load_model(spec.model)
     dep = spec.deployment
     engine_spec(dep.engine)  # validate the shared engine block early
+    if dep.adapters is not None:
+        dep.adapters.packed_targets(model)  # the model has the targeted layers (and is dense)
     for name, pool in (("prefill", dep.prefill), ("decode", dep.decode)):
         if pool is not None:
             engine_spec(dep.engine, pool.engine, where=f"deployment.{name}.engine")

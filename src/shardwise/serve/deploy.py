@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.errors import ShardwiseError
+from shardwise.serve.adapters import AdapterCost, AdapterSpec
 from shardwise.serve.config import EngineSpec, LengthClass
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.memory import KVCapacity, kv_capacity
@@ -47,6 +48,8 @@ class Pool:
     capacity: KVCapacity
     price_usd_per_gpu_hour: float
     classes: tuple[LengthClass, ...] | None = None
+    adapters: AdapterCost | None = None  # LoRA adapters served on this pool
+    adapter_seed: int = 0  # seed of the requests' adapter draws (the workload's)
 
     @property
     def gpus(self) -> int:
@@ -67,7 +70,11 @@ class Pool:
     def describe(self) -> str:
         e = self.engine
         mode = "chunked" if e.chunked_prefill else "prefill-first"
-        return f"{self.replicas}x {self.gpu.name} tp{self.tp} pp{self.pp} ({mode}, seqs {e.max_num_seqs}, tokens {e.max_num_batched_tokens})"
+        lora = ""
+        if self.adapters is not None:
+            a = self.adapters.spec
+            lora = f", {a.count} adapters r{a.rank} in {a.gpu_slots} slots"
+        return f"{self.replicas}x {self.gpu.name} tp{self.tp} pp{self.pp} ({mode}, seqs {e.max_num_seqs}, tokens {e.max_num_batched_tokens}{lora})"
 
     def check_requests(self, input_len: np.ndarray, output_len: np.ndarray) -> None:
         """Every request must fit in one engine's KV cache (and, prefill-first, in the token budget)."""
@@ -98,14 +105,19 @@ def make_pool(
     constants: ServingConstants,
     price_usd_per_gpu_hour: float | None = None,
     classes: list[LengthClass] | None = None,
+    adapters: AdapterSpec | None = None,
+    adapter_seed: int = 0,
 ) -> Pool:
+    """`adapters`: LoRA adapters served on the pool; their GPU slots come out of the KV cache."""
     g = get_gpu(gpu)
     check_layout(model, g, tp, pp, name)
     g.peak_flops(precision)  # raises a clear error for a precision the GPU lacks
+    timer = StepTimer(model, g, tp, pp, precision, bytes_per_element, constants)
+    cost = AdapterCost(adapters, model, timer) if adapters is not None else None
     cap = kv_capacity(model, g, tp, pp, bytes_per_element, engine.gpu_memory_utilization, engine.block_size,
-                      engine.max_num_batched_tokens, engine.max_num_seqs, constants)
+                      engine.max_num_batched_tokens, engine.max_num_seqs, constants,
+                      cost.reserved_bytes_per_gpu if cost is not None else 0.0)
     price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else g.price_usd_per_hour
     if price is None:
         raise ShardwiseError(f"{g.name} has no list price in the catalog; set price_usd_per_gpu_hour in the pool")
-    timer = StepTimer(model, g, tp, pp, precision, bytes_per_element, constants)
-    return Pool(name, g, tp, pp, replicas, engine, timer, cap, float(price), tuple(classes) if classes else None)
+    return Pool(name, g, tp, pp, replicas, engine, timer, cap, float(price), tuple(classes) if classes else None, cost, adapter_seed)

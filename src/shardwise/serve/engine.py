@@ -13,7 +13,10 @@ of a batch with prompt work, are classes in ``serve/policies.py``):
   sum S a step takes A(B) + C*S and S grows by B per step, so n steps take n*A' + C*B*n(n-1)/2.
   ``num_scheduler_steps: k`` (vLLM v0 multi-step) runs the stretch in rounds of k steps: tokens stream
   at the end of a round and requests are admitted only between rounds;
-- inter-token-latency bookkeeping (``ITLRecord``).
+- inter-token-latency bookkeeping (``ITLRecord``);
+- LoRA adapters, when the pool serves them (:mod:`shardwise.serve.adapters`): at most ``max_loras``
+  distinct adapters among the running requests (vLLM V1 skips a waiting request that would exceed it),
+  an LRU cache of GPU slots whose loads add to the next step, and the batched adapter GEMMs of each step.
 
 Semantics follow vLLM; see docs/serving.md for what is simplified.
 """
@@ -27,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from shardwise.serve.adapters import AdapterCache
 from shardwise.serve.config import EngineSpec
 from shardwise.serve.state import DECODE, DONE, PREFILL, WAITING, ITLRecord, RequestTable
 from shardwise.serve.timing import StepTimer, prefill_pairs
@@ -45,7 +49,7 @@ class Engine:
     name: ClassVar[str] = ""
 
     def __init__(self, timer: StepTimer, spec: EngineSpec, num_blocks: int, table: RequestTable,
-                 prefill_only: bool = False):
+                 prefill_only: bool = False, adapters: AdapterCache | None = None):
         self.timer, self.spec, self.table = timer, spec, table
         self.prefill_only = prefill_only  # a disaggregated prefill pool: requests leave after the first token
         self.block_size = spec.block_size
@@ -77,6 +81,16 @@ class Engine:
         self.itl = ITLRecord()
         self.iterations = 0
         self.busy_s = 0.0
+        # LoRA adapters (None: the base model only); table.adapter holds each request's adapter
+        self.adapters = adapters
+        self.running_adapters: dict[int, int] = {}  # adapter -> running requests using it
+        self.decoding_adapters: dict[int, int] = {}  # adapter -> decoding requests using it
+        self.pending_load_s = 0.0  # adapter loads the next step waits for
+        self.waiting_by_adapter: dict[int, deque[int]] = {}  # adapter -> its waiting requests, in queue order
+        self.queue_key: dict[int, int] = {}  # waiting request -> its place (smaller: nearer the front)
+        self.queue_front = self.queue_back = 0
+        self.adapter_steps = 0
+        self.adapter_distinct_sum = 0  # distinct adapters summed over steps (their mean per step)
 
     # --- policy hooks ------------------------------------------------------------------------------
     def _watermark_blocks(self, num_blocks: int) -> int:
@@ -106,6 +120,8 @@ class Engine:
         arrival_s, pending = self.table.arrival_s, self.pending
         while self.pending_at < len(pending) and arrival_s[pending[self.pending_at]] <= self.now_s:
             self.waiting.append(pending[self.pending_at])
+            if self.adapters is not None:
+                self._index_waiting(pending[self.pending_at], front=False)
             self.pending_at += 1
 
     def _next_arrival_s(self) -> float:
@@ -161,8 +177,8 @@ class Engine:
         """Whether the head of the queue can be admitted now."""
         if not self.waiting or len(self.running) >= self.spec.max_num_seqs:
             return False
-        rid = self.waiting[0]
-        if self._is_prefilled(rid) or self.hold_admission:
+        rid = self._next_waiting()
+        if rid is None or self._is_prefilled(rid) or self.hold_admission:
             return False
         first = self._first_chunk_tokens(self._tokens_to_prefill(rid) - self._prefix_hit(rid))
         return self._blocks(first) + self.watermark <= self.free
@@ -176,19 +192,19 @@ class Engine:
                 return
             kv_tokens = table.prompt[rid]
             need = self._blocks(kv_tokens) + 1
-            if need > self.free:
+            if need > self.free or self.adapters is not None and self._next_waiting() != rid:
                 return
-            self.waiting.popleft()
+            self._take_waiting(rid)
             self.free -= need - 1
-            self.running[rid] = None
+            self._join(rid)
             self._start_decode(rid, kv_tokens, float(table.first_s[rid]))
 
     def _admit_waiting(self, budget: int, whole: bool) -> tuple[list[Chunk], int]:
         """Admit FCFS from the queue (whole prompts only if `whole`); returns (chunks, token budget left)."""
         table, chunks = self.table, []
         while self.waiting and budget > 0 and len(self.running) < self.spec.max_num_seqs:
-            rid = self.waiting[0]
-            if table.prefilled[rid]:
+            rid = self._next_waiting()
+            if rid is None or table.prefilled[rid]:
                 break
             table.target[rid] = self._tokens_to_prefill(rid)
             hit = self._prefix_hit(rid)
@@ -199,11 +215,11 @@ class Engine:
             need = self._blocks(chunk)
             if need + self.watermark > self.free:
                 break
-            self.waiting.popleft()
+            self._take_waiting(rid)
             self.free -= need
             table.prefix_hit[rid], table.computed[rid] = hit, hit
             table.phase[rid] = PREFILL
-            self.running[rid] = None
+            self._join(rid)
             self.prefilling.append(rid)
             chunks.append((rid, hit, chunk))
             budget -= chunk
@@ -213,7 +229,7 @@ class Engine:
         """Preempt the most recently admitted running request (recompute later)."""
         table = self.table
         rid = next(reversed(self.running))
-        del self.running[rid]
+        self._leave(rid)
         if table.phase[rid] == DECODE:
             self.free += self._stop_decode(rid)
         else:
@@ -224,13 +240,72 @@ class Engine:
         table.preemptions[rid] += 1
         table.prefilled[rid] = False
         self.waiting.appendleft(rid)
+        if self.adapters is not None:
+            self._index_waiting(rid, front=True)
         self.hold_admission = True
 
     def _done(self, rid: int) -> None:
         table = self.table
         table.phase[rid] = DONE
         table.finish_s[rid] = self.now_s
+        self._leave(rid)
+
+    # --- LoRA adapters -----------------------------------------------------------------------------
+    def _join(self, rid: int) -> None:
+        """`rid` starts running; its adapter is made resident (the load waits for the next step)."""
+        self.running[rid] = None
+        if self.adapters is not None:
+            adapter = self.table.adapter[rid]
+            self.pending_load_s += self.adapters.activate(adapter, self.running_adapters)
+            self.running_adapters[adapter] = self.running_adapters.get(adapter, 0) + 1
+
+    def _leave(self, rid: int) -> None:
         del self.running[rid]
+        if self.adapters is not None:
+            _release(self.running_adapters, self.table.adapter[rid])
+
+    def _index_waiting(self, rid: int, front: bool) -> None:
+        """File a request joining the queue (at its back or, preempted, its front) under its adapter."""
+        if front:
+            self.queue_front -= 1
+            self.queue_key[rid] = self.queue_front
+            self.waiting_by_adapter.setdefault(self.table.adapter[rid], deque()).appendleft(rid)
+        else:
+            self.queue_back += 1
+            self.queue_key[rid] = self.queue_back
+            self.waiting_by_adapter.setdefault(self.table.adapter[rid], deque()).append(rid)
+
+    def _next_waiting(self) -> int | None:
+        """The first waiting request the adapter limit lets run: the head of the queue while GPU slots are
+        free, else the earliest request of an adapter already running (vLLM V1 skips the others, which
+        keep their places)."""
+        if self.adapters is None or len(self.running_adapters) < self.adapters.cost.spec.gpu_slots:
+            return self.waiting[0] if self.waiting else None
+        best, key = None, self.queue_key
+        for adapter in self.running_adapters:
+            queue = self.waiting_by_adapter.get(adapter)
+            if queue and (best is None or key[queue[0]] < key[best]):
+                best = queue[0]
+        return best
+
+    def _take_waiting(self, rid: int) -> None:
+        """Remove `rid` (what _next_waiting returned) from the queue."""
+        if self.waiting[0] == rid:
+            self.waiting.popleft()
+        else:
+            self.waiting.remove(rid)
+        if self.adapters is not None:
+            adapter = self.table.adapter[rid]
+            queue = self.waiting_by_adapter[adapter]
+            queue.popleft()  # the earliest of its adapter
+            if not queue:
+                del self.waiting_by_adapter[adapter]
+            del self.queue_key[rid]
+
+    def _adapter_step_s(self, tokens: int, distinct: int) -> tuple[float, float]:
+        """(seconds a step's adapter GEMMs take, pending loads the step waits for)."""
+        load_s, self.pending_load_s = self.pending_load_s, 0.0
+        return self.adapters.cost.gemm_s(tokens, distinct), load_s
 
     # --- decoders ----------------------------------------------------------------------------------
     def _start_decode(self, rid: int, kv_tokens: int, last_emit_s: float) -> None:
@@ -240,6 +315,9 @@ class Engine:
         table.version[rid] += 1
         self.num_decoding += 1
         self.context_offset += kv_tokens - step
+        if self.adapters is not None:
+            adapter = table.adapter[rid]
+            self.decoding_adapters[adapter] = self.decoding_adapters.get(adapter, 0) + 1
         self.new_block_due[(step - kv_tokens) % self.block_size] += 1
         last_step = step + table.output[rid] - table.generated[rid]
         heapq.heappush(self.finish_heap, (last_step, table.version[rid], rid))
@@ -252,6 +330,8 @@ class Engine:
         kv_tokens = kv0 + self.decode_steps - step0
         self.num_decoding -= 1
         self.context_offset -= kv0 - step0
+        if self.adapters is not None:
+            _release(self.decoding_adapters, table.adapter[rid])
         self.new_block_due[(step0 - kv0) % self.block_size] -= 1
         if rid in self.stragglers:
             table.last_emit[rid] = self.stragglers.pop(rid)
@@ -342,18 +422,28 @@ class Engine:
             steps_kv = self._steps_with_blocks()
         steps_kv -= steps_kv % k
         first_step_s = self.decode_fixed_s[self.num_decoding] + self.decode_s_per_context_token * self._context_sum_next_step()
+        load_s = 0.0
+        if self.adapters is not None:  # the adapters in use stay the same over the stretch
+            lora_s, load_s = self._adapter_step_s(self.num_decoding, len(self.decoding_adapters))
+            first_step_s += lora_s
         slope_s = self.decode_s_per_context_token * self.num_decoding  # the context grows by B tokens a step
         steps = min(steps_kv, self.finish_heap[0][0] - self.decode_steps if self.finish_heap else steps_kv)
         horizon_s = until
-        if not self.waiting and len(self.running) < self.spec.max_num_seqs:
-            horizon_s = min(horizon_s, self._next_arrival_s())
+        if (not self.waiting or self.adapters is not None) and len(self.running) < self.spec.max_num_seqs:
+            horizon_s = min(horizon_s, self._next_arrival_s())  # (with adapters an arrival may pass skipped requests)
         if horizon_s < math.inf:
-            steps = min(steps, self._steps_to_reach(horizon_s - self.now_s, first_step_s, slope_s))
+            steps = min(steps, self._steps_to_reach(horizon_s - self.now_s - load_s, first_step_s, slope_s))
         steps = max(steps, 1)
         if k > 1:
             steps = -(-steps // k) * k
         gaps_s = first_step_s + slope_s * np.arange(steps)
         total_s = float(steps * first_step_s + slope_s * steps * (steps - 1) / 2)
+        if self.adapters is not None:
+            self.adapter_steps += steps
+            self.adapter_distinct_sum += steps * len(self.decoding_adapters)
+            if load_s:
+                gaps_s[0] += load_s
+                total_s += load_s
         if k > 1:
             gaps_s = gaps_s.reshape(-1, k).sum(axis=1)  # tokens stream once per round
         self.free -= self._blocks_for_steps(steps)
@@ -395,6 +485,14 @@ class Engine:
         pairs = sum(prefill_pairs(before, c) for _, before, c in chunks)
         context = self._context_sum_next_step() if decoders else 0.0
         dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs)
+        if self.adapters is not None:
+            used = {table.adapter[rid] for rid, _, _ in chunks}
+            if decoders:
+                used.update(self.decoding_adapters)
+            lora_s, load_s = self._adapter_step_s(tokens, len(used))
+            dt += lora_s + load_s
+            self.adapter_steps += 1
+            self.adapter_distinct_sum += len(used)
         end_s = self.now_s + dt
         if decoders:
             self.free -= self.new_block_due[self.decode_steps % self.block_size]
@@ -410,3 +508,11 @@ class Engine:
             self._complete_prefill(rid)
         if decoders:
             self._finish_due()
+
+
+def _release(counts: dict[int, int], key: int) -> None:
+    """Decrement a use count, dropping the key at zero."""
+    if counts[key] == 1:
+        del counts[key]
+    else:
+        counts[key] -= 1

@@ -1,7 +1,8 @@
 """GPU memory of a serving replica and the paged KV cache it leaves room for (vLLM semantics).
 
 KV bytes per rank = total * gpu_memory_utilization - weights - activation peak - non-torch memory
-(vllm/worker/worker.py::determine_num_available_blocks); blocks =
+- LoRA adapter slots (vllm/worker/worker.py::determine_num_available_blocks; the slots, when adapters are
+served, are allocated before the profile: :mod:`shardwise.serve.adapters`); blocks =
 KV bytes / (block_size * KV bytes per token per rank); KV per token = 2*L*H_kv*d_h*b
 (vllm/worker/cache_engine.py::get_cache_block_size), divided over TP by KV heads (replicated when
 tp > H_kv, as vLLM does) and over PP by layers. MLA caches one latent per token, replicated over TP.
@@ -57,6 +58,7 @@ class KVCapacity:
     kv_bytes_per_token: float  # per GPU
     num_blocks: int  # per replica (each GPU holds its shard of every block)
     block_size: int
+    adapters_gib: float = 0.0  # per GPU: LoRA adapter slots, taken from the KV cache's share
 
     @property
     def tokens(self) -> int:
@@ -74,19 +76,25 @@ def kv_capacity(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     constants: ServingConstants,
+    adapter_bytes: float = 0.0,
 ) -> KVCapacity:
-    """KV blocks a replica gets; raises ShardwiseError when the weights do not leave room for any."""
+    """KV blocks a replica gets; raises ShardwiseError when the weights do not leave room for any.
+    `adapter_bytes`: LoRA adapter slots per GPU, carved out of the KV cache's memory."""
     weights = weight_bytes_per_gpu(model, tp, pp, bytes_per_element)
     act = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs, bytes_per_element)
     overhead = constants.non_torch_gib * GIB
     budget = gpu.memory_bytes * gpu_memory_utilization
     free = budget - weights - act - overhead
+    if adapter_bytes:
+        free -= adapter_bytes
     per_token = kv_bytes_per_token_per_gpu(model, tp, pp, bytes_per_element)
     blocks = int(free // (per_token * block_size)) if free > 0 else 0
     if blocks <= 0:
+        slots = f" + LoRA slots {adapter_bytes / GIB:.2f} GiB" if adapter_bytes else ""
+        fix = "lower adapters.max_loras, " if adapter_bytes else ""
         raise ShardwiseError(
             f"{model.name} does not fit on {gpu.name} with tp={tp}, pp={pp}: weights {weights / GIB:.1f} GiB + activations "
-            f"{act / GIB:.1f} GiB + overhead {overhead / GIB:.2f} GiB exceed {budget / GIB:.1f} GiB "
-            f"({gpu.memory_gib:g} GiB x gpu_memory_utilization {gpu_memory_utilization}); raise tp or pp, use fp8, or lower max_num_batched_tokens"
+            f"{act / GIB:.1f} GiB + overhead {overhead / GIB:.2f} GiB{slots} exceed {budget / GIB:.1f} GiB "
+            f"({gpu.memory_gib:g} GiB x gpu_memory_utilization {gpu_memory_utilization}); {fix}raise tp or pp, use fp8, or lower max_num_batched_tokens"
         )
-    return KVCapacity(weights / GIB, act / GIB, overhead / GIB, free / GIB, per_token, blocks, block_size)
+    return KVCapacity(weights / GIB, act / GIB, overhead / GIB, free / GIB, per_token, blocks, block_size, adapter_bytes / GIB)

@@ -65,15 +65,17 @@ def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: 
 def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dict | ModelSpec | None, rate: float | None,
                        ttft: float | None, tpot: float | None, attainment: float | None, gpu_mix: str,
                        workload: WorkloadSpec | None, precision: str | None, num_requests: int | None) -> PlanRequest:
-    """The parsed job document (model, precision, workload, slo; its deployment is ignored) merged with
-    the options, which win: what the CLI and the web API both plan. `gpu_mix`: 'h100:8,a100-80gb:16'."""
+    """The parsed job document (model, precision, workload, slo, and the deployment's adapters; the rest of
+    its deployment is ignored) merged with the options, which win: what the CLI and the web API both plan.
+    `gpu_mix`: 'h100:8,a100-80gb:16'."""
     data: dict[str, Any] = {}
     if doc is not None:
         if not isinstance(doc, dict):
             raise ShardwiseError(f"{display_path(where)}: a serve job must be a mapping")
         doc = {"deployment": {"gpu": "h100"}, **doc}
         parsed = parse_serve_job(doc, base_dir=base, where=where)
-        data = {"model": parsed.model, "precision": parsed.precision, "workload": parsed.workload, "slo": parsed.slo}
+        data = {"model": parsed.model, "precision": parsed.precision, "workload": parsed.workload, "slo": parsed.slo,
+                "adapters": parsed.deployment.adapters}
     m = load_model(model) if model else data.get("model")
     if m is None:
         raise ShardwiseError("serve plan needs --model (or a job file naming the model)")
@@ -101,7 +103,10 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
             f"--num-requests {shorten(n)} exceeds the limit of {MAX_PLAN_REQUESTS:,} (see Limits in the README): the planner "
             "runs hundreds of simulations of this size; the default 600 gives stable p90s"
         )
-    return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base)
+    adapters = data.get("adapters")
+    if adapters is not None and model:
+        adapters.packed_targets(m)  # --model overrides the job's model: it must have the adapted layers too
+    return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base, adapters)
 
 
 def print_plan(result: PlanResult) -> None:
@@ -115,6 +120,9 @@ def print_plan(result: PlanResult) -> None:
     slo = ", ".join(f"{k} {v:g}" for k, v in r.slo.model_dump().items() if v is not None and k != "attainment")
     console.print(f"[bold]{r.model.name}[/bold] ({r.precision}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
                   f"GPUs available: {', '.join(f'{n}x {g}' for g, n in r.gpus.items())}")
+    if r.adapters is not None:
+        a = r.adapters
+        console.print(f"serving {a.count:,} LoRA adapters (rank {a.rank}, {a.popularity}) with {a.gpu_slots} GPU slots per replica")
     table = Table(title_justify="left")
     for col in ("", "deployment", "$/hour", "p90 TTFT ms", "p90 TPOT ms", "attainment", "$/M out tok"):
         table.add_column(col, justify="left" if col in ("", "deployment") else "right")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import ShardwiseError
+from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.capacity import CapacityResult, capacity, saturated
 from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, ServeJob, SLOSpec, parse_block
 from shardwise.serve.constants import ServingConstants, serving_constants
@@ -54,6 +55,14 @@ class PlanRequest:
     workload: WorkloadSpec
     num_requests: int = 600
     base_dir: Any = None
+    adapters: AdapterSpec | None = None  # LoRA adapters every candidate serves
+
+    def deployment_block(self, cand: Candidate) -> dict[str, Any]:
+        """The `deployment:` block that runs `cand`, with the adapters it serves."""
+        block = cand.deployment()
+        if self.adapters is not None:
+            block["adapters"] = self.adapters.model_dump(exclude_none=True)
+        return block
 
     @property
     def bytes_per_element(self) -> float:
@@ -146,7 +155,7 @@ class PlanResult:
     def to_json(self) -> dict[str, Any]:
         def cand(c: Candidate) -> dict[str, Any]:
             out = {"kind": c.kind, "description": c.describe(), "usd_per_hour": c.usd_per_hour, "gpus": c.gpus_by_type,
-                   "feasible": c.feasible, "deployment": c.deployment()}
+                   "feasible": c.feasible, "deployment": self.request.deployment_block(c)}
             if c.reason:
                 out["reason"] = c.reason
             if c.metrics:
@@ -194,7 +203,8 @@ class Planner:
     def _pool(self, gpu: str, tp: int, pp: int, engine: dict[str, Any]) -> Pool | None:
         r = self.req
         try:
-            pool = make_pool("plan", r.model, r.precision, r.bytes_per_element, gpu, tp, pp, 1, EngineSpec(**engine), self.c)
+            pool = make_pool("plan", r.model, r.precision, r.bytes_per_element, gpu, tp, pp, 1, EngineSpec(**engine), self.c,
+                             adapters=r.adapters, adapter_seed=r.workload.seed)
             pool.check_requests(self.unit.input_len, self.unit.output_len)
         except ShardwiseError:
             return None
@@ -289,7 +299,7 @@ class Planner:
         if req is None:
             unit = _unit_requests(replace(r, num_requests=n))
             req = replace(unit, arrival_s=unit.arrival_s / r.rate)
-        dep = parse_block(DeploymentSpec, cand.deployment(), "deployment")
+        dep = parse_block(DeploymentSpec, r.deployment_block(cand), "deployment")
         return ServeJob(r.model, r.precision, dep, r.workload, r.slo, r.model.name), req
 
     def _check(self, cand: Candidate, bumps: int = 3) -> None:

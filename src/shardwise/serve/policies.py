@@ -11,6 +11,7 @@ Adding a policy: subclass ``Engine``, set ``name``, implement the three hooks, d
 
 from __future__ import annotations
 
+from shardwise.serve.adapters import AdapterCache
 from shardwise.serve.config import EngineSpec
 from shardwise.serve.engine import Engine
 from shardwise.serve.state import RequestTable
@@ -100,6 +101,6 @@ def policy_name(spec: EngineSpec) -> str:
 
 
 def make_engine(timer: StepTimer, spec: EngineSpec, num_blocks: int, table: RequestTable,
-                prefill_only: bool = False) -> Engine:
-    """One replica's engine running the policy `spec` selects."""
-    return ENGINE_POLICIES[policy_name(spec)](timer, spec, num_blocks, table, prefill_only)
+                prefill_only: bool = False, adapters: AdapterCache | None = None) -> Engine:
+    """One replica's engine running the policy `spec` selects (`adapters`: its LoRA adapter cache)."""
+    return ENGINE_POLICIES[policy_name(spec)](timer, spec, num_blocks, table, prefill_only, adapters)

@@ -57,6 +57,12 @@ def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
         rows.insert(2, ("lengths (input / output)", f"{m['lengths']['input']} / {m['lengths']['output']}"))
     if "kv_transfer_ms_mean" in m:
         rows.append(("mean KV transfer (ms)", _fmt(m["kv_transfer_ms_mean"], 2)))
+    if "adapters" in m:
+        a = m["adapters"]
+        rows += [("LoRA adapters (rank)", f"{a['count']:,} (r{a['rank']}), {a['popularity']}"),
+                 ("adapter GPU slots (from KV cache)", f"{a['max_loras']:,} = {a['slots_gib_per_gpu']:.2f} GiB per GPU"),
+                 ("adapter loads: to GPU / from disk", f"{a['gpu_loads']:,} / {a['host_loads']:,}"),
+                 ("distinct adapters per step (mean)", _fmt(a["distinct_per_step_mean"]))]
     for k, v in rows:
         tp.add_row(k, v)
     return [lat, tp]

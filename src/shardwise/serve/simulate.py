@@ -16,6 +16,7 @@ import numpy as np
 
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_SERVE_ENGINES
+from shardwise.serve.adapters import AdapterCache
 from shardwise.serve.config import ServeJob, engine_spec
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
@@ -56,7 +57,11 @@ class SimResult:
 
 def run_pool(pool: Pool, table: RequestTable, ids: np.ndarray, router: str = "round_robin", prefill_only: bool = False) -> list[Engine]:
     """Run every request in `ids` (sorted by engine arrival) on `pool`'s engines."""
-    engines = [make_engine(pool.timer, pool.engine, pool.blocks_per_engine, table, prefill_only) for _ in range(pool.engines)]
+    cost = pool.adapters
+    if cost is not None and table.adapter is None:
+        table.adapter = cost.spec.draw(table.n, pool.adapter_seed).tolist()
+    engines = [make_engine(pool.timer, pool.engine, pool.blocks_per_engine, table, prefill_only,
+                           AdapterCache(cost) if cost is not None else None) for _ in range(pool.engines)]
     if router == "round_robin" or len(engines) == 1:
         for k, rid in enumerate(ids.tolist()):
             engines[k % len(engines)].submit(rid)
@@ -80,6 +85,24 @@ def _collect(engines: list[Engine], itl: ITLRecord) -> tuple[int, float]:
     return sum(e.iterations for e in engines), sum(e.busy_s for e in engines)
 
 
+def adapter_report(pools: list[Pool], engines: list[Engine]) -> dict:
+    """What the LoRA adapters cost: their GPU slots (taken from the KV cache) and the loads and adapters
+    per step the engines saw ({} without adapters)."""
+    costs = [p.adapters for p in pools if p.adapters is not None]
+    if not costs:
+        return {}
+    spec = costs[0].spec
+    steps = sum(e.adapter_steps for e in engines)
+    return {"adapters": {
+        "count": spec.count, "rank": spec.rank, "slot_rank": spec.slot_rank, "max_loras": spec.gpu_slots,
+        "max_cpu_loras": spec.host_slots, "popularity": spec.popularity,
+        "slots_gib_per_gpu": max(p.capacity.adapters_gib for p in pools),
+        "gpu_loads": sum(e.adapters.gpu_loads for e in engines if e.adapters is not None),
+        "host_loads": sum(e.adapters.host_loads for e in engines if e.adapters is not None),
+        "distinct_per_step_mean": sum(e.adapter_distinct_sum for e in engines) / steps if steps else 0.0,
+    }}
+
+
 def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
     pools = _build_pools(job, constants)
     engines = sum(p.engines for p in pools)
@@ -94,19 +117,20 @@ def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
 def _build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
     d, m = job.deployment, job.model
     args = (m, job.precision, job.bytes_per_element)
+    lora = {"adapters": d.adapters, "adapter_seed": job.workload.seed} if d.adapters is not None else {}
     if d.kind == "colocated":
         eng = engine_spec(d.engine)
-        return [make_pool("deployment", *args, d.gpu, d.tp, d.pp, d.replicas, eng, constants, d.price_usd_per_gpu_hour)]
+        return [make_pool("deployment", *args, d.gpu, d.tp, d.pp, d.replicas, eng, constants, d.price_usd_per_gpu_hour, **lora)]
     if d.kind == "disaggregated":
         out = []
         for name, p in (("prefill", d.prefill), ("decode", d.decode)):
             eng = engine_spec(d.engine, p.engine, where=f"deployment.{name}.engine")
-            out.append(make_pool(f"deployment.{name}", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour))
+            out.append(make_pool(f"deployment.{name}", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, **lora))
         return out
     pools = []
     for k, p in enumerate(d.pools or []):
         eng = engine_spec(d.engine, p.engine, where=f"deployment.pools[{k}].engine")
-        pools.append(make_pool(f"deployment.pools[{k}]", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, p.classes))
+        pools.append(make_pool(f"deployment.pools[{k}]", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, p.classes, **lora))
     return pools
 
 
@@ -145,6 +169,7 @@ def simulate(job: ServeJob, requests: Requests | None = None, constants: Serving
     watchers.append(table)
     ids = np.arange(len(req))
     iters, busy = 0, 0.0
+    engines: list[Engine] = []
     if kind == "colocated":
         pools[0].check_requests(req.input_len, req.output_len)
         engines = run_pool(pools[0], table, ids, job.deployment.router)
@@ -155,9 +180,10 @@ def simulate(job: ServeJob, requests: Requests | None = None, constants: Serving
             mine = ids[owner == j]
             if len(mine):
                 pool.check_requests(req.input_len[mine], req.output_len[mine])
-                i, b = _collect(run_pool(pool, table, mine, job.deployment.router), itl)
-                iters, busy = iters + i, busy + b
-    return SimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy)
+                ran = run_pool(pool, table, mine, job.deployment.router)
+                i, b = _collect(ran, itl)
+                iters, busy, engines = iters + i, busy + b, engines + ran
+    return SimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy, adapter_report(pools, engines))
 
 
 def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: ServingConstants, itl: ITLRecord,
@@ -183,6 +209,6 @@ def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: 
     finish = np.where(multi, dtab.finish_s, ptab.first_s)
     i1, b1 = _collect(e1, itl)
     i2, b2 = _collect(e2, itl)
-    extra = {"kv_transfer_ms_mean": float(np.mean(ready - ptab.first_s) * 1e3)}
+    extra = {"kv_transfer_ms_mean": float(np.mean(ready - ptab.first_s) * 1e3), **adapter_report(pools, e1 + e2)}
     return SimResult(req, ptab.first_s, finish, ptab.preemptions + dtab.preemptions, itl, pools, "disaggregated", i1 + i2, b1 + b2, extra)
 

@@ -41,6 +41,7 @@ class RequestTable:
         self.version = [0] * n  # invalidates stale finish-heap entries after a preemption
         self.last_emit = [0.0] * n  # last token time, kept while a request is preempted
         self.prefilled = [False] * n  # arrives with its prompt already in KV (disaggregated decode pool)
+        self.adapter: list[int] | None = None  # each request's LoRA adapter, when the pool serves adapters
 
 
 class ITLRecord:
