@@ -19,12 +19,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation
+from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation, row_class
 from shardwise.cost.constants import fitted_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fidelity.md"
 README = ROOT / "README.md"
+CLASS_COLOURS = {"dense": "tab:blue", "fp8": "tab:orange", "moe": "tab:green"}
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -90,7 +91,7 @@ def plot(result: dict, path: Path) -> None:
             meas, pred = r["measured"], r["predicted"]
             if r["metric"] == "iteration_s":  # plot throughput-like: faster = larger
                 meas, pred = 1.0 / meas, 1.0 / pred
-            ax.scatter(meas, pred, s=12, color="tab:blue" if r["in_scope"] else "tab:orange", alpha=0.8)
+            ax.scatter(meas, pred, s=12, color=CLASS_COLOURS[row_class(r["tags"])], alpha=0.8)
         lims = ax.get_xlim() + ax.get_ylim()
         lo, hi = min(lims), max(lims)
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
@@ -104,7 +105,7 @@ def plot(result: dict, path: Path) -> None:
         ax.axis("off")
     fig.supxlabel("measured (throughput units of the source; 1/step time)")
     fig.supylabel("predicted, constants fitted without the source")
-    fig.suptitle("Leave-one-source-out: held-out predictions (blue: dense BF16, orange: FP8/MoE; dotted: ±10%)")
+    fig.suptitle("Leave-one-source-out: held-out predictions (blue: dense BF16, orange: FP8, green: MoE; dotted: ±10%)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
