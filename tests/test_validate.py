@@ -177,3 +177,23 @@ def test_parallel_folds_equal_serial_folds():
     for g in serial:
         assert serial[g]["values"] == forked[g]["values"]
         assert [r["predicted"] for r in serial[g]["rows"]] == [r["predicted"] for r in forked[g]["rows"]]
+
+
+def test_fp8_and_moe_rows_cannot_move_the_shared_constants():
+    """The shared constants are fitted on dense rows only: scaling every FP8/MoE measurement leaves them
+    exactly as they were, and moves only the FP8/MoE-specific constants."""
+    from shardwise.calibration.fit import fit_in_stages, pins_shared_constants, split_params
+
+    cases, _ = collect_cases()
+    scoped = [c for c in cases if in_fit_scope(c) and c.group in ("fp8lm", "maxtext", "ibm_fp8_fsdp2")]
+    assert any(pins_shared_constants(c) for c in scoped) and not all(pins_shared_constants(c) for c in scoped)
+    shared, specific = split_params(scoped)
+    assert "H100 GEMM efficiency" in {p.name for p in shared}
+    assert "H100 FP8 GEMM efficiency" in {p.name for p in specific}
+    first = fit_in_stages(scoped, base_constants(), max_nfev=2, assess=False)
+    for c in scoped:
+        if not pins_shared_constants(c):
+            c.measured *= 0.7
+    second = fit_in_stages(scoped, base_constants(), max_nfev=2, assess=False)
+    assert all(first.values[p.name] == second.values[p.name] for p in shared)
+    assert first.values["H100 FP8 GEMM efficiency"] != second.values["H100 FP8 GEMM efficiency"]

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from shardwise.calibration.records import Case
-from shardwise.calibration.validate import signed_error
+from shardwise.calibration.validate import row_class, signed_error
 from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants, fitted_data
 
 LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
@@ -276,9 +276,53 @@ class Problem:
         return out, {p.name: float(v) for p, v in zip(self.params, post, strict=True)}
 
 
-def fit_cases(cases: list[Case], base: Constants, x0: np.ndarray | None = None, max_nfev: int = 30) -> tuple[FitResult, Constants]:
-    problem = Problem([c for c in cases if in_fit_scope(c)], base)
-    result = problem.fit(x0, max_nfev)
+def pins_shared_constants(case: Case) -> bool:
+    """Dense BF16/FP16 throughput rows and measured layer times: the rows the shared constants (GEMM,
+    attention, elementwise, overlap, straggler) are fitted on. FP8/FP4 and MoE rows fit only the
+    constants no dense row depends on, so a misfit of theirs cannot move a dense prediction."""
+    return case.category == "time" or row_class(case.tags) == "dense"
+
+
+def split_params(scoped: list[Case]) -> tuple[tuple[Param, ...], tuple[Param, ...]]:
+    """(shared, specific): the parameters some dense row depends on, and the rest (FP8/FP4 GEMM
+    efficiencies, recipe ratios, MoE constants)."""
+    dense = [c for c in scoped if pins_shared_constants(c)]
+    specific = tuple(p for p in PARAMS if not any(p.applies(c) for c in dense))
+    return tuple(p for p in PARAMS if p not in specific), specific
+
+
+def fit_in_stages(scoped: list[Case], base: Constants, x0: dict[str, float] | None = None, max_nfev: int = 30,
+                  assess: bool = True, split: tuple[tuple[Param, ...], tuple[Param, ...]] | None = None) -> FitResult:
+    """Two least-squares stages: the shared parameters on the dense rows, then the FP8/MoE-specific
+    ones on the other rows with the shared ones fixed. The reported objective is the full one over
+    every in-scope case (what :class:`Problem` computes with all parameters)."""
+    shared, specific = split or split_params(scoped)
+    values: dict[str, float] = {}
+    determined: dict[str, str] = {}
+    stderr: dict[str, float] = {}
+    stage_base = base
+    for params, rows in ((shared, [c for c in scoped if pins_shared_constants(c)]),
+                         (specific, [c for c in scoped if not pins_shared_constants(c)])):
+        if not params:
+            continue
+        if not rows:  # nothing to fit them on: kept where they start
+            values.update({p.name: (x0 or {}).get(p.name, p.start) for p in params})
+            determined.update({p.name: "not determined: no fitted row depends on it (prior value kept)" for p in params})
+            continue
+        start = None if x0 is None else np.array([x0[p.name] for p in params])
+        res = Problem(rows, stage_base, params).fit(start, max_nfev, assess)
+        values.update(res.values)
+        determined.update(res.determined)
+        stderr.update(res.stderr)
+        stage_base = apply(stage_base, res.values)
+    ordered = {p.name: values[p.name] for p in PARAMS}
+    cost = Problem(scoped, base).cost(np.array(list(ordered.values())))
+    return FitResult(ordered, cost, {p.name: determined[p.name] for p in PARAMS if p.name in determined},
+                     stderr, len(scoped))
+
+
+def fit_cases(cases: list[Case], base: Constants, max_nfev: int = 30) -> tuple[FitResult, Constants]:
+    result = fit_in_stages([c for c in cases if in_fit_scope(c)], base, None, max_nfev)
     return result, apply(base, result.values)
 
 
@@ -315,8 +359,8 @@ def _fold(group: str) -> tuple[str, dict[str, Any]]:
     cases, base, full, max_nfev = _FOLD_INPUTS
     scoped = [c for c in cases if in_fit_scope(c)]
     train = [c for c in scoped if c.group != group]
-    x_full = np.array([full.values[p.name] for p in PARAMS])
-    res = Problem(train, base).fit(x_full, max_nfev, assess=False) if len(train) < len(scoped) else full
+    split = split_params(scoped)  # the full data's split, so every fold fits the same parameters per stage
+    res = fit_in_stages(train, base, full.values, max_nfev, assess=False, split=split) if len(train) < len(scoped) else full
     return group, {"values": res.values, "rows": held_out_rows(cases, group, apply(base, res.values))}
 
 
