@@ -10,6 +10,9 @@ serving fit again on the new device constants.
     .venv/bin/python scripts/fit_constants.py --dry-run  # print, write nothing
     .venv/bin/python scripts/fit_constants.py --no-cv --new-only  # fit only parameters new since the stored fit
 
+The serving and training fits share the device constants (HBM efficiency from serving, the rest from
+training), so they alternate from the cited starting point until the HBM efficiencies agree to 1%.
+
 Writes src/shardwise/data/fitted_constants.json: the fitted constants (read by
 shardwise.cost.constants.default_constants), which of them the data determine, the held-out
 predictions of every source group (read by `shardwise validate --cv`) and the error bands estimates
@@ -41,17 +44,31 @@ def main() -> None:
                         help="processes for the leave-one-source-out folds (default: one per CPU)")
     parser.add_argument("--new-only", action="store_true",
                         help="fit only the parameters the stored fit lacks, the others fixed at their stored values")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="most alternations of the serving (HBM) and training fits before they agree to 1%%")
     args = parser.parse_args()
     t0 = time.time()
-    serving, first = fit_serving(default_constants())
-    device_from_serving = {k: v for k, v in first["parameters"].items() if "." in k}
-    print(f"serving fit in {time.time() - t0:.0f} s; device constants it determines: {device_from_serving}")
-    base = base_constants(device_from_serving)
     cases, _skips = collect_cases()
     if args.new_only:
+        serving, first = fit_serving(default_constants())
+        base = base_constants({k: v for k, v in first["parameters"].items() if "." in k})
         result, constants = fit_new_params(cases, base, fitted_data().get("fit", {}).get("parameters", {}), args.max_nfev)
     else:
-        result, constants = fit_cases(cases, base, max_nfev=args.max_nfev)
+        # The serving runs fit the HBM efficiency on the device constants the training runs fit, and the
+        # other way round: alternate from the cited starting point until the HBM efficiencies move by < 1%
+        # (a fixed point, so the result does not depend on the constants stored before).
+        constants, previous = base_constants({}), None
+        for round_ in range(1, args.rounds + 1):
+            serving, first = fit_serving(constants)
+            hbm = {k: v for k, v in first["parameters"].items() if "." in k}
+            base = base_constants(hbm)
+            result, constants = fit_cases(cases, base, max_nfev=args.max_nfev)
+            print(f"round {round_} ({time.time() - t0:.0f} s): serving-fitted device constants {hbm}")
+            if previous and all(abs(hbm[k] / previous[k] - 1.0) < 0.01 for k in hbm):
+                break
+            previous = hbm
+        else:
+            print(f"warning: the serving and training fits did not agree within {args.rounds} rounds", file=sys.stderr)
     rows = sum(in_fit_scope(c) for c in cases)
     print(f"full fit on {rows} rows in {time.time() - t0:.0f} s; constants:")
     print(json.dumps(result.values, indent=2))
