@@ -169,4 +169,5 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         error_band=error_band(gpu.name, training.framework),
         memory_per_rank=tuple(x[0] for x in ranks),
         pipeline_inputs=timing.inputs,
+        fp8_recipe=lowp.recipe if lowp.active else None,
     )
