@@ -83,16 +83,19 @@ LAYER_KEY = ("tp", "cp", "cpc", "ep", "etp", "sp", "rc", "mb", "rcp")
 class LayerTable:
     """Per-block costs of every distinct layer key of a candidate set: `keys` (one row per key, fields
     LAYER_KEY), `inv` (each plan's key), `fiw` ((4 blocks: dense, MoE, embedding, LM head) x (F, I, W)
-    exposed seconds x keys) and `act` (keys x (dense, MoE, embedding, output, recompute) bytes)."""
+    exposed seconds x keys), `act` (keys x (dense, MoE, embedding, output, recompute) bytes) and `tail`
+    (keys x what the recipe adds to a rank's step and memory: per-step weight-cast bytes and kernels per
+    element, ZeRO-3 gather bytes and kept low-precision copy bytes per weight)."""
 
     keys: np.ndarray
     inv: np.ndarray
     fiw: np.ndarray
     act: np.ndarray
+    tail: np.ndarray
 
     def subset(self, mask: np.ndarray) -> LayerTable:
         """The table of the plans where `mask` is true (as :meth:`Candidates.keep` keeps them)."""
-        return LayerTable(self.keys, self.inv[mask], self.fiw, self.act)
+        return LayerTable(self.keys, self.inv[mask], self.fiw, self.act, self.tail)
 
 
 def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None,
@@ -108,10 +111,14 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
     sp = ((c["sp"] == 1) & (c["tp"] > 1)).astype(np.int64)
     uniq, inv = unique_rows([sp if k == "sp" else c[k] for k in LAYER_KEY])
 
+    @lru_cache(maxsize=None)
+    def groups_of(tp, cp, cpc, ep, etp):
+        scheme = CP_COMMS[cpc]
+        return layer_groups(cluster, tp, cp, ep, etp, scheme, cp if scheme == "a2a" else 1)
+
     def key_blocks(tp, cp, cpc, ep, etp, sp_, rc, mb, rcp):
         dev, lowp = recipes[rcp]
-        scheme = CP_COMMS[cpc]
-        groups = layer_groups(cluster, tp, cp, ep, etp, scheme, cp if scheme == "a2a" else 1)
+        groups = groups_of(tp, cp, cpc, ep, etp)
         return blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb, lowp,
                       groups, consts.moe)
 
@@ -119,20 +126,26 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
     parts = ([b.dense for b in per_key], [b.moe for b in per_key], [b.embedding for b in per_key], [b.head for b in per_key])
     fiw = np.stack([np.stack(exposed_layer_comm(_stack(x), stack.tp_comm_overlap)[:3]) for x in parts]) if per_key else np.zeros((4, 3, 0))
     act = np.array([(b.act_dense, b.act_moe, b.act_embedding, b.act_output, b.act_recompute) for b in per_key]).reshape(-1, 5)
-    return LayerTable(uniq, inv, fiw, act)
+    tails = np.array([(lp.cast_bytes * lp.weights_per_step, lp.cast_kernels * lp.weights_per_step, lp.gather_bytes,
+                       lp.weight_copy_bytes) for _, lp in recipes])
+    return LayerTable(uniq, inv, fiw, act, tails[uniq[:, LAYER_KEY.index("rcp")]].reshape(-1, 4))
+
+
+#: the choices :func:`dominated` compares (the rest of a layer key stays the same)
+CHOICES = ("etp", "cpc", "rcp")
 
 
 def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
-    """Per plan: True where another cp_comm / etp choice of the same plan is as fast on every block (F, I
-    and W of the dense and the MoE layers, exposed communication included) and valid wherever this one is
-    (an etp no larger: ep x etp still divides the stage's ranks). Those choices change nothing else the
-    screen or the estimate sums (memory, parameters, data parallelism), so the plan cannot be faster than
-    the one that dominates it, save through the data-parallel overlap window its slower backward widens."""
+    """Per plan: True where another etp / cp_comm / recipe choice of the same plan costs no more on every
+    count the screen and the estimate sum (F, I and W of each block, exposed communication included,
+    activation bytes, and the recipe's step and memory terms) and is valid wherever this one is (an etp no
+    larger: ep x etp still divides the stage's ranks). The plan then cannot be faster than the one that
+    dominates it, save through the data-parallel overlap window its slower backward widens."""
     keys = table.keys
-    cost = table.fiw[:2].reshape(6, -1).T  # keys x (dense F, I, W, MoE F, I, W)
-    base_cols = [j for j, k in enumerate(LAYER_KEY) if k not in ("cpc", "etp")]
-    bases, base_of = unique_rows([keys[:, j] for j in base_cols])
-    etp, cpc = keys[:, LAYER_KEY.index("etp")], keys[:, LAYER_KEY.index("cpc")]
+    cost = np.hstack([table.fiw.reshape(12, -1).T, table.act, table.tail])
+    cols = [LAYER_KEY.index(k) for k in CHOICES]
+    bases, base_of = unique_rows([keys[:, j] for j in range(len(LAYER_KEY)) if j not in cols])
+    choice = keys[:, cols]
     order = np.argsort(base_of, kind="stable")
     bounds = np.searchsorted(base_of[order], np.arange(len(bases) + 1))
     out = np.zeros(len(keys), dtype=bool)
@@ -140,11 +153,11 @@ def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
         opts = order[bounds[b]:bounds[b + 1]]
         if len(opts) < 2:
             continue
-        x, e, k = cost[opts], etp[opts], cpc[opts]
-        no_worse = (x[:, None, :] <= x[None, :, :]).all(axis=2)  # [a, b]: a no slower than b on every block
+        x, ch = cost[opts], choice[opts]
+        no_worse = (x[:, None, :] <= x[None, :, :]).all(axis=2)  # [a, b]: a costs no more than b on every count
         better = (x[:, None, :] < x[None, :, :]).any(axis=2)
-        first = (e[:, None] < e[None, :]) | ((e[:, None] == e[None, :]) & (k[:, None] < k[None, :]))  # ties: keep one
-        dom = no_worse & (e[:, None] <= e[None, :]) & (better | first)
+        rank = np.lexsort(ch.T[::-1]).argsort()  # ties: keep the first in (etp, cp_comm, recipe) order
+        dom = no_worse & (ch[:, None, 0] <= ch[None, :, 0]) & (better | (rank[:, None] < rank[None, :]))
         np.fill_diagonal(dom, False)
         out[opts] = dom.any(axis=0)
     return out[table.inv]
