@@ -70,9 +70,15 @@ def rank_layout(model: ModelSpec, pp: int, vpp: int, schedule: str, tp: int, ep:
     return counts, params, first, s2r[-1]
 
 
-def _recipe_device(training: TrainingSpec, consts: Constants, stack, gpu, kernel: str, recipe: str):
-    lowp = low_precision(training, stack, gpu, recipe)
-    return device(gpu, training, consts, stack, kernel, lowp), lowp
+def _stack_and_devices(c: Candidates, cluster: Cluster, training: TrainingSpec, consts: Constants):
+    """The job's software stack and, per searched recipe, its (device model, LowPrecision)."""
+    gpu = cluster.gpu
+    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
+    kernel = attention_kernel(training, stack)
+    if c.recipes == ("none",):
+        return stack, [job_device(gpu, training, consts, stack, kernel)]
+    lowps = [low_precision(training, stack, gpu, r) for r in c.recipes]
+    return stack, [(device(gpu, training, consts, stack, kernel, lp), lp) for lp in lowps]
 
 
 #: the fields that fix one layer's costs (:func:`layer_table`), in key order
@@ -103,11 +109,7 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
     """The per-layer costs of the candidates: :func:`shardwise.train.assembly.blocks` once per distinct
     (tp, cp, cp_comm, ep, etp, sp, recompute, micro-batch, recipe)."""
     consts = constants or default_constants()
-    gpu = cluster.gpu
-    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    kernel = attention_kernel(training, stack)
-    recipes = [job_device(gpu, training, consts, stack, kernel) if r == "none" else _recipe_device(training, consts, stack, gpu, kernel, r)
-               for r in c.recipes]  # (device, LowPrecision) per searched recipe
+    stack, recipes = _stack_and_devices(c, cluster, training, consts)
     sp = ((c["sp"] == 1) & (c["tp"] > 1)).astype(np.int64)
     uniq, inv = unique_rows([sp if k == "sp" else c[k] for k in LAYER_KEY])
 
@@ -177,10 +179,7 @@ def screen(
     candidates' :func:`layer_table` when the caller has it."""
     consts = constants or default_constants()
     gpu = cluster.gpu
-    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    kernel = attention_kernel(training, stack)
-    recipes = [job_device(gpu, training, consts, stack, kernel) if r == "none" else _recipe_device(training, consts, stack, gpu, kernel, r)
-               for r in c.recipes]  # (device, LowPrecision) per searched recipe
+    stack, recipes = _stack_and_devices(c, cluster, training, consts)
     table = table or layer_table(c, model, cluster, training, consts, flash_attention)
     n = len(c)
     fiw = [f[:, table.inv] for f in table.fiw]  # 4 x (3, n)
