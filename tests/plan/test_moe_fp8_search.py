@@ -7,7 +7,7 @@ import pytest
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.job import check_plan
+from shardwise.specs.job import check_plan, job_from_mapping
 from shardwise.specs.model import load_model
 from shardwise.specs.training import FP8_RECIPES, TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
@@ -135,3 +135,20 @@ def test_a_dominated_choice_is_no_faster_than_the_choice_that_dominates_it():
         assert fast <= slow * (1 + 1e-9)
     res = plan_search(model, cluster, training, fixed={"cp": 4, "tp": 2}, top_k=1, max_exact=8)
     assert res.rejected[REASONS["dominated"]] > 0
+
+
+def test_a_dispatcher_search_tries_each_and_reproduces_its_choice():
+    model, cluster, training = load_model("mixtral-8x7b"), make_cluster("H100", 32), TrainingSpec(seq_len=4096, global_batch=64)
+    c = enumerate_plans(model, cluster, training, dispatchers=("alltoall", "allgather", "deepep"))
+    assert c.dispatchers == ("alltoall", "allgather", "deepep") and set(c["disp"].tolist()) == {0, 1, 2}
+    assert enumerate_plans(model, cluster, training).dispatchers == ("alltoall",)  # default: the job's own
+    searched = plan_search(model, cluster, training, dispatchers=("alltoall", "allgather", "deepep"), top_k=1, max_exact=16).top[0]
+    alltoall = plan_search(model, cluster, training, top_k=1, max_exact=16).top[0]
+    assert searched.step_time_s <= alltoall.step_time_s * (1 + 1e-9)
+    job = job_mapping(searched, model, training, [cluster])
+    assert job["training"].get("moe", {}).get("dispatcher", "alltoall") == searched.moe_dispatcher
+    assert estimate(job_from_mapping(job)).step_time_s == pytest.approx(searched.step_time_s, rel=1e-9)
+    with pytest.raises(ShardwiseError, match="--moe-dispatchers: unknown dispatcher nccl"):
+        enumerate_plans(model, cluster, training, dispatchers=("nccl",))
+    with pytest.raises(ShardwiseError, match="--moe-dispatchers: llama-3.1-8b is dense"):
+        enumerate_plans(load_model("llama-3.1-8b"), cluster, training, dispatchers=("deepep",))

@@ -34,6 +34,8 @@ def plan_cmd(
                                   "scaling recipes (those the GPU runs)."),
     fp8_recipes: list[str] = typer.Option(None, "--fp8-recipes", help="Recipes an fp8/fp4 search tries (comma-separated): "
                                           "tensorwise, rowwise, blockwise, mxfp8, delayed; nvfp4, mxfp4. Default: all."),
+    moe_dispatchers: list[str] = typer.Option(None, "--moe-dispatchers", help="MoE token dispatchers to try "
+                                              "(comma-separated): alltoall, allgather, deepep. Default: the job's."),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
     exact_budget: int = typer.Option(None, "--exact-budget", help="Most exact estimates per GPU type (default 128; on a "
@@ -87,7 +89,8 @@ def plan_cmd(
         if isinstance(doc, dict) and isinstance(doc.get("cluster"), dict) and "groups" in doc["cluster"]:
             _hetero_plan(doc, objective, top, exact_budget, format, gpu=gpu, gpus=gpus, model=model, seq_len=seq_len,
                          global_batch=global_batch, runnable_on=runnable_on, export=export, plot=plot,
-                         schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress, fp8_recipes=fp8_recipes)
+                         schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress, fp8_recipes=fp8_recipes,
+                         moe_dispatchers=moe_dispatchers)
             return
     verdicts = None
     if doc is None and gpus is None and method in ("lora", "qlora"):
@@ -95,7 +98,8 @@ def plan_cmd(
     inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
     progress = format is Format.table and not no_progress
     results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
-                                     runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes)
+                                     runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes,
+                                     moe_dispatchers=moe_dispatchers)
     spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
     note = runnability_note(best, spec, training)

@@ -174,4 +174,5 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         memory_per_rank=tuple(x[0] for x in ranks),
         pipeline_inputs=timing.inputs,
         fp8_recipe=lowp.recipe if lowp.active else None,
+        moe_dispatcher=training.moe.dispatcher if model.is_moe else None,
     )

@@ -14,7 +14,7 @@ from shardwise.engines.support import ENGINES, Verdict, verdicts
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
-from shardwise.train.planner import PlanResult
+from shardwise.train.planner import PlanResult, searched_fields
 from shardwise.train.result import GIB, Estimate
 
 #: Short engine names for the table's "runs on" column.
@@ -41,6 +41,8 @@ def job_mapping(e: Estimate, model: ModelSpec, training: TrainingSpec, clusters:
     train = training.model_dump(exclude_none=True)
     if e.fp8_recipe is not None:  # the recipe the search chose
         train["fp8_recipe"] = e.fp8_recipe
+    if e.moe_dispatcher is not None and e.moe_dispatcher != training.moe.dispatcher:  # the dispatcher it chose
+        train["moe"] = {**train.get("moe", {}), "dispatcher": e.moe_dispatcher}
     return {
         "model": ref,
         "cluster": {"gpu": e.gpu, "gpus": e.num_gpus, "gpus_per_node": cluster.gpus_per_node},
@@ -90,7 +92,8 @@ def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fr
 
 
 def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
-    """A plan in one line (`recipe`: the low-precision recipe, or the plan's `fp8_recipe`)."""
+    """A plan in one line (`recipe`: the low-precision recipe, or the plan's `fp8_recipe`; a dispatcher
+    other than alltoall is named)."""
     parts = [f"tp{p['tp']}", f"pp{p['pp']}"]
     if p["vpp"] > 1:
         parts.append(f"v{p['vpp']}")
@@ -104,6 +107,8 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
     recipe = recipe or p.get("fp8_recipe")
     if recipe:
         parts.append(recipe)
+    if p.get("moe_dispatcher", "alltoall") != "alltoall":
+        parts.append(p["moe_dispatcher"])
     parts += [f"z{p['zero']}", f"mb{p['micro_batch']}", p["schedule"]]
     if p["recompute"] != "none":
         parts.append(f"rc={p['recompute']}")
@@ -129,7 +134,7 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
         t.add_column("runs on", justify="left")
     for rank, e in enumerate(top, 1):
         row = [str(rank)] + ([e.gpu] if multi else []) + [
-            plan_label(e.plan, e.fp8_recipe), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
+            plan_label(searched_fields(e)), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
             f"{e.peak_memory_gib:.1f}", f"{e.time_s.bubble:.3f}",
         ]
         if e.days_to_train is not None:

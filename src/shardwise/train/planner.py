@@ -88,12 +88,14 @@ class PlanResult:
 
 def job_from_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any],
                   extra: dict[str, Any] | None = None) -> TrainJob:
-    """The job that runs one enumerated plan (`plan`: the candidates' fields, with the recipe of a recipe
-    search as `fp8_recipe`; `extra`: fixed plan fields)."""
+    """The job that runs one enumerated plan (`plan`: the candidates' fields, with the training fields a
+    search chooses as `fp8_recipe` and `moe_dispatcher`; `extra`: fixed plan fields)."""
     plan = dict(plan)
-    recipe = plan.pop("fp8_recipe", None)
+    recipe, dispatcher = plan.pop("fp8_recipe", None), plan.pop("moe_dispatcher", None)
     if recipe is not None and recipe != training.fp8_recipe:
         training = training.model_copy(update={"fp8_recipe": recipe})
+    if dispatcher is not None and dispatcher != training.moe.dispatcher:
+        training = training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": dispatcher})})
     return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **(extra or {})), name=model.name)
 
 
@@ -118,10 +120,12 @@ def plan_search(
     progress: bool | Progress = False,
     runnable_on: tuple[str, ...] = (),
     recipes: tuple[str, ...] | None = None,
+    dispatchers: tuple[str, ...] | None = None,
 ) -> PlanResult:
     """Search the plan space on one cluster (see the module docstring); `runnable_on` keeps only the
     plans one of these engines runs as is (:mod:`shardwise.engines.support`); `recipes` limits the
-    low-precision recipes an fp8/fp4 job searches (default: all of its precision). `progress`: True draws
+    low-precision recipes an fp8/fp4 job searches (default: all of its precision), `dispatchers` the MoE
+    token dispatchers (default: the job's). `progress`: True draws
     a progress bar on the terminal; a callable receives (message, fraction done) as the search goes."""
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -136,7 +140,7 @@ def plan_search(
     fixed.pop("dp", None)
     t0 = time.perf_counter()
     cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
-                            runnable_on=runnable_on, recipes=recipes)
+                            runnable_on=runnable_on, recipes=recipes, dispatchers=dispatchers)
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))
@@ -232,7 +236,7 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
 
 
 PLAN_KEYS = ("tp", "pp", "vpp", "cp", "cp_comm", "ep", "etp", "dp", "zero", "sequence_parallel", "recompute", "micro_batch",
-             "schedule", "fp8_recipe")
+             "schedule", "fp8_recipe", "moe_dispatcher")
 
 
 def _key(plan: dict[str, Any]) -> tuple:
@@ -240,10 +244,12 @@ def _key(plan: dict[str, Any]) -> tuple:
 
 
 def searched_fields(e: Estimate) -> dict[str, Any]:
-    """An estimated plan in the fields the search enumerates (the recipe of an fp8/fp4 job included)."""
+    """An estimated plan in the fields the search enumerates (the recipe of an fp8/fp4 job and the
+    dispatcher of an MoE model included)."""
     plan = {k: e.plan[k] for k in PLAN_KEYS if k in e.plan}
-    if e.fp8_recipe is not None:
-        plan["fp8_recipe"] = e.fp8_recipe
+    for key in ("fp8_recipe", "moe_dispatcher"):
+        if getattr(e, key) is not None:
+            plan[key] = getattr(e, key)
     return plan
 
 

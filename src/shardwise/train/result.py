@@ -87,6 +87,8 @@ class Estimate:
     mfu_limit: float = 1.0
     #: the low-precision recipe the block GEMMs ran (None: 16-bit GEMMs)
     fp8_recipe: str | None = None
+    #: the MoE token dispatcher (None: a dense model)
+    moe_dispatcher: str | None = None
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
@@ -121,6 +123,7 @@ class Estimate:
             "num_gpus": self.num_gpus,
             "plan": self.plan,
             "fp8_recipe": self.fp8_recipe,
+            "moe_dispatcher": self.moe_dispatcher,
             "microbatches": self.microbatches,
             "step_time_s": self.step_time_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,

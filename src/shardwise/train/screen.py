@@ -82,7 +82,7 @@ def _stack_and_devices(c: Candidates, cluster: Cluster, training: TrainingSpec, 
 
 
 #: the fields that fix one layer's costs (:func:`layer_table`), in key order
-LAYER_KEY = ("tp", "cp", "cpc", "ep", "etp", "sp", "rc", "mb", "rcp")
+LAYER_KEY = ("tp", "cp", "cpc", "ep", "etp", "sp", "rc", "mb", "rcp", "disp")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class LayerTable:
 def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None,
                 flash_attention: bool = True) -> LayerTable:
     """The per-layer costs of the candidates: :func:`shardwise.train.assembly.blocks` once per distinct
-    (tp, cp, cp_comm, ep, etp, sp, recompute, micro-batch, recipe)."""
+    (tp, cp, cp_comm, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher)."""
     consts = constants or default_constants()
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     sp = ((c["sp"] == 1) & (c["tp"] > 1)).astype(np.int64)
@@ -118,11 +118,13 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
         scheme = CP_COMMS[cpc]
         return layer_groups(cluster, tp, cp, ep, etp, scheme, cp if scheme == "a2a" else 1)
 
-    def key_blocks(tp, cp, cpc, ep, etp, sp_, rc, mb, rcp):
+    routed = [training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": d})}) for d in c.dispatchers]
+
+    def key_blocks(tp, cp, cpc, ep, etp, sp_, rc, mb, rcp, disp):
         dev, lowp = recipes[rcp]
         groups = groups_of(tp, cp, cpc, ep, etp)
-        return blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb, lowp,
-                      groups, consts.moe)
+        return blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
+                      flash_attention, mb, lowp, groups, consts.moe)
 
     per_key = [key_blocks(*k) for k in uniq.tolist()]
     parts = ([b.dense for b in per_key], [b.moe for b in per_key], [b.embedding for b in per_key], [b.head for b in per_key])
@@ -134,11 +136,11 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
 
 
 #: the choices :func:`dominated` compares (the rest of a layer key stays the same)
-CHOICES = ("etp", "cpc", "rcp")
+CHOICES = ("etp", "cpc", "rcp", "disp")
 
 
 def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
-    """Per plan: True where another etp / cp_comm / recipe choice of the same plan costs no more on every
+    """Per plan: True where another etp / cp_comm / recipe / dispatcher choice of the same plan costs no more on every
     count the screen and the estimate sum (F, I and W of each block, exposed communication included,
     activation bytes, and the recipe's step and memory terms) and is valid wherever this one is (an etp no
     larger: ep x etp still divides the stage's ranks). The plan then cannot be faster than the one that
@@ -158,7 +160,7 @@ def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
         x, ch = cost[opts], choice[opts]
         no_worse = (x[:, None, :] <= x[None, :, :]).all(axis=2)  # [a, b]: a costs no more than b on every count
         better = (x[:, None, :] < x[None, :, :]).any(axis=2)
-        rank = np.lexsort(ch.T[::-1]).argsort()  # ties: keep the first in (etp, cp_comm, recipe) order
+        rank = np.lexsort(ch.T[::-1]).argsort()  # ties: keep the first in (etp, cp_comm, recipe, dispatcher) order
         dom = no_worse & (ch[:, None, 0] <= ch[None, :, 0]) & (better | (rank[:, None] < rank[None, :]))
         np.fill_diagonal(dom, False)
         out[opts] = dom.any(axis=0)

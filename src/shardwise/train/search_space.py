@@ -6,7 +6,8 @@ admits), cp (powers of two) with its scheme cp_comm (p2p, allgather, a2a), and f
 (powers of two up to the experts) and etp (expert tensor parallelism, powers of two up to tp),
 folded over the tp*cp*dp ranks of a stage (Liu et al. 2025, MoE Parallel Folding), ZeRO 0-3, sequence
 parallelism (only with tp > 1), recompute none/selective/full, micro-batch (powers of two), schedule,
-and for fp8/fp4 jobs whose recipe is auto the low-precision recipe (every FP8, or FP4, recipe).
+for fp8/fp4 jobs whose recipe is auto the low-precision recipe (every FP8, or FP4, recipe), and for MoE
+models, when asked, the token dispatcher (alltoall, allgather, deepep).
 Plans that are the same plan under two names are not enumerated twice: sequence parallelism needs
 tp > 1, with pp = 1 every schedule is plain gradient accumulation (kept once, as 1f1b), with
 FlashAttention selective recompute has nothing left to recompute (kept once, as none), and without
@@ -27,13 +28,14 @@ from shardwise.pipeline import resolve, schedule_info
 from shardwise.pipeline.registry import planner_schedules
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, TrainingSpec
+from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, Dispatcher, TrainingSpec
 
 RECOMPUTE = ("none", "selective", "full")
 #: context-parallel schemes the planner searches (a2a+p2p needs a Ulysses size: give it in the job)
 CP_COMMS = ("p2p", "allgather", "a2a")
 VPP_CHOICES = (1, 2, 3, 4, 6, 8)
-FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "ep", "etp", "zero", "sp", "rc", "mb", "sched", "rcp")
+FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "ep", "etp", "zero", "sp", "rc", "mb", "sched", "rcp", "disp")
+DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 
 REASONS = {
     "heads": "tp does not divide the attention (or KV) heads",
@@ -48,7 +50,7 @@ REASONS = {
     "batch_small": "micro-batch x dp exceeds the global batch",
     "batch_divide": "global batch is not a multiple of micro-batch x dp",
     "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
-    "dominated": "another etp / cp_comm / recipe is no slower on every layer (the plan otherwise the same)",
+    "dominated": "another etp / cp_comm / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
     "memory": "out of memory",
     "memory_cap": "exceeds --max-memory-gib",
 }
@@ -65,13 +67,15 @@ def _powers_of_two(limit: int) -> list[int]:
 @dataclass
 class Candidates:
     """Plans as parallel arrays (one element per plan); `schedules[sched]` names the schedule,
-    `recipes[rcp]` the low-precision recipe ("none": 16-bit GEMMs) and CP_COMMS[cpc] the CP scheme."""
+    `recipes[rcp]` the low-precision recipe ("none": 16-bit GEMMs), `dispatchers[disp]` the MoE token
+    dispatcher (empty for a dense model) and CP_COMMS[cpc] the CP scheme."""
 
     arrays: dict[str, np.ndarray]
     schedules: tuple[str, ...]
     considered: int
     rejected: Counter = field(default_factory=Counter)
     recipes: tuple[str, ...] = ("none",)
+    dispatchers: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values())))
@@ -89,7 +93,8 @@ class Candidates:
         self.arrays = {k: v[mask] for k, v in self.arrays.items()}
 
     def plan_dict(self, i: int) -> dict[str, Any]:
-        """The plan's job-file fields; with a recipe search, also `fp8_recipe` (a training field)."""
+        """The plan's job-file fields; with a recipe search, also `fp8_recipe`, and for an MoE model
+        `moe_dispatcher` (training fields)."""
         a = {k: int(v[i]) for k, v in self.arrays.items()}
         plan = {
             "tp": a["tp"], "pp": a["pp"], "vpp": a["vpp"], "cp": a["cp"], "cp_comm": CP_COMMS[a["cpc"]], "ep": a["ep"],
@@ -99,6 +104,8 @@ class Candidates:
         }
         if self.recipes != ("none",):
             plan["fp8_recipe"] = self.recipes[a["rcp"]]
+        if self.dispatchers:
+            plan["moe_dispatcher"] = self.dispatchers[a["disp"]]
         return plan
 
 
@@ -120,6 +127,19 @@ def searched_recipes(training: TrainingSpec, recipes: tuple[str, ...] | None = N
     return tuple(recipes) if recipes else allowed
 
 
+def searched_dispatchers(model: ModelSpec, training: TrainingSpec, dispatchers: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The MoE token dispatchers a search tries: none for a dense model; `dispatchers` when given, else the
+    job's own (training.moe.dispatcher)."""
+    if not model.is_moe:
+        if dispatchers:
+            raise ShardwiseError(f"--moe-dispatchers: {model.name} is dense (no experts to dispatch to); leave it out")
+        return ()
+    bad = [d for d in dispatchers or () if d not in DISPATCHERS]
+    if bad:
+        raise ShardwiseError(f"--moe-dispatchers: unknown dispatcher {', '.join(bad)}; use some of {', '.join(DISPATCHERS)}")
+    return tuple(dict.fromkeys(dispatchers)) if dispatchers else (training.moe.dispatcher,)
+
+
 def enumerate_plans(
     model: ModelSpec,
     cluster: Cluster,
@@ -132,12 +152,14 @@ def enumerate_plans(
     flash_attention: bool = True,
     runnable_on: tuple[str, ...] = (),
     recipes: tuple[str, ...] | None = None,
+    dispatchers: tuple[str, ...] | None = None,
 ) -> Candidates:
     """All distinct plans, minus those that cannot run (counted by reason); `schedules` defaults to those
     the planner searches by default (:func:`shardwise.pipeline.registry.planner_schedules`); `fixed` pins fields
     (job-file names: tp, pp, vpp, cp, cp_comm, ep, etp, zero, sequence_parallel, recompute, micro_batch,
     schedule); `runnable_on` keeps only the plans at least one of these engines runs as is; `recipes`
-    limits the low-precision recipes of an fp8/fp4 job (:func:`searched_recipes`)."""
+    limits the low-precision recipes of an fp8/fp4 job (:func:`searched_recipes`), `dispatchers` lists the
+    MoE token dispatchers to try (:func:`searched_dispatchers`)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
     if "schedule" in fixed:
         schedules = (fixed["schedule"],)
@@ -146,6 +168,7 @@ def enumerate_plans(
         raise ShardwiseError("--schedules: give at least one schedule")
     n = cluster.num_gpus
     recipe_names = searched_recipes(training, recipes)
+    dispatcher_names = searched_dispatchers(model, training, dispatchers)
     tps = _powers_of_two(max_tp or cluster.gpus_per_node)
     axes: dict[str, list[int]] = {
         "tp": tps,
@@ -159,6 +182,7 @@ def enumerate_plans(
         "rc": [0, 1, 2],
         "mb": _powers_of_two(max_micro_batch),
         "rcp": list(range(len(recipe_names))),
+        "disp": list(range(max(1, len(dispatcher_names)))),
     }
     pins = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "zero": "zero", "micro_batch": "mb"}
     for key, axis in pins.items():
@@ -182,7 +206,7 @@ def enumerate_plans(
     # Two levels: the layout (what fixes the groups, dp and the layer costs) and the knobs (ZeRO, SP,
     # recompute, micro-batch, schedule). Layouts that cannot run are dropped before the knobs multiply
     # them, counted with the number of distinct plans each stands for.
-    layout_keys = ("tp", "pp", "cp", "cpc", "ep", "etp", "rcp")
+    layout_keys = ("tp", "pp", "cp", "cpc", "ep", "etp", "rcp", "disp")
     layout = _grid({k: axes[k] for k in layout_keys})
     if not model.is_moe:
         layout["etp"] = layout["tp"].copy()
@@ -206,7 +230,7 @@ def enumerate_plans(
                  for tp_split in (False, True) for pipelined in (False, True)]
     layout["class"] = 2 * (layout["tp"] > 1) + (layout["pp"] > 1)
     layout["weight"] = np.array([len(k) for k in per_class], dtype=np.int64)[layout["class"]]
-    cands = Candidates(layout, names, considered=int(layout["weight"].sum()), recipes=recipe_names)
+    cands = Candidates(layout, names, considered=int(layout["weight"].sum()), recipes=recipe_names, dispatchers=dispatcher_names)
     _drop_impossible_layouts(cands, model, cluster, training)
     # The knobs' rules depend on the layout through (pp, dp) only: check each knob row once per distinct
     # (pp, dp, class), counted for the layouts that share it, then expand the layouts with what is left.
@@ -214,8 +238,7 @@ def enumerate_plans(
     sharing = np.bincount(triple_of, minlength=len(triples))
     rows = [per_class[k] for k in triples[:, 2].tolist()]
     sizes = np.array([len(r) for r in rows], dtype=np.int64)
-    checks = Candidates({k: v[np.concatenate(rows)] if rows else v[:0] for k, v in knobs.items()}, names, 0, cands.rejected,
-                        recipe_names)
+    checks = Candidates({k: v[np.concatenate(rows)] if rows else v[:0] for k, v in knobs.items()}, names, 0, cands.rejected)
     checks.arrays |= {"pp": np.repeat(triples[:, 0], sizes), "dp": np.repeat(triples[:, 1], sizes),
                       "triple": np.repeat(np.arange(len(triples)), sizes), "weight": np.repeat(sharing, sizes)}
     _drop_impossible_knobs(checks, model, training)
