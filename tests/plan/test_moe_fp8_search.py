@@ -13,7 +13,7 @@ from shardwise.specs.training import FP8_RECIPES, TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.plan_report import job_mapping
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import dominated, layer_table, screen
+from shardwise.train.screen import dominated, dominated_recipes, layer_table, screen
 from shardwise.train.search_space import CP_COMMS, REASONS, enumerate_plans
 
 MOE = {"name": "tiny-moe", "layers": 4, "hidden": 512, "heads": 8, "kv_heads": 8, "ffn": 1024, "vocab": 1000,
@@ -152,3 +152,21 @@ def test_a_dispatcher_search_tries_each_and_reproduces_its_choice():
         enumerate_plans(model, cluster, training, dispatchers=("nccl",))
     with pytest.raises(ShardwiseError, match="--moe-dispatchers: llama-3.1-8b is dense"):
         enumerate_plans(load_model("llama-3.1-8b"), cluster, training, dispatchers=("deepep",))
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_a_recipe_dominated_before_costing_is_no_faster_in_the_estimate(framework):
+    model, cluster = load_model(MOE), make_cluster("H100", 16)
+    training = fp8(framework=framework)
+    c = enumerate_plans(model, cluster, training)
+    gone = dominated_recipes(c, cluster, training)
+    kept = sorted(set(c["rcp"].tolist()) - set(gone))
+    assert gone and kept and c.recipes.index("mxfp8") not in gone  # a recipe the H100 cannot run is not compared
+    rng = np.random.default_rng(5)
+    for i in rng.choice(len(c), 6, replace=False):
+        plan = c.plan_dict(i)
+        best = min((estimate(job_from_plan(model, cluster, training, plan | {"fp8_recipe": c.recipes[k]})) for k in kept),
+                   key=lambda e: e.step_time_s)
+        for k in gone:
+            e = estimate(job_from_plan(model, cluster, training, plan | {"fp8_recipe": c.recipes[k]}))
+            assert best.step_time_s <= e.step_time_s * (1 + 1e-9)

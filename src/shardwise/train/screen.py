@@ -167,6 +167,30 @@ def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
     return out[table.inv]
 
 
+def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None) -> list[int]:
+    """Indices of the searched recipes another recipe beats on every term a recipe sets, so on every plan,
+    without costing any layer: no slower low-precision GEMMs (rate), no more bytes per operand, per cast
+    element or per ZeRO-3 gathered weight, no more cast kernels or kept weight-copy bytes, and weights
+    cast as often (once per step, or at every forward). Every cost the estimate sums grows with each of
+    these terms (:mod:`shardwise.cost.lowp`, :meth:`shardwise.cost.device.Device.gemm_s`); ties keep the
+    first recipe in search order. Only recipes some candidate still uses are compared."""
+    if c.recipes == ("none",) or len(c.recipes) < 2:
+        return []
+    _, devices = _stack_and_devices(c, cluster, training, constants or default_constants())
+    terms = np.array([(1.0 / dev.lowp_flops, dev.lowp_bytes, lp.cast_bytes, lp.cast_kernels, lp.gather_bytes, lp.weight_copy_bytes)
+                      for dev, lp in devices])
+    per_step = np.array([lp.weights_per_step for _, lp in devices])
+    present = sorted(set(c["rcp"].tolist()))  # a recipe the GPU cannot run dominates nothing
+    out = []
+    for b in present:
+        for a in present:
+            no_worse = a != b and per_step[a] == per_step[b] and bool((terms[a] <= terms[b]).all())
+            if no_worse and (bool((terms[a] < terms[b]).any()) or a < b):
+                out.append(b)
+                break
+    return out
+
+
 def screen(
     c: Candidates,
     model: ModelSpec,
