@@ -23,7 +23,7 @@ from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import dominated, layer_table, screen
+from shardwise.train.screen import dominated, dominated_recipes, layer_table, screen
 from shardwise.train.search_space import Candidates, enumerate_plans
 
 CASES = [
@@ -45,7 +45,8 @@ def main() -> None:
         training = TrainingSpec(seq_len=seq, global_batch=batch, precision=precision)
         cands = enumerate_plans(model, cluster, training)
         t = time.process_time()
-        table = layer_table(cands, model, cluster, training)  # the planner's steps: layer costs, dominance, screen
+        cands.keep(~np.isin(cands["rcp"], dominated_recipes(cands, cluster, training)))  # the planner's steps
+        table = layer_table(cands, model, cluster, training)
         keep = ~dominated(cands, table)
         cands.keep(keep)
         screen(cands, model, cluster, training, table=table.subset(keep))
@@ -54,7 +55,8 @@ def main() -> None:
         res = plan_search(model, cluster, training, top_k=5)
         total, wall = time.process_time() - t, time.perf_counter() - wall
         p = res.top[0].plan
-        best = (f"tp{p['tp']} pp{p['pp']} v{p['vpp']} dp{p['dp']} cp{p['cp']}/{p['cp_comm']} ep{p['ep']} etp{p['etp'] or p['tp']} "
+        experts = f"ep{p['ep']} etp{p['etp'] or p['tp']} " if model.is_moe else ""
+        best = (f"tp{p['tp']} pp{p['pp']} v{p['vpp']} dp{p['dp']} cp{p['cp']}/{p['cp_comm']} {experts}"
                 f"z{p['zero']} mb{p['micro_batch']} {p['schedule']} rc={p['recompute']} {res.top[0].fp8_recipe or precision}: "
                 f"MFU {res.top[0].mfu:.1%}")
         label = f"{name} on {n} x {gpu}, seq {seq}, batch {batch}, {precision}"

@@ -70,3 +70,8 @@ def test_admissibility_rules_match_the_generators(name):
                 except ShardwiseError:
                     ok = False
                 assert bool(schedule_info(name).admits(np.array([pp]), np.array([m]), np.array([v]))[0]) == ok, (name, pp, m, v)
+
+
+def test_every_layout_rejected_leaves_no_plan_and_counts_them_all():
+    c, counts = rejected(SMALL, 16, 1024, 64, fixed={"tp": 16}, max_tp=16)  # 8 heads: tp 16 never divides them
+    assert len(c) == 0 and counts[REASONS["heads"]] == c.considered > 0

@@ -243,9 +243,9 @@ def enumerate_plans(
                       "triple": np.repeat(np.arange(len(triples)), sizes), "weight": np.repeat(sharing, sizes)}
     _drop_impossible_knobs(checks, model, training)
     left = np.bincount(checks["triple"], minlength=len(triples))
-    first = np.concatenate([[0], np.cumsum(left)[:-1]])
+    first = np.cumsum(left) - left
     counts = left[triple_of]
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    offsets = np.cumsum(counts) - counts
     pick = np.arange(int(counts.sum())) - np.repeat(offsets - first[triple_of], counts)  # each layout's knob rows
     arrays = {k: np.repeat(v, counts) for k, v in cands.arrays.items() if k not in ("class", "weight")}
     arrays |= {k: checks[k][pick] for k in (*knobs, "m")}
