@@ -11,9 +11,17 @@ from shardwise.specs.job import check_plan, job_from_mapping
 from shardwise.specs.model import load_model
 from shardwise.specs.training import FP8_RECIPES, TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
+from shardwise.train.pipeline_timing import plan_stages_per_rank
 from shardwise.train.plan_report import job_mapping
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import dominated, dominated_recipes, layer_table, screen
+from shardwise.train.screen import (
+    dominated,
+    dominated_recipes,
+    expert_state_gap_bytes,
+    layer_table,
+    rank_layout,
+    screen,
+)
 from shardwise.train.search_space import CP_COMMS, REASONS, enumerate_plans
 
 MOE = {"name": "tiny-moe", "layers": 4, "hidden": 512, "heads": 8, "kv_heads": 8, "ffn": 1024, "vocab": 1000,
@@ -170,3 +178,21 @@ def test_a_recipe_dominated_before_costing_is_no_faster_in_the_estimate(framewor
         for k in gone:
             e = estimate(job_from_plan(model, cluster, training, plan | {"fp8_recipe": c.recipes[k]}))
             assert best.step_time_s <= e.step_time_s * (1 + 1e-9)
+
+
+def test_etp_below_tp_is_checked_with_the_expert_states_split_over_etp():
+    """The calibrated estimate splits expert weights and gradients over tp; a folded plan holds tp/etp
+    times as many. The planner checks the fit with them: the gap is that share, and every plan it ranks
+    fits with it."""
+    model, training = load_model("mixtral-8x22b"), TrainingSpec(seq_len=4096, global_batch=256)
+    params = np.array([[0.0, 1e9], [0.0, 2e9]])  # two pipeline ranks' (dense, expert) parameters after TP
+    gap = expert_state_gap_bytes(model, training, params, 4, np.array([1, 2, 4, 1, 1]), np.array([1, 1, 1, 2, 3]))
+    assert gap.tolist() == [2e9 * 3 * (2 + 4), 2e9 * 1 * (2 + 4), 0.0, 2e9 * 3 * 2, 0.0]  # bf16 weights, fp32 grads
+    cluster = make_cluster("H100", 64)
+    res = plan_search(model, cluster, training, top_k=3, max_exact=32)
+    assert res.rejected[REASONS["etp_memory"]] > 0
+    for e in res.top:
+        p = e.plan
+        _, rank_params, _, _ = rank_layout(model, p["pp"], plan_stages_per_rank(TrainPlan(**p)), p["schedule"], p["tp"], p["ep"])
+        held = expert_state_gap_bytes(model, training, rank_params, p["tp"], p["etp"] or p["tp"], p["zero"])
+        assert e.peak_memory_gib * 2**30 + held <= cluster.usable_memory_bytes

@@ -191,6 +191,19 @@ def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, c
     return out
 
 
+def expert_state_gap_bytes(model: ModelSpec, training: TrainingSpec, rank_params: np.ndarray, tp: int, etp, zero):
+    """Bytes per GPU of expert weights (unless ZeRO-3 shards them) and gradients (unless ZeRO-2/3 does)
+    that the calibrated estimate leaves out when etp < tp: it splits each rank's expert parameters over
+    tp, a folded layout over etp, so a rank holds tp/etp times as many (Liu et al. 2025, MoE Parallel
+    Folding). The planner adds this bound (the largest rank's expert parameters, `rank_params[:, 1]`
+    as :func:`rank_layout` gives them) to the peak it checks against the memory; 0 when etp >= tp."""
+    etp, zero = np.asarray(etp), np.asarray(zero)
+    if not model.is_moe:
+        return np.zeros(np.shape(etp))
+    per_param = training.weight_bytes * (zero < 3) + training.grad_bytes * (zero < 2)
+    return float(rank_params[:, 1].max()) * np.maximum(tp / etp - 1.0, 0.0) * per_param
+
+
 def screen(
     c: Candidates,
     model: ModelSpec,
@@ -201,8 +214,9 @@ def screen(
     overlap_grad_reduce: bool = True,
     table: LayerTable | None = None,
 ) -> dict[str, np.ndarray]:
-    """Arrays (one per plan): step_lb_s, step_s (approximation), memory_bytes (peak per GPU); `table`: the
-    candidates' :func:`layer_table` when the caller has it."""
+    """Arrays (one per plan): step_lb_s, step_s (approximation), memory_bytes (peak per GPU, as the
+    estimate counts it) and etp_gap_bytes (:func:`expert_state_gap_bytes`); `table`: the candidates'
+    :func:`layer_table` when the caller has it."""
     consts = constants or default_constants()
     gpu = cluster.gpu
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
@@ -211,7 +225,7 @@ def screen(
     fiw = [f[:, table.inv] for f in table.fiw]  # 4 x (3, n)
     act = table.act[table.inv]  # (n, 5)
 
-    lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
+    lb, approx, mem, gap = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     mc = consts.memory
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
@@ -255,6 +269,7 @@ def screen(
         name = c.schedules[si]
         info = schedule_info(name)
         counts, params, first, last_rank = rank_layout(model, pp, vpp, name, tp, ep)
+        gap[idx] = expert_state_gap_bytes(model, training, params, tp, c["etp"][idx], c["zero"][idx])
         per = [f[:, idx] for f in fiw]  # each (3, k)
         # Per rank per micro-batch F, I, W: counts (pp, 4) against per-block costs (4, 3, k).
         block_fiw = np.stack(per)  # (4, 3, k)
@@ -291,4 +306,4 @@ def screen(
         if pending >= BATCH_ROWS or g == len(gk) - 1 or gk[g + 1, 0] != rcp:  # one rank_tail call per recipe
             finish(groups)
             groups, pending = [], 0
-    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}
+    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem, "etp_gap_bytes": gap}
