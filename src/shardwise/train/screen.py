@@ -142,11 +142,14 @@ CHOICES = ("etp", "cpc", "rcp", "disp")
 def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
     """Per plan: True where another etp / cp_comm / recipe / dispatcher choice of the same plan costs no more on every
     count the screen and the estimate sum (F, I and W of each block, exposed communication included,
-    activation bytes, and the recipe's step and memory terms) and is valid wherever this one is (an etp no
-    larger: ep x etp still divides the stage's ranks). The plan then cannot be faster than the one that
+    activation bytes, the recipe's step and memory terms, and the expert states the planner adds for
+    etp < tp) and is valid wherever this one is (an etp no larger: ep x etp still divides the stage's
+    ranks). The plan then cannot be faster than the one that
     dominates it, save through the data-parallel overlap window its slower backward widens."""
     keys = table.keys
-    cost = np.hstack([table.fiw.reshape(12, -1).T, table.act, table.tail])
+    tp, etp = keys[:, LAYER_KEY.index("tp")], keys[:, LAYER_KEY.index("etp")]
+    held = np.maximum(tp / etp - 1.0, 0.0)[:, None]  # expert states the planner adds when etp < tp (expert_state_gap_bytes)
+    cost = np.hstack([table.fiw.reshape(12, -1).T, table.act, table.tail, held])
     cols = [LAYER_KEY.index(k) for k in CHOICES]
     bases, base_of = unique_rows([keys[:, j] for j in range(len(LAYER_KEY)) if j not in cols])
     choice = keys[:, cols]
