@@ -24,13 +24,22 @@ QWEN15_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size
               "num_hidden_layers": 24, "num_key_value_heads": 16, "vocab_size": 151936, "num_experts": 60,
               "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
               "tie_word_embeddings": False}
+# Qwen/Qwen3-30B-A3B config.json and meta-llama/Llama-4-Scout-17B-16E config.json's text_config
+QWEN3_30B = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "num_attention_heads": 32,
+             "num_hidden_layers": 48, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "num_experts": 128,
+             "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": [],
+             "norm_topk_prob": True, "tie_word_embeddings": False}
+SCOUT_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+              "num_attention_heads": 40, "num_hidden_layers": 48, "num_key_value_heads": 8, "head_dim": 128,
+              "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+              "tie_word_embeddings": False}
 SHIPPED = {"llama": "llama-3.1-8b.json", "mistral": "mistral-7b.json", "mixtral": "mixtral-8x7b.json",
            "qwen2": "qwen2.5-7b.json", "gpt2": "gpt2.json", "gpt_neox": "pythia-6.9b.json",
            "deepseek_v3": "deepseek-v3.json"}
 
 
 def base_config(arch, data_dir):
-    inline = {"gemma": GEMMA_7B, "gemma2": GEMMA2_2B, "qwen2_moe": QWEN15_MOE}
+    inline = {"gemma": GEMMA_7B, "gemma2": GEMMA2_2B, "qwen2_moe": QWEN15_MOE, "qwen3_moe": QWEN3_30B, "llama4_text": SCOUT_TEXT}
     return dict(inline[arch]) if arch in inline else json.loads((data_dir / "hf" / SHIPPED[arch]).read_text())
 
 

@@ -21,7 +21,7 @@ PUBLISHED = {
     "qwen3-30b-a3b": "30.5e9", "qwen3-235b-a22b": "235e9",
 }
 ACTIVE = {"mixtral-8x7b": "12.9e9", "mixtral-8x22b": "39e9", "deepseek-v3": "37e9", "qwen3-30b-a3b": "3.3e9",
-          "qwen3-235b-a22b": "22e9"}
+          "qwen3-235b-a22b": "22e9", "llama-4-scout": "17e9"}
 
 
 def _half_unit(printed: str) -> float:

@@ -43,6 +43,19 @@ def test_plan_bad_options(capsys, extra, fragment):
     assert fragment in capsys.readouterr().err
 
 
+def test_plan_fp8_moe_table_names_the_recipes_and_the_new_rejections(capsys):
+    moe = ["train", "plan", "--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096", "--global-batch",
+           "64", "--no-progress", "--exact-budget", "8", "--top", "2"]
+    assert main(moe + ["--precision", "fp8", "--moe-dispatchers", "alltoall,deepep"]) == 0
+    out = capsys.readouterr().out
+    assert "fp8 recipe mxfp8 needs a Blackwell GPU" in out and "ep x etp does not divide" in out
+    assert "delayed" in out and "no slower on every layer" in out  # the chosen recipe in the plan label; dominance
+    assert main(moe[:5] + ["a100-80gb"] + moe[6:] + ["--precision", "fp8"]) == 2
+    assert "needs fp8 tensor cores (A100-80GB has none)" in capsys.readouterr().err
+    assert main(ARGS + ["--fp8-recipes", "rowwise"]) == 2
+    assert "--fp8-recipes: recipes need precision fp8" in capsys.readouterr().err
+
+
 def test_plan_missing_arguments(capsys):
     assert main(["train", "plan", "--model", "llama-3.1-8b"]) == 2
     assert "--gpu" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from shardwise.train.planner import plan_search
 from shardwise.train.search_space import REASONS, enumerate_plans
 
 SMALL = {"layers": 4, "hidden": 256, "heads": 8, "kv_heads": 8, "ffn": 1024, "vocab": 1000}
+SMALL_MOE = SMALL | {"experts": 6, "top_k": 2, "expert_ffn": 36}
 
 
 def rejected(model, gpus, seq, batch, gpu="H100", **kw):
@@ -26,7 +27,10 @@ def rejected(model, gpus, seq, batch, gpu="H100", **kw):
         (("llama-3.1-8b", 24, 4096, 96), "gpus"),
         ((SMALL, 16, 1024, 64), "layers"),  # 4 layers cannot fill 16 stages
         ((SMALL, 32, 24, 64), "seq"),  # cp 16 does not divide 24 tokens
-        (("mixtral-8x7b", 8, 4096, 64), "experts"),
+        (("mixtral-8x7b", 8, 4096, 64), "fold"),  # ep 8 x etp 2 > the 8 ranks of a stage
+        ((SMALL_MOE, 8, 1024, 64), "experts"),  # ep 4 does not divide 6 experts
+        ((SMALL_MOE, 8, 1024, 64), "etp_ffn"),  # etp 8 does not divide expert_ffn 36
+        ((SMALL, 16, 1024, 64), "cp_a2a"),  # tp 4: 2 heads per rank; cp 4 does not divide them
         ((SMALL, 8, 1024, 4), "batch_small"),
         ((SMALL, 8, 1024, 12), "batch_divide"),
         ((SMALL, 8, 1024, 8), "schedule"),  # dualpipev needs m >= 2pp
@@ -66,3 +70,8 @@ def test_admissibility_rules_match_the_generators(name):
                 except ShardwiseError:
                     ok = False
                 assert bool(schedule_info(name).admits(np.array([pp]), np.array([m]), np.array([v]))[0]) == ok, (name, pp, m, v)
+
+
+def test_every_layout_rejected_leaves_no_plan_and_counts_them_all():
+    c, counts = rejected(SMALL, 16, 1024, 64, fixed={"tp": 16}, max_tp=16)  # 8 heads: tp 16 never divides them
+    assert len(c) == 0 and counts[REASONS["heads"]] == c.considered > 0

@@ -30,7 +30,12 @@ def plan_cmd(
     schedules: list[str] = typer.Option(None, "--schedules", help="Schedules to search (comma-separated)."),
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     tokens: float = typer.Option(None, "--tokens", help="Tokens to train: adds days and dollars."),
-    precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
+    precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp4 | fp32; fp8 and fp4 search their "
+                                  "scaling recipes (those the GPU runs)."),
+    fp8_recipes: list[str] = typer.Option(None, "--fp8-recipes", help="Recipes an fp8/fp4 search tries (comma-separated): "
+                                          "tensorwise, rowwise, blockwise, mxfp8, delayed; nvfp4, mxfp4. Default: all."),
+    moe_dispatchers: list[str] = typer.Option(None, "--moe-dispatchers", help="MoE token dispatchers to try "
+                                              "(comma-separated): alltoall, allgather, deepep. Default: the job's."),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the Pareto-front plot (PNG/SVG)."),
     exact_budget: int = typer.Option(None, "--exact-budget", help="Most exact estimates per GPU type (default 128; on a "
@@ -48,8 +53,8 @@ def plan_cmd(
                                "--global-batch default to 2048 and 16."),
     max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest count tried when looking for the smallest that fits."),
 ) -> None:
-    """Search every valid TP/PP/VPP/DP/CP/EP/ZeRO/SP/recompute/micro-batch/schedule plan and rank them.
-    Each plan says which engines run it as is.
+    """Search every valid TP/PP/VPP/DP/CP (and its scheme)/EP/ETP/ZeRO/SP/recompute/micro-batch/schedule plan
+    (and, with --precision fp8 or fp4, scaling recipe) and rank them. Each plan says which engines run it as is.
 
     Examples:
 
@@ -58,6 +63,8 @@ def plan_cmd(
       shardwise train plan --model llama-3.1-8b --gpu h100,a100-80gb --gpus 64 --seq-len 4096 --global-batch 256 --objective cost
 
       shardwise train plan job.yaml --runnable-on megatron --format json > plans.json
+
+      shardwise train plan --model deepseek-v3 --gpu h100 --gpus 1024 --seq-len 4096 --global-batch 4096 --precision fp8
 
       shardwise train plan --model llama-3.1-70b --method qlora --gpu l40s --tokens 1e8
     """
@@ -82,7 +89,8 @@ def plan_cmd(
         if isinstance(doc, dict) and isinstance(doc.get("cluster"), dict) and "groups" in doc["cluster"]:
             _hetero_plan(doc, objective, top, exact_budget, format, gpu=gpu, gpus=gpus, model=model, seq_len=seq_len,
                          global_batch=global_batch, runnable_on=runnable_on, export=export, plot=plot,
-                         schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress)
+                         schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress, fp8_recipes=fp8_recipes,
+                         moe_dispatchers=moe_dispatchers)
             return
     verdicts = None
     if doc is None and gpus is None and method in ("lora", "qlora"):
@@ -90,7 +98,8 @@ def plan_cmd(
     inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
     progress = format is Format.table and not no_progress
     results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
-                                     runnable_on=parse_engines(runnable_on) or parse_engines(export))
+                                     runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes,
+                                     moe_dispatchers=moe_dispatchers)
     spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
     note = runnability_note(best, spec, training)

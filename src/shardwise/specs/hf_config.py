@@ -2,10 +2,20 @@
 
 Field names follow the transformers configuration classes of each family: Llama/Mistral/Qwen2
 (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``,
-``intermediate_size``), Mixtral (``num_local_experts``, ``num_experts_per_tok``), Qwen2-MoE
-(``num_experts``, ``moe_intermediate_size``, ``shared_expert_intermediate_size``), GPT-2 (``n_embd``,
-``n_layer``, ``n_head``, ``n_inner``, ``n_positions``), GPT-NeoX (``use_parallel_residual``, untied) and
-DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``, MLA ranks).
+``intermediate_size``), Mixtral (``num_local_experts``, ``num_experts_per_tok``), Qwen2-MoE and
+Qwen3-MoE (``num_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
+``shared_expert_intermediate_size`` (Qwen2-MoE's one shared expert, in units of the routed expert size),
+``decoder_sparse_step`` and ``mlp_only_layers`` (which layers are MoE), ``norm_topk_prob`` (routing only,
+no parameters)), Llama 4 (the language model's fields nested in ``text_config``; ``num_local_experts``,
+``interleave_moe_layer_step`` or ``moe_layers``, ``intermediate_size`` for the experts and the shared
+expert, ``intermediate_size_mlp`` for the dense layers), GPT-2 (``n_embd``, ``n_layer``, ``n_head``,
+``n_inner``, ``n_positions``), GPT-NeoX (``use_parallel_residual``, untied) and DeepSeek-V2/V3
+(``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``, MLA ranks).
+
+Where an MoE model's dense layers sit among its MoE layers (every ``decoder_sparse_step``-th or
+``interleave_moe_layer_step``-th layer is MoE), the spec keeps their count (``dense_layers``, placed
+first by :mod:`shardwise.train.stages`): parameter counts are exact, pipeline stage contents approximate.
+Qwen2-MoE's shared-expert gate (``hidden_size`` weights per layer) is not counted (under 1e-5 of the model).
 
 A key the config leaves out takes its architecture's default (:data:`ARCHITECTURE_DEFAULTS`), as
 transformers would when it builds the model. A model may also be named by its Hugging Face id when
@@ -43,6 +53,10 @@ ARCHITECTURE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": {"tie_word_embeddings": True, "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 9216},
     "gpt2": {"tie_word_embeddings": True, "n_positions": 1024, "n_inner": None},
     "gpt_neox": {"tie_word_embeddings": False, "intermediate_size": 24576},
+    "qwen3_moe": {"tie_word_embeddings": False, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
+                  "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+    "llama4_text": {"tie_word_embeddings": False, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+                    "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1},
     "deepseek_v3": {"tie_word_embeddings": False, "num_key_value_heads": 128, "intermediate_size": 18432,
                     "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
                     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512,
@@ -52,8 +66,25 @@ ARCHITECTURE_DEFAULTS: dict[str, dict[str, Any]] = {
 
 #: families whose MLP is gated (``down_proj(act(gate_proj(x)) * up_proj(x))`` in transformers'
 #: ``modeling_<type>.py``) whatever the activation is called (Gemma's config says "gelu")
-GATED_MLP = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "gemma2", "deepseek_v2",
-                       "deepseek_v3"})
+GATED_MLP = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama4_text", "gemma",
+                       "gemma2", "deepseek_v2", "deepseek_v3"})
+
+
+def language_model(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The language model's fields: a multimodal config (Llama 4: ``model_type`` llama4) nests them in
+    ``text_config`` (transformers' Llama4Config); the outer name is kept when the inner one has none."""
+    text = cfg.get("text_config")
+    if text is None:
+        return cfg
+    if not isinstance(text, dict):
+        raise ShardwiseError(f"{path}: config.json text_config must be a mapping of the language model's fields, "
+                             f"got {type(text).__name__}")
+    inner = dict(text)
+    outer_type = str(cfg.get("model_type", "")).lower()
+    inner.setdefault("model_type", f"{outer_type}_text" if outer_type == "llama4" else outer_type)
+    if "_name_or_path" in cfg:
+        inner.setdefault("_name_or_path", cfg["_name_or_path"])
+    return inner
 
 
 def with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +115,7 @@ def spec_from_hf_dict(cfg: dict[str, Any], path: Path, name: str | None = None) 
     if not isinstance(cfg, dict):
         raise ShardwiseError(f"{path}: config.json must hold a JSON object, got {type(cfg).__name__}")
     try:
-        return _translate(with_defaults(cfg), path, name)
+        return _translate(with_defaults(language_model(cfg, path)), path, name)
     except ShardwiseError:
         raise
     except (TypeError, ValueError) as exc:  # e.g. "hidden_size": "4k" or {}
@@ -122,15 +153,7 @@ def _translate(cfg: dict[str, Any], path: Path, name: str | None) -> ModelSpec:
         spec["qkv_bias"] = True
     experts = _first(cfg, "num_local_experts", "n_routed_experts", "num_experts")
     if experts:
-        spec["experts"] = experts
-        spec["top_k"] = _require(cfg, path, "num_experts_per_tok", "moe_top_k", "top_k")
-        spec["expert_ffn"] = _first(cfg, "moe_intermediate_size", default=spec["ffn"])
-        shared = cfg.get("n_shared_experts") or 0
-        if not shared and cfg.get("shared_expert_intermediate_size"):
-            # Qwen2-MoE: one shared expert of its own size, expressed in expert_ffn units.
-            shared = max(1, round(cfg["shared_expert_intermediate_size"] / spec["expert_ffn"]))
-        spec["shared_experts"] = shared
-        spec["dense_layers"] = cfg.get("first_k_dense_replace") or 0
+        spec.update(_moe_fields(cfg, path, spec, experts, model_type))
     if cfg.get("kv_lora_rank"):
         rope = _require(cfg, path, "qk_rope_head_dim")
         nope = _require(cfg, path, "qk_nope_head_dim")
@@ -142,6 +165,69 @@ def _translate(cfg: dict[str, Any], path: Path, name: str | None) -> ModelSpec:
             v_head_dim=_first(cfg, "v_head_dim", default=rope + nope),
         )
     return from_mapping(spec, where=str(path))
+
+
+def _count(cfg: dict[str, Any], path: Path, key: str, low: int = 1) -> int:
+    """An integer field >= `low` (bools are not counts)."""
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ShardwiseError(f"{path}: config.json {key} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def moe_layer_count(cfg: dict[str, Any], path: Path, layers: int) -> int:
+    """How many of the `layers` are MoE layers: Llama 4's ``moe_layers`` list or every
+    ``interleave_moe_layer_step``-th layer (transformers' Llama4TextConfig: layers step-1, 2*step-1, ...);
+    Qwen2/3-MoE's every ``decoder_sparse_step``-th layer less ``mlp_only_layers`` (Qwen2MoeDecoderLayer:
+    MoE where ``(i + 1) % decoder_sparse_step == 0`` and i is not an MLP-only layer); else all, less
+    DeepSeek's ``first_k_dense_replace`` leading dense layers."""
+    if cfg.get("moe_layers") is not None:
+        listed = cfg["moe_layers"]
+        if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers for i in listed):
+            raise ShardwiseError(f"{path}: config.json moe_layers must list layer indices in 0..{layers - 1}")
+        return len(set(listed))
+    if cfg.get("interleave_moe_layer_step") is not None:
+        return layers // _count(cfg, path, "interleave_moe_layer_step")
+    if cfg.get("decoder_sparse_step") is not None or cfg.get("mlp_only_layers") is not None:
+        step = _count(cfg, path, "decoder_sparse_step") if cfg.get("decoder_sparse_step") is not None else 1
+        dense_only = cfg.get("mlp_only_layers") or []
+        if not isinstance(dense_only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
+                                                   for i in dense_only):
+            raise ShardwiseError(f"{path}: config.json mlp_only_layers must list layer indices in 0..{layers - 1}")
+        return sum(1 for i in range(layers) if (i + 1) % step == 0 and i not in set(dense_only))
+    first = cfg.get("first_k_dense_replace") or 0
+    return layers - (_count(cfg, path, "first_k_dense_replace", 0) if first else 0)
+
+
+def _moe_fields(cfg: dict[str, Any], path: Path, spec: dict[str, Any], experts: Any, model_type: str) -> dict[str, Any]:
+    """The ModelSpec MoE fields of a config with experts (field names in the module docstring)."""
+    out: dict[str, Any] = {"experts": experts, "top_k": _require(cfg, path, "num_experts_per_tok", "moe_top_k", "top_k")}
+    if cfg.get("norm_topk_prob") is not None and not isinstance(cfg["norm_topk_prob"], bool):
+        raise ShardwiseError(f"{path}: config.json norm_topk_prob must be true or false, got {cfg['norm_topk_prob']!r}")
+    if model_type == "llama4_text":
+        # Llama4TextMoe: routed experts and one shared expert of intermediate_size; dense layers of intermediate_size_mlp.
+        out["expert_ffn"] = _require(cfg, path, "intermediate_size")
+        spec["ffn"] = _first(cfg, "intermediate_size_mlp", default=spec["ffn"])
+        shared = 1
+    else:
+        out["expert_ffn"] = _first(cfg, "moe_intermediate_size", default=spec["ffn"])
+        shared = cfg.get("n_shared_experts") or 0
+        size = cfg.get("shared_expert_intermediate_size")
+        if not shared and size:
+            # Qwen2-MoE: one shared expert of its own size, expressed in expert_ffn units.
+            shared, rest = divmod(size, out["expert_ffn"])
+            if rest or not shared:
+                raise ShardwiseError(f"{path}: config.json shared_expert_intermediate_size {size} is not a whole multiple of "
+                                     f"moe_intermediate_size {out['expert_ffn']} (the spec counts shared experts in "
+                                     "expert-size units); give a mapping with shared_experts instead")
+    out["shared_experts"] = shared
+    layers = _count(spec, path, "layers")
+    moe_layers = moe_layer_count(cfg, path, layers)
+    if moe_layers < 1:
+        raise ShardwiseError(f"{path}: config.json makes no layer an MoE layer (decoder_sparse_step, mlp_only_layers, "
+                             "interleave_moe_layer_step or moe_layers); check those fields")
+    out["dense_layers"] = layers - moe_layers
+    return out
 
 
 def from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:

@@ -9,7 +9,7 @@ is timed (the estimate simulates the schedule; the screen uses closed forms). Ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -73,14 +73,16 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
     tokens = micro_batch * seq / cp
     groups = groups or layer_groups(cluster, tp, cp, ep)
     mc = moe_consts or MoeConstants()
-    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp)
+    # Dense blocks do not talk over the expert groups: one cache entry serves every ep and etp.
+    dense_groups = replace(groups, ep=1, etp=0, ep_tier=groups.tp_tier)
+    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups, stack, ab, lowp)
     moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc)
            if model.is_moe else dense)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab)
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab) if model.is_moe else act_dense
     kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
     full = recompute == "full"
-    emb, head = embedding(model, tokens, sp, dev, groups, ab), lm_head(model, tokens, sp, dev, groups, stack, ab)
+    emb, head = embedding(model, tokens, sp, dev, dense_groups, ab), lm_head(model, tokens, sp, dev, dense_groups, stack, ab)
     act_recompute = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0
     lora = training.adapter
     if lora is not None:  # frozen base + adapters (dense models only: LoraSpec.shapes)

@@ -126,6 +126,10 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     if model.is_moe:
         notes.append(f"MoE routing: {training.moe.assumption()}; {training.moe.dispatcher} dispatch over ep {ep}, "
                      f"expert all-to-all {e_ep:.3g} s per step (exposed)")
+        if plan.expert_tp != tp:
+            notes.append(f"etp {plan.expert_tp} != tp {tp}: expert GEMMs and dispatch use etp; expert weights, gradients and "
+                         "their data-parallel group are counted as split over tp (the calibrated model), so memory is "
+                         f"{'under' if plan.expert_tp < tp else 'over'}estimated")
     if training.low_precision:
         notes.append(f"MFU and HFU are against the BF16 peak ({peak / 1e12:.0f} TFLOP/s); {lowp.recipe} {training.precision} "
                      "GEMMs run the block linears, attention and the LM head stay in BF16")
@@ -169,4 +173,6 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         error_band=error_band(gpu.name, training.framework),
         memory_per_rank=tuple(x[0] for x in ranks),
         pipeline_inputs=timing.inputs,
+        fp8_recipe=lowp.recipe if lowp.active else None,
+        moe_dispatcher=training.moe.dispatcher if model.is_moe else None,
     )

@@ -93,9 +93,13 @@ def _flag_errors(exc: ValidationError) -> str:
 
 def run_plan(inputs: PlanInputs, objective: str = "throughput", top: int = 5, schedules: str | list[str] | None = None,
              max_memory_gib: float | None = None, exact_budget: int = 128, progress: bool | Progress = False,
-             runnable_on: tuple[str, ...] = ()) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
-    """Search every GPU type of `inputs` (see :func:`shardwise.train.planner.plan_across_gpus`)."""
+             runnable_on: tuple[str, ...] = (), fp8_recipes: str | list[str] | None = None,
+             moe_dispatchers: str | list[str] | None = None) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
+    """Search every GPU type of `inputs` (see :func:`shardwise.train.planner.plan_across_gpus`);
+    `fp8_recipes` (comma-separated) limits the recipes an fp8/fp4 job searches (default: all),
+    `moe_dispatchers` lists the MoE token dispatchers to try (default: the job's)."""
     names = tuple(split_list(schedules)) or None  # None: the schedules the planner searches by default
     return plan_across_gpus(inputs.model, inputs.clusters, inputs.training, objective, top_k=top, schedules=names,
                             fixed=inputs.fixed, max_memory_gib=max_memory_gib, progress=progress, max_exact=exact_budget,
-                            runnable_on=runnable_on)
+                            runnable_on=runnable_on, recipes=tuple(split_list(fp8_recipes)) or None,
+                            dispatchers=tuple(split_list(moe_dispatchers)) or None)

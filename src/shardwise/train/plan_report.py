@@ -14,7 +14,7 @@ from shardwise.engines.support import ENGINES, Verdict, verdicts
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
-from shardwise.train.planner import PlanResult
+from shardwise.train.planner import PlanResult, searched_fields
 from shardwise.train.result import GIB, Estimate
 
 #: Short engine names for the table's "runs on" column.
@@ -38,10 +38,15 @@ def job_mapping(e: Estimate, model: ModelSpec, training: TrainingSpec, clusters:
 
     cluster = next(c for c in clusters if c.gpu.name == e.gpu)
     ref: Any = model.name if model.name in preset_names() else model.model_dump(exclude_defaults=True)
+    train = training.model_dump(exclude_none=True)
+    if e.fp8_recipe is not None:  # the recipe the search chose
+        train["fp8_recipe"] = e.fp8_recipe
+    if e.moe_dispatcher is not None and e.moe_dispatcher != training.moe.dispatcher:  # the dispatcher it chose
+        train["moe"] = {**train.get("moe", {}), "dispatcher": e.moe_dispatcher}
     return {
         "model": ref,
         "cluster": {"gpu": e.gpu, "gpus": e.num_gpus, "gpus_per_node": cluster.gpus_per_node},
-        "training": training.model_dump(exclude_none=True),
+        "training": train,
         "parallel": dict(e.plan),
     }
 
@@ -86,12 +91,24 @@ def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fr
             "notes": [note] if note else []}
 
 
-def plan_label(p: dict[str, Any]) -> str:
+def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
+    """A plan in one line (`recipe`: the low-precision recipe, or the plan's `fp8_recipe`; a dispatcher
+    other than alltoall is named)."""
     parts = [f"tp{p['tp']}", f"pp{p['pp']}"]
     if p["vpp"] > 1:
         parts.append(f"v{p['vpp']}")
     parts.append(f"dp{p['dp']}")
-    parts += [f"{k}{p[k]}" for k in ("cp", "ep") if p[k] > 1]
+    if p["cp"] > 1:
+        parts.append(f"cp{p['cp']}" + (f"/{p['cp_comm']}" if p.get("cp_comm", "p2p") != "p2p" else ""))
+    if p["ep"] > 1:
+        parts.append(f"ep{p['ep']}")
+    if p.get("etp") is not None and p["etp"] != p["tp"]:
+        parts.append(f"etp{p['etp']}")
+    recipe = recipe or p.get("fp8_recipe")
+    if recipe:
+        parts.append(recipe)
+    if p.get("moe_dispatcher", "alltoall") != "alltoall":
+        parts.append(p["moe_dispatcher"])
     parts += [f"z{p['zero']}", f"mb{p['micro_batch']}", p["schedule"]]
     if p["recompute"] != "none":
         parts.append(f"rc={p['recompute']}")
@@ -117,7 +134,7 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
         t.add_column("runs on", justify="left")
     for rank, e in enumerate(top, 1):
         row = [str(rank)] + ([e.gpu] if multi else []) + [
-            plan_label(e.plan), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
+            plan_label(searched_fields(e)), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
             f"{e.peak_memory_gib:.1f}", f"{e.time_s.bubble:.3f}",
         ]
         if e.days_to_train is not None:

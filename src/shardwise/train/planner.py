@@ -2,9 +2,13 @@
 
 Three stages (deterministic: ties break on enumeration order):
 1. enumerate every distinct plan and drop those that cannot run, counted by reason
-   (:mod:`shardwise.train.search_space`);
+   (:mod:`shardwise.train.search_space`), and those whose recipe another recipe beats on every term
+   (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed) or whose etp, cp_comm,
+   recipe or dispatcher another choice beats on every layer (:func:`shardwise.train.screen.dominated`);
 2. screen all of them at once with numpy (:mod:`shardwise.train.screen`): a lower bound and an
-   approximation of the step time, and the peak memory; drop plans that do not fit;
+   approximation of the step time, and the peak memory; drop plans that do not fit (with etp < tp,
+   counting also the expert states the calibrated estimate splits over tp rather than etp:
+   :func:`shardwise.train.screen.expert_state_gap_bytes`);
 3. run the exact estimate (with the schedule simulator) in order of the approximation, keeping the
    best K, and stop as soon as no remaining plan can beat the K-th best exact time: neither its lower
    bound nor APPROX_TRUST of its approximation. The lower bound is a bound; the APPROX_TRUST rule is a
@@ -33,7 +37,7 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import screen
+from shardwise.train.screen import dominated, dominated_recipes, layer_table, screen
 from shardwise.train.search_space import REASONS, Candidates, enumerate_plans
 
 if TYPE_CHECKING:
@@ -87,7 +91,14 @@ class PlanResult:
 
 def job_from_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any],
                   extra: dict[str, Any] | None = None) -> TrainJob:
-    """The job that runs one enumerated plan (`plan`: the candidates' fields; `extra`: fixed plan fields)."""
+    """The job that runs one enumerated plan (`plan`: the candidates' fields, with the training fields a
+    search chooses as `fp8_recipe` and `moe_dispatcher`; `extra`: fixed plan fields)."""
+    plan = dict(plan)
+    recipe, dispatcher = plan.pop("fp8_recipe", None), plan.pop("moe_dispatcher", None)
+    if recipe is not None and recipe != training.fp8_recipe:
+        training = training.model_copy(update={"fp8_recipe": recipe})
+    if dispatcher is not None and dispatcher != training.moe.dispatcher:
+        training = training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": dispatcher})})
     return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **(extra or {})), name=model.name)
 
 
@@ -111,10 +122,14 @@ def plan_search(
     max_exact: int = 128,
     progress: bool | Progress = False,
     runnable_on: tuple[str, ...] = (),
+    recipes: tuple[str, ...] | None = None,
+    dispatchers: tuple[str, ...] | None = None,
 ) -> PlanResult:
     """Search the plan space on one cluster (see the module docstring); `runnable_on` keeps only the
-    plans one of these engines runs as is (:mod:`shardwise.engines.support`). `progress`: True draws a
-    progress bar on the terminal; a callable receives (message, fraction done) as the search goes."""
+    plans one of these engines runs as is (:mod:`shardwise.engines.support`); `recipes` limits the
+    low-precision recipes an fp8/fp4 job searches (default: all of its precision), `dispatchers` the MoE
+    token dispatchers (default: the job's). `progress`: True draws
+    a progress bar on the terminal; a callable receives (message, fraction done) as the search goes."""
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if top_k < 1:
@@ -128,19 +143,28 @@ def plan_search(
     fixed.pop("dp", None)
     t0 = time.perf_counter()
     cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
-                            runnable_on=runnable_on)
+                            runnable_on=runnable_on, recipes=recipes, dispatchers=dispatchers)
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))
     if callable(progress):
         progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
-    scr = screen(cands, model, cluster, training, constants, extra.get("flash_attention", True), extra.get("overlap_grad_reduce", True))
+    flash = extra.get("flash_attention", True)
+    cands.keep(~np.isin(cands["rcp"], dominated_recipes(cands, cluster, training, constants)), "dominated")
+    table = layer_table(cands, model, cluster, training, constants, flash)
+    faster = ~dominated(cands, table)
+    cands.keep(faster, "dominated")
+    scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster))
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
-    cands.keep(scr["memory_bytes"] <= capacity, "memory")
-    scr = {k: v[scr["memory_bytes"] <= capacity] for k, v in scr.items()}
+    fits = scr["memory_bytes"] <= capacity
+    cands.keep(fits, "memory")
+    scr = {k: v[fits] for k, v in scr.items()}
+    fits = scr["memory_bytes"] + scr["etp_gap_bytes"] <= capacity
+    cands.keep(fits, "etp_memory")
+    scr = {k: v[fits] for k, v in scr.items()}
     if max_memory_gib is not None:
-        ok = scr["memory_bytes"] <= max_memory_gib * GIB
+        ok = scr["memory_bytes"] + scr["etp_gap_bytes"] <= max_memory_gib * GIB
         cands.keep(ok, "memory_cap")
         scr = {k: v[ok] for k, v in scr.items()}
     feasible = len(cands)
@@ -203,6 +227,9 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
             if not e.fits:
                 cands.rejected[REASONS["memory"]] += 1
                 continue
+            if e.peak_memory_gib * GIB + scr["etp_gap_bytes"][i] > cluster.usable_memory_bytes:
+                cands.rejected[REASONS["etp_memory"]] += 1
+                continue
             score = _score(e, objective)
             item = ((-score[0], -score[1]), -i, e)
             if len(heap) < top_k:
@@ -219,23 +246,34 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
     return ranked, evaluated, notes
 
 
-PLAN_KEYS = ("tp", "pp", "vpp", "cp", "ep", "dp", "zero", "sequence_parallel", "recompute", "micro_batch", "schedule")
+PLAN_KEYS = ("tp", "pp", "vpp", "cp", "cp_comm", "ep", "etp", "dp", "zero", "sequence_parallel", "recompute", "micro_batch",
+             "schedule", "fp8_recipe", "moe_dispatcher")
 
 
 def _key(plan: dict[str, Any]) -> tuple:
-    return tuple(plan[k] for k in PLAN_KEYS)
+    return tuple(plan.get(k) for k in PLAN_KEYS)
+
+
+def searched_fields(e: Estimate) -> dict[str, Any]:
+    """An estimated plan in the fields the search enumerates (the recipe of an fp8/fp4 job and the
+    dispatcher of an MoE model included)."""
+    plan = {k: e.plan[k] for k in PLAN_KEYS if k in e.plan}
+    for key in ("fp8_recipe", "moe_dispatcher"):
+        if getattr(e, key) is not None:
+            plan[key] = getattr(e, key)
+    return plan
 
 
 def _front(cands: Candidates, scr: dict[str, np.ndarray], training: TrainingSpec, n_gpus: int, top: list[Estimate], price: float | None) -> list[dict[str, Any]]:
     """Throughput vs peak-memory Pareto front over every plan that fits. Points carry screen values
     (`exact: false`) except the top-K plans, which carry their exact estimates."""
-    exact = {_key(e.plan): e for e in top}
+    exact = {_key(searched_fields(e)): e for e in top}
     points = {}
     for i in pareto_front(-scr["step_s"], scr["memory_bytes"]).tolist():
         plan = cands.plan_dict(i)
         points[_key(plan)] = _point(plan, float(scr["step_s"][i]), float(scr["memory_bytes"][i] / GIB), training, n_gpus, price, False)
     for key, e in exact.items():
-        points[key] = _point({k: e.plan[k] for k in PLAN_KEYS}, e.step_time_s, e.peak_memory_gib, training, n_gpus, price, True)
+        points[key] = _point(searched_fields(e), e.step_time_s, e.peak_memory_gib, training, n_gpus, price, True)
     pts = list(points.values())
     keep = pareto_front(np.array([-p["step_time_s"] for p in pts]), np.array([p["peak_memory_gib"] for p in pts]))
     return [pts[i] for i in keep]

@@ -85,6 +85,10 @@ class Estimate:
     #: the most MFU can be: the GEMM precision's peak over the peak MFU is reported against (fp8/fp4 runs
     #: report MFU against the BF16 peak, so their MFU may exceed 1)
     mfu_limit: float = 1.0
+    #: the low-precision recipe the block GEMMs ran (None: 16-bit GEMMs)
+    fp8_recipe: str | None = None
+    #: the MoE token dispatcher (None: a dense model)
+    moe_dispatcher: str | None = None
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
@@ -118,6 +122,8 @@ class Estimate:
             "gpu": self.gpu,
             "num_gpus": self.num_gpus,
             "plan": self.plan,
+            "fp8_recipe": self.fp8_recipe,
+            "moe_dispatcher": self.moe_dispatcher,
             "microbatches": self.microbatches,
             "step_time_s": self.step_time_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,

@@ -2,7 +2,7 @@
 an approximation of the peak memory per GPU, for ranking plans before the exact estimate.
 
 Per-layer costs come from the same cached functions the exact estimate uses (:mod:`shardwise.cost.layer`,
-one call per distinct (tp, cp, ep, sp, recompute, micro-batch)); stage contents and stage-to-rank maps
+one call per distinct (tp, cp, cp_comm, ep, etp, sp, recompute, micro-batch, recipe)); stage contents and stage-to-rank maps
 from :mod:`shardwise.train.stages` and the schedule's placement; communication exposure, model states
 and data-parallel time from the same array-friendly functions as the estimate. What differs is the
 pipeline: instead of simulating,
@@ -21,6 +21,7 @@ their sources in :mod:`shardwise.pipeline.registry`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
 
@@ -29,7 +30,7 @@ import numpy as np
 from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.lowp import job_device
+from shardwise.cost.lowp import device, job_device, low_precision
 from shardwise.cost.layer import PassCost
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
@@ -39,8 +40,8 @@ from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
-from shardwise.train.assembly import blocks, boundary_p2p_s, rank_tail
-from shardwise.train.search_space import RECOMPUTE, Candidates
+from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail
+from shardwise.train.search_space import CP_COMMS, RECOMPUTE, Candidates, unique_rows
 from shardwise.train.stages import stage_contents, stage_params
 
 FIELDS = [f for f in PassCost.__dataclass_fields__]
@@ -69,6 +70,143 @@ def rank_layout(model: ModelSpec, pp: int, vpp: int, schedule: str, tp: int, ep:
     return counts, params, first, s2r[-1]
 
 
+def _stack_and_devices(c: Candidates, cluster: Cluster, training: TrainingSpec, consts: Constants):
+    """The job's software stack and, per searched recipe, its (device model, LowPrecision)."""
+    gpu = cluster.gpu
+    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
+    kernel = attention_kernel(training, stack)
+    if c.recipes == ("none",):
+        return stack, [job_device(gpu, training, consts, stack, kernel)]
+    lowps = [low_precision(training, stack, gpu, r) for r in c.recipes]
+    return stack, [(device(gpu, training, consts, stack, kernel, lp), lp) for lp in lowps]
+
+
+#: the fields that fix one layer's costs (:func:`layer_table`), in key order
+LAYER_KEY = ("tp", "cp", "cpc", "ep", "etp", "sp", "rc", "mb", "rcp", "disp")
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """Per-block costs of every distinct layer key of a candidate set: `keys` (one row per key, fields
+    LAYER_KEY), `inv` (each plan's key), `fiw` ((4 blocks: dense, MoE, embedding, LM head) x (F, I, W)
+    exposed seconds x keys), `act` (keys x (dense, MoE, embedding, output, recompute) bytes) and `tail`
+    (keys x what the recipe adds to a rank's step and memory: per-step weight-cast bytes and kernels per
+    element, ZeRO-3 gather bytes and kept low-precision copy bytes per weight)."""
+
+    keys: np.ndarray
+    inv: np.ndarray
+    fiw: np.ndarray
+    act: np.ndarray
+    tail: np.ndarray
+
+    def subset(self, mask: np.ndarray) -> LayerTable:
+        """The table of the plans where `mask` is true (as :meth:`Candidates.keep` keeps them)."""
+        return LayerTable(self.keys, self.inv[mask], self.fiw, self.act, self.tail)
+
+
+def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None,
+                flash_attention: bool = True) -> LayerTable:
+    """The per-layer costs of the candidates: :func:`shardwise.train.assembly.blocks` once per distinct
+    (tp, cp, cp_comm, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher)."""
+    consts = constants or default_constants()
+    stack, recipes = _stack_and_devices(c, cluster, training, consts)
+    sp = ((c["sp"] == 1) & (c["tp"] > 1)).astype(np.int64)
+    uniq, inv = unique_rows([sp if k == "sp" else c[k] for k in LAYER_KEY])
+
+    @lru_cache(maxsize=None)
+    def groups_of(tp, cp, cpc, ep, etp):
+        scheme = CP_COMMS[cpc]
+        return layer_groups(cluster, tp, cp, ep, etp, scheme, cp if scheme == "a2a" else 1)
+
+    routed = [training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": d})}) for d in c.dispatchers]
+
+    def key_blocks(tp, cp, cpc, ep, etp, sp_, rc, mb, rcp, disp):
+        dev, lowp = recipes[rcp]
+        groups = groups_of(tp, cp, cpc, ep, etp)
+        return blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
+                      flash_attention, mb, lowp, groups, consts.moe)
+
+    per_key = [key_blocks(*k) for k in uniq.tolist()]
+    parts = ([b.dense for b in per_key], [b.moe for b in per_key], [b.embedding for b in per_key], [b.head for b in per_key])
+    fiw = np.stack([np.stack(exposed_layer_comm(_stack(x), stack.tp_comm_overlap)[:3]) for x in parts]) if per_key else np.zeros((4, 3, 0))
+    act = np.array([(b.act_dense, b.act_moe, b.act_embedding, b.act_output, b.act_recompute) for b in per_key]).reshape(-1, 5)
+    tails = np.array([(lp.cast_bytes * lp.weights_per_step, lp.cast_kernels * lp.weights_per_step, lp.gather_bytes,
+                       lp.weight_copy_bytes) for _, lp in recipes])
+    return LayerTable(uniq, inv, fiw, act, tails[uniq[:, LAYER_KEY.index("rcp")]].reshape(-1, 4))
+
+
+#: the choices :func:`dominated` compares (the rest of a layer key stays the same)
+CHOICES = ("etp", "cpc", "rcp", "disp")
+
+
+def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
+    """Per plan: True where another etp / cp_comm / recipe / dispatcher choice of the same plan costs no more on every
+    count the screen and the estimate sum (F, I and W of each block, exposed communication included,
+    activation bytes, the recipe's step and memory terms, and the expert states the planner adds for
+    etp < tp) and is valid wherever this one is (an etp no larger: ep x etp still divides the stage's
+    ranks). The plan then cannot be faster than the one that
+    dominates it, save through the data-parallel overlap window its slower backward widens."""
+    keys = table.keys
+    tp, etp = keys[:, LAYER_KEY.index("tp")], keys[:, LAYER_KEY.index("etp")]
+    held = np.maximum(tp / etp - 1.0, 0.0)[:, None]  # expert states the planner adds when etp < tp (expert_state_gap_bytes)
+    cost = np.hstack([table.fiw.reshape(12, -1).T, table.act, table.tail, held])
+    cols = [LAYER_KEY.index(k) for k in CHOICES]
+    bases, base_of = unique_rows([keys[:, j] for j in range(len(LAYER_KEY)) if j not in cols])
+    choice = keys[:, cols]
+    order = np.argsort(base_of, kind="stable")
+    bounds = np.searchsorted(base_of[order], np.arange(len(bases) + 1))
+    out = np.zeros(len(keys), dtype=bool)
+    for b in range(len(bases)):
+        opts = order[bounds[b]:bounds[b + 1]]
+        if len(opts) < 2:
+            continue
+        x, ch = cost[opts], choice[opts]
+        no_worse = (x[:, None, :] <= x[None, :, :]).all(axis=2)  # [a, b]: a costs no more than b on every count
+        better = (x[:, None, :] < x[None, :, :]).any(axis=2)
+        rank = np.lexsort(ch.T[::-1]).argsort()  # ties: keep the first in (etp, cp_comm, recipe, dispatcher) order
+        dom = no_worse & (ch[:, None, 0] <= ch[None, :, 0]) & (better | (rank[:, None] < rank[None, :]))
+        np.fill_diagonal(dom, False)
+        out[opts] = dom.any(axis=0)
+    return out[table.inv]
+
+
+def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None) -> list[int]:
+    """Indices of the searched recipes another recipe beats on every term a recipe sets, so on every plan,
+    without costing any layer: no slower low-precision GEMMs (rate), no more bytes per operand, per cast
+    element or per ZeRO-3 gathered weight, no more cast kernels or kept weight-copy bytes, and weights
+    cast as often (once per step, or at every forward). Every cost the estimate sums grows with each of
+    these terms (:mod:`shardwise.cost.lowp`, :meth:`shardwise.cost.device.Device.gemm_s`); ties keep the
+    first recipe in search order. Only recipes some candidate still uses are compared."""
+    if c.recipes == ("none",) or len(c.recipes) < 2:
+        return []
+    _, devices = _stack_and_devices(c, cluster, training, constants or default_constants())
+    terms = np.array([(1.0 / dev.lowp_flops, dev.lowp_bytes, lp.cast_bytes, lp.cast_kernels, lp.gather_bytes, lp.weight_copy_bytes)
+                      for dev, lp in devices])
+    per_step = np.array([lp.weights_per_step for _, lp in devices])
+    present = sorted(set(c["rcp"].tolist()))  # a recipe the GPU cannot run dominates nothing
+    out = []
+    for b in present:
+        for a in present:
+            no_worse = a != b and per_step[a] == per_step[b] and bool((terms[a] <= terms[b]).all())
+            if no_worse and (bool((terms[a] < terms[b]).any()) or a < b):
+                out.append(b)
+                break
+    return out
+
+
+def expert_state_gap_bytes(model: ModelSpec, training: TrainingSpec, rank_params: np.ndarray, tp: int, etp, zero):
+    """Bytes per GPU of expert weights (unless ZeRO-3 shards them) and gradients (unless ZeRO-2/3 does)
+    that the calibrated estimate leaves out when etp < tp: it splits each rank's expert parameters over
+    tp, a folded layout over etp, so a rank holds tp/etp times as many (Liu et al. 2025, MoE Parallel
+    Folding). The planner adds this bound (the largest rank's expert parameters, `rank_params[:, 1]`
+    as :func:`rank_layout` gives them) to the peak it checks against the memory; 0 when etp >= tp."""
+    etp, zero = np.asarray(etp), np.asarray(zero)
+    if not model.is_moe:
+        return np.zeros(np.shape(etp))
+    per_param = training.weight_bytes * (zero < 3) + training.grad_bytes * (zero < 2)
+    return float(rank_params[:, 1].max()) * np.maximum(tp / etp - 1.0, 0.0) * per_param
+
+
 def screen(
     c: Candidates,
     model: ModelSpec,
@@ -77,40 +215,33 @@ def screen(
     constants: Constants | None = None,
     flash_attention: bool = True,
     overlap_grad_reduce: bool = True,
+    table: LayerTable | None = None,
 ) -> dict[str, np.ndarray]:
-    """Arrays (one per plan): step_lb_s, step_s (approximation), memory_bytes (peak per GPU)."""
+    """Arrays (one per plan): step_lb_s, step_s (approximation), memory_bytes (peak per GPU, as the
+    estimate counts it) and etp_gap_bytes (:func:`expert_state_gap_bytes`); `table`: the candidates'
+    :func:`layer_table` when the caller has it."""
     consts = constants or default_constants()
     gpu = cluster.gpu
-    stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
+    stack, recipes = _stack_and_devices(c, cluster, training, consts)
+    table = table or layer_table(c, model, cluster, training, consts, flash_attention)
     n = len(c)
-    sp = (c["sp"] == 1) & (c["tp"] > 1)
-    keys = np.stack([c["tp"], c["cp"], c["ep"], sp.astype(np.int64), c["rc"], c["mb"]], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = inv.ravel()
-    per_key = [blocks(model, training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc], flash_attention, mb, lowp,
-                      moe_consts=consts.moe)
-               for tp, cp, ep, sp_, rc, mb in uniq.tolist()]
-    dense, moe = [b.dense for b in per_key], [b.moe for b in per_key]
-    emb, head = [b.embedding for b in per_key], [b.head for b in per_key]
-    acts = [(b.act_dense, b.act_moe, b.act_embedding, b.act_output, b.act_recompute) for b in per_key]
-    tpo = stack.tp_comm_overlap
-    fiw = [np.stack(exposed_layer_comm(_stack(x), tpo)[:3])[:, inv] for x in (dense, moe, emb, head)]  # 4 x (3, n)
-    act = np.array(acts)[inv]  # (n, 5)
+    fiw = [f[:, table.inv] for f in table.fiw]  # 4 x (3, n)
+    act = table.act[table.inv]  # (n, 5)
 
-    lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
+    lb, approx, mem, gap = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     mc = consts.memory
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
     p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
-    groups_key = np.stack([c["pp"], c["vpp"], c["sched"], c["tp"], c["ep"]], axis=1)
-    gk, ginv = np.unique(groups_key, axis=0, return_inverse=True)
-    ginv = ginv.ravel()
+    gk, ginv = unique_rows([c[k] for k in ("rcp", "pp", "vpp", "sched", "tp", "ep")])
+    by_group = np.argsort(ginv, kind="stable")
+    bounds = np.searchsorted(ginv[by_group], np.arange(len(gk) + 1))
 
     def finish(batch: list) -> None:
         """Data parallelism, optimizer and memory of every (rank kind, plan) of `batch`'s groups at once."""
         r = {k: np.concatenate([grp[6][k] for grp in batch]) for k in batch[0][6]}
         cp, dp = r["cp"], r["dp"]
+        dev, lowp = recipes[batch[0][7]]
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
                          dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
                          p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp)
@@ -118,7 +249,7 @@ def screen(
         states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
         dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
         offset = 0
-        for idx, shape, rank_kind, pipe_lb, pipe, activations, _ in batch:
+        for idx, shape, rank_kind, pipe_lb, pipe, activations, _, _ in batch:
             rows = slice(offset, offset + shape[0] * shape[1])
             offset = rows.stop
             total = states[rows].reshape(shape)[rank_kind] + activations * (1 + mc.fragmentation)
@@ -136,11 +267,12 @@ def screen(
             mem[idx] = np.max(total, axis=0)
 
     groups, pending = [], 0
-    for g, (pp, vpp, si, tp, ep) in enumerate(gk.tolist()):
-        idx = np.nonzero(ginv == g)[0]
+    for g, (rcp, pp, vpp, si, tp, ep) in enumerate(gk.tolist()):
+        idx = by_group[bounds[g]:bounds[g + 1]]
         name = c.schedules[si]
         info = schedule_info(name)
         counts, params, first, last_rank = rank_layout(model, pp, vpp, name, tp, ep)
+        gap[idx] = expert_state_gap_bytes(model, training, params, tp, c["etp"][idx], c["zero"][idx])
         per = [f[:, idx] for f in fiw]  # each (3, k)
         # Per rank per micro-batch F, I, W: counts (pp, 4) against per-block costs (4, 3, k).
         block_fiw = np.stack(per)  # (4, 3, k)
@@ -172,9 +304,9 @@ def screen(
             "p_exp": np.broadcast_to(kinds[:, 5:6], shape), "fwd": kind_fiw[:, 0], "bwd": kind_fiw[:, 1] + kind_fiw[:, 2],
             "layers": np.broadcast_to(kinds[:, :2].sum(axis=1, keepdims=True), shape),
         }
-        groups.append((idx, shape, rank_kind.ravel(), pipe_lb, pipe, activations, {k: np.ravel(v) for k, v in ranks.items()}))
+        groups.append((idx, shape, rank_kind.ravel(), pipe_lb, pipe, activations, {k: np.ravel(v) for k, v in ranks.items()}, rcp))
         pending += shape[0] * shape[1]
-        if pending >= BATCH_ROWS or g == len(gk) - 1:
+        if pending >= BATCH_ROWS or g == len(gk) - 1 or gk[g + 1, 0] != rcp:  # one rank_tail call per recipe
             finish(groups)
             groups, pending = [], 0
-    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}
+    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem, "etp_gap_bytes": gap}

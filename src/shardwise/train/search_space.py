@@ -2,11 +2,16 @@
 the plans that cannot run removed and counted by reason.
 
 Dimensions: tp (powers of two up to a node), pp (divisors of the GPU count), vpp (as each schedule
-admits), cp (powers of two), ep (powers of two dividing the experts), ZeRO 0-3, sequence parallelism
-(only with tp > 1), recompute none/selective/full, micro-batch (powers of two) and schedule. Plans that
-are the same plan under two names are not enumerated twice: sequence parallelism needs tp > 1, with
-pp = 1 every schedule is plain gradient accumulation (kept once, as 1f1b), and with FlashAttention
-selective recompute has nothing left to recompute (kept once, as none).
+admits), cp (powers of two) with its scheme cp_comm (p2p, allgather, a2a), and for MoE models ep
+(powers of two up to the experts) and etp (expert tensor parallelism, powers of two up to tp),
+folded over the tp*cp*dp ranks of a stage (Liu et al. 2025, MoE Parallel Folding), ZeRO 0-3, sequence
+parallelism (only with tp > 1), recompute none/selective/full, micro-batch (powers of two), schedule,
+for fp8/fp4 jobs whose recipe is auto the low-precision recipe (every FP8, or FP4, recipe), and for MoE
+models, when asked, the token dispatcher (alltoall, allgather, deepep).
+Plans that are the same plan under two names are not enumerated twice: sequence parallelism needs
+tp > 1, with pp = 1 every schedule is plain gradient accumulation (kept once, as 1f1b), with
+FlashAttention selective recompute has nothing left to recompute (kept once, as none), and without
+cp the scheme is moot (kept once, as p2p).
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from shardwise.pipeline import resolve, schedule_info
 from shardwise.pipeline.registry import planner_schedules
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import TrainingSpec
+from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, Dispatcher, TrainingSpec
 
 RECOMPUTE = ("none", "selective", "full")
+#: context-parallel schemes the planner searches (a2a+p2p needs a Ulysses size: give it in the job)
+CP_COMMS = ("p2p", "allgather", "a2a")
 VPP_CHOICES = (1, 2, 3, 4, 6, 8)
-FIELDS = ("tp", "pp", "vpp", "cp", "ep", "zero", "sp", "rc", "mb", "sched")
+FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "ep", "etp", "zero", "sp", "rc", "mb", "sched", "rcp", "disp")
+DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 
 REASONS = {
     "heads": "tp does not divide the attention (or KV) heads",
@@ -35,11 +43,16 @@ REASONS = {
     "layers": "more pipeline stages than layers",
     "stages_limit": f"more than {MAX_PIPELINE_STAGES} virtual stages (pp x vpp; Limits in the README)",
     "seq": "cp does not divide the sequence length",
-    "experts": "ep does not divide the experts or dp*cp",
+    "experts": "ep does not divide the experts",
+    "fold": "ep x etp does not divide the tp*cp*dp ranks of a stage (MoE Parallel Folding)",
+    "etp_ffn": "etp does not divide the expert intermediate size",
+    "cp_a2a": "cp_comm a2a needs heads divisible by cp (attention heads per TP rank)",
     "batch_small": "micro-batch x dp exceeds the global batch",
     "batch_divide": "global batch is not a multiple of micro-batch x dp",
     "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
+    "dominated": "another etp / cp_comm / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
     "memory": "out of memory",
+    "etp_memory": "out of memory with etp < tp (expert weights and gradients split over etp, not tp)",
     "memory_cap": "exceeds --max-memory-gib",
 }
 
@@ -54,33 +67,78 @@ def _powers_of_two(limit: int) -> list[int]:
 
 @dataclass
 class Candidates:
-    """Plans as parallel arrays (one element per plan); `schedules[sched]` names the schedule."""
+    """Plans as parallel arrays (one element per plan); `schedules[sched]` names the schedule,
+    `recipes[rcp]` the low-precision recipe ("none": 16-bit GEMMs), `dispatchers[disp]` the MoE token
+    dispatcher (empty for a dense model) and CP_COMMS[cpc] the CP scheme."""
 
     arrays: dict[str, np.ndarray]
     schedules: tuple[str, ...]
     considered: int
     rejected: Counter = field(default_factory=Counter)
+    recipes: tuple[str, ...] = ("none",)
+    dispatchers: tuple[str, ...] = ()
 
     def __len__(self) -> int:
-        return len(self.arrays["tp"])
+        return len(next(iter(self.arrays.values())))
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self.arrays[key]
 
     def keep(self, mask: np.ndarray, reason: str | None = None) -> None:
-        """Drop the plans where `mask` is false, counting them under `reason` (a key of REASONS or a line)."""
-        dropped = int((~mask).sum())
+        """Drop the plans where `mask` is false, counting them under `reason` (a key of REASONS or a line);
+        a row with a `weight` counts as that many plans."""
+        weight = self.arrays.get("weight")
+        dropped = int((~mask).sum() if weight is None else weight[~mask].sum())
         if dropped and reason:
             self.rejected[REASONS.get(reason, reason)] += dropped
         self.arrays = {k: v[mask] for k, v in self.arrays.items()}
 
     def plan_dict(self, i: int) -> dict[str, Any]:
+        """The plan's job-file fields; with a recipe search, also `fp8_recipe`, and for an MoE model
+        `moe_dispatcher` (training fields)."""
         a = {k: int(v[i]) for k, v in self.arrays.items()}
-        return {
-            "tp": a["tp"], "pp": a["pp"], "vpp": a["vpp"], "cp": a["cp"], "ep": a["ep"], "dp": a["dp"],
-            "zero": a["zero"], "sequence_parallel": bool(a["sp"]), "recompute": RECOMPUTE[a["rc"]],
-            "micro_batch": a["mb"], "schedule": self.schedules[a["sched"]],
+        plan = {
+            "tp": a["tp"], "pp": a["pp"], "vpp": a["vpp"], "cp": a["cp"], "cp_comm": CP_COMMS[a["cpc"]], "ep": a["ep"],
+            "etp": a["etp"] if a["etp"] != a["tp"] else None, "dp": a["dp"], "zero": a["zero"],
+            "sequence_parallel": bool(a["sp"]), "recompute": RECOMPUTE[a["rc"]], "micro_batch": a["mb"],
+            "schedule": self.schedules[a["sched"]],
         }
+        if self.recipes != ("none",):
+            plan["fp8_recipe"] = self.recipes[a["rcp"]]
+        if self.dispatchers:
+            plan["moe_dispatcher"] = self.dispatchers[a["disp"]]
+        return plan
+
+
+def searched_recipes(training: TrainingSpec, recipes: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The low-precision recipes a search tries: ("none",) for 16-bit jobs; the job's recipe when it
+    names one; else `recipes` (checked against the precision) or every recipe of the precision."""
+    if not training.low_precision:
+        if recipes:
+            raise ShardwiseError(f"--fp8-recipes: recipes need precision fp8 or fp4 (precision is {training.precision}); "
+                                 "add --precision fp8")
+        return ("none",)
+    if training.fp8_recipe != "auto":
+        return (training.fp8_recipe,)
+    allowed = FP4_RECIPES if training.precision == "fp4" else FP8_RECIPES
+    bad = [r for r in recipes or () if r not in allowed]
+    if bad:
+        raise ShardwiseError(f"--fp8-recipes: {', '.join(bad)} is not a {training.precision} recipe; use some of "
+                             f"{', '.join(allowed)}")
+    return tuple(recipes) if recipes else allowed
+
+
+def searched_dispatchers(model: ModelSpec, training: TrainingSpec, dispatchers: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The MoE token dispatchers a search tries: none for a dense model; `dispatchers` when given, else the
+    job's own (training.moe.dispatcher)."""
+    if not model.is_moe:
+        if dispatchers:
+            raise ShardwiseError(f"--moe-dispatchers: {model.name} is dense (no experts to dispatch to); leave it out")
+        return ()
+    bad = [d for d in dispatchers or () if d not in DISPATCHERS]
+    if bad:
+        raise ShardwiseError(f"--moe-dispatchers: unknown dispatcher {', '.join(bad)}; use some of {', '.join(DISPATCHERS)}")
+    return tuple(dict.fromkeys(dispatchers)) if dispatchers else (training.moe.dispatcher,)
 
 
 def enumerate_plans(
@@ -94,11 +152,15 @@ def enumerate_plans(
     max_micro_batch: int = 8,
     flash_attention: bool = True,
     runnable_on: tuple[str, ...] = (),
+    recipes: tuple[str, ...] | None = None,
+    dispatchers: tuple[str, ...] | None = None,
 ) -> Candidates:
     """All distinct plans, minus those that cannot run (counted by reason); `schedules` defaults to those
     the planner searches by default (:func:`shardwise.pipeline.registry.planner_schedules`); `fixed` pins fields
-    (job-file names: tp, pp, vpp, cp, ep, zero, sequence_parallel, recompute, micro_batch, schedule);
-    `runnable_on` keeps only the plans at least one of these engines runs as is."""
+    (job-file names: tp, pp, vpp, cp, cp_comm, ep, etp, zero, sequence_parallel, recompute, micro_batch,
+    schedule); `runnable_on` keeps only the plans at least one of these engines runs as is; `recipes`
+    limits the low-precision recipes of an fp8/fp4 job (:func:`searched_recipes`), `dispatchers` lists the
+    MoE token dispatchers to try (:func:`searched_dispatchers`)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
     if "schedule" in fixed:
         schedules = (fixed["schedule"],)
@@ -106,20 +168,34 @@ def enumerate_plans(
     if not names:
         raise ShardwiseError("--schedules: give at least one schedule")
     n = cluster.num_gpus
+    recipe_names = searched_recipes(training, recipes)
+    dispatcher_names = searched_dispatchers(model, training, dispatchers)
+    tps = _powers_of_two(max_tp or cluster.gpus_per_node)
     axes: dict[str, list[int]] = {
-        "tp": _powers_of_two(max_tp or cluster.gpus_per_node),
+        "tp": tps,
         "pp": [d for d in range(1, min(n, model.layers + 2) + 1) if n % d == 0],
         "cp": _powers_of_two(min(max_cp, training.seq_len)),
-        "ep": [e for e in _powers_of_two(model.experts) if model.experts % e == 0] if model.is_moe else [1],
+        "cpc": list(range(len(CP_COMMS))),
+        "ep": _powers_of_two(model.experts) if model.is_moe else [1],
+        "etp": tps if model.is_moe else [0],  # up to tp (below); 0: as tp (a dense model has no experts to split)
         "zero": [0, 1, 2, 3],
         "sp": [0, 1],
         "rc": [0, 1, 2],
         "mb": _powers_of_two(max_micro_batch),
+        "rcp": list(range(len(recipe_names))),
+        "disp": list(range(max(1, len(dispatcher_names)))),
     }
     pins = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "zero": "zero", "micro_batch": "mb"}
     for key, axis in pins.items():
         if key in fixed:
             axes[axis] = [int(fixed[key])]
+    if "etp" in fixed and model.is_moe:
+        axes["etp"] = [int(fixed["etp"])]
+    if "cp_comm" in fixed:
+        if fixed["cp_comm"] not in CP_COMMS:
+            raise ShardwiseError(f"parallel.cp_comm: the planner searches {', '.join(CP_COMMS)}; estimate a "
+                                 f"{fixed['cp_comm']} plan with `train estimate`, or leave cp_comm out")
+        axes["cpc"] = [CP_COMMS.index(fixed["cp_comm"])]
     if "sequence_parallel" in fixed:
         axes["sp"] = [int(bool(fixed["sequence_parallel"]))]
     if "recompute" in fixed:
@@ -128,24 +204,97 @@ def enumerate_plans(
              if "vpp" not in fixed or v == int(fixed["vpp"])]
     if not pairs:
         raise ShardwiseError(f"no schedule in {', '.join(names)} admits vpp={fixed.get('vpp')}")
-    grids = np.meshgrid(*(np.array(axes[k]) for k in axes), np.arange(len(pairs)), indexing="ij")
-    arrays = {k: g.ravel().astype(np.int64) for k, g in zip(list(axes) + ["pair"], grids, strict=True)}
+    # Two levels: the layout (what fixes the groups, dp and the layer costs) and the knobs (ZeRO, SP,
+    # recompute, micro-batch, schedule). Layouts that cannot run are dropped before the knobs multiply
+    # them, counted with the number of distinct plans each stands for.
+    layout_keys = ("tp", "pp", "cp", "cpc", "ep", "etp", "rcp", "disp")
+    layout = _grid({k: axes[k] for k in layout_keys})
+    if not model.is_moe:
+        layout["etp"] = layout["tp"].copy()
+    layout_distinct = (layout["cp"] > 1) | (layout["cpc"] == axes["cpc"][0])  # without cp the scheme is moot
+    if "etp" not in fixed:  # expert TP no wider than TP: folding narrows the experts' split (Liu et al. 2025 Sec. 3)
+        layout_distinct &= layout["etp"] <= layout["tp"]
+    layout = {k: v[layout_distinct] for k, v in layout.items()}
+    knobs = _grid({k: axes[k] for k in ("zero", "sp", "rc", "mb")} | {"pair": list(range(len(pairs)))})
     pair = np.array(pairs, dtype=np.int64)
-    arrays["sched"], arrays["vpp"] = pair[arrays["pair"], 0], pair[arrays["pair"], 1]
-    del arrays["pair"]
+    knobs["sched"], knobs["vpp"] = pair[knobs["pair"], 0], pair[knobs["pair"], 1]
+    del knobs["pair"]
     # The same plan under two names is enumerated once.
-    distinct = (arrays["sp"] == 0) | (arrays["tp"] > 1)
+    distinct = np.ones(len(knobs["sp"]), dtype=bool)
     if flash_attention and "recompute" not in fixed:
-        distinct &= arrays["rc"] != RECOMPUTE.index("selective")  # FlashAttention stores no s^2 terms to drop
-    if "schedule" not in fixed:
-        single = names.index("1f1b") if "1f1b" in names else 0
-        distinct &= (arrays["pp"] > 1) | ((arrays["sched"] == single) & (arrays["vpp"] == 1))
-    arrays = {k: v[distinct] for k, v in arrays.items()}
-    cands = Candidates(arrays, names, considered=int(distinct.sum()))
-    _drop_impossible(cands, model, cluster, training)
+        distinct &= knobs["rc"] != RECOMPUTE.index("selective")  # FlashAttention stores no s^2 terms to drop
+    knobs = {k: v[distinct] for k, v in knobs.items()}
+    single = names.index("1f1b") if "1f1b" in names else 0
+    # Distinct knob rows by layout class (tp > 1, pp > 1): SP needs tp > 1, schedules need pp > 1.
+    per_class = [np.nonzero(((knobs["sp"] == 0) | tp_split)
+                            & (pipelined | ("schedule" in fixed) | ((knobs["sched"] == single) & (knobs["vpp"] == 1))))[0]
+                 for tp_split in (False, True) for pipelined in (False, True)]
+    layout["class"] = 2 * (layout["tp"] > 1) + (layout["pp"] > 1)
+    layout["weight"] = np.array([len(k) for k in per_class], dtype=np.int64)[layout["class"]]
+    cands = Candidates(layout, names, considered=int(layout["weight"].sum()), recipes=recipe_names, dispatchers=dispatcher_names)
+    _drop_impossible_layouts(cands, model, cluster, training)
+    # The knobs' rules depend on the layout through (pp, dp) only: check each knob row once per distinct
+    # (pp, dp, class), counted for the layouts that share it, then expand the layouts with what is left.
+    triples, triple_of = unique_rows([cands["pp"], cands["dp"], cands["class"]])
+    sharing = np.bincount(triple_of, minlength=len(triples))
+    rows = [per_class[k] for k in triples[:, 2].tolist()]
+    sizes = np.array([len(r) for r in rows], dtype=np.int64)
+    checks = Candidates({k: v[np.concatenate(rows)] if rows else v[:0] for k, v in knobs.items()}, names, 0, cands.rejected)
+    checks.arrays |= {"pp": np.repeat(triples[:, 0], sizes), "dp": np.repeat(triples[:, 1], sizes),
+                      "triple": np.repeat(np.arange(len(triples)), sizes), "weight": np.repeat(sharing, sizes)}
+    _drop_impossible_knobs(checks, model, training)
+    left = np.bincount(checks["triple"], minlength=len(triples))
+    first = np.cumsum(left) - left
+    counts = left[triple_of]
+    offsets = np.cumsum(counts) - counts
+    pick = np.arange(int(counts.sum())) - np.repeat(offsets - first[triple_of], counts)  # each layout's knob rows
+    arrays = {k: np.repeat(v, counts) for k, v in cands.arrays.items() if k not in ("class", "weight")}
+    arrays |= {k: checks[k][pick] for k in (*knobs, "m")}
+    cands.arrays = arrays
     if runnable_on:
         keep_runnable(cands, runnable_on, model, training, flash_attention)
     return cands
+
+
+def unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows in lexicographic order, index of each input row's distinct row) of non-negative
+    integer columns: ``np.unique(np.stack(columns, 1), axis=0, return_inverse=True)``, through one
+    mixed-radix code per row and look-up tables instead of sorts (several times faster on millions of
+    rows of small integers)."""
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    values = []
+    for col in columns:
+        vals, idx = _dense_codes(col)
+        code = code * len(vals) + idx
+        values.append(vals)
+    codes, inv = _dense_codes(code)
+    rows = np.empty((len(codes), len(columns)), dtype=np.int64)
+    rest = codes.copy()
+    for j in range(len(columns) - 1, -1, -1):
+        rest, digit = np.divmod(rest, len(values[j]))
+        rows[:, j] = values[j][digit]
+    return rows, inv
+
+
+def _dense_codes(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, each element's rank among them) of a non-negative integer array: a
+    presence table when the values are small, else a sort."""
+    if not len(col):
+        return col[:0], col[:0]
+    top = int(col.max())
+    if top > 8 * len(col) + 1_000_000:
+        vals, idx = np.unique(col, return_inverse=True)
+        return vals, idx.ravel()
+    present = np.zeros(top + 1, dtype=bool)
+    present[col] = True
+    rank = np.cumsum(present) - 1
+    return np.nonzero(present)[0], rank[col]
+
+
+def _grid(axes: dict[str, list[int]]) -> dict[str, np.ndarray]:
+    """Every combination of the axes' values, in lexicographic order of the axes as given."""
+    grids = np.meshgrid(*(np.array(v, dtype=np.int64) for v in axes.values()), indexing="ij")
+    return {k: g.ravel() for k, g in zip(axes, grids, strict=True)}
 
 
 def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_attention: bool = True):
@@ -178,16 +327,37 @@ def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, tra
         c.keep(ok, f"runnable on none of {', '.join(engines)}")
 
 
-def _drop_impossible(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> None:
+def _drop_impossible_layouts(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> None:
+    """Drop the layouts that cannot run, by reason (the checks of :func:`shardwise.specs.job.check_plan`,
+    vectorised); `c` holds layouts, each counted as the `weight` plans it stands for."""
+    gpu = cluster.gpu
+    for k, recipe in enumerate(c.recipes):
+        if recipe == "none":
+            continue
+        precision, archs = ("fp4" if recipe in FP4_RECIPES else "fp8"), RECIPE_ARCHS.get(recipe)
+        if precision not in gpu.tflops:
+            c.keep(c["rcp"] != k, f"{precision} recipe {recipe} needs {precision} tensor cores ({gpu.name} has none)")
+        elif archs and gpu.arch not in archs:
+            c.keep(c["rcp"] != k, f"{precision} recipe {recipe} needs a {' or '.join(sorted(a.capitalize() for a in archs))} GPU")
     kv = model.n_kv_heads
     c.keep((model.heads % c["tp"] == 0) & ((kv % c["tp"] == 0) | (c["tp"] % kv == 0)), "heads")
     c.keep(cluster.num_gpus % (c["tp"] * c["pp"] * c["cp"]) == 0, "gpus")
     c.arrays["dp"] = cluster.num_gpus // (c["tp"] * c["pp"] * c["cp"])
+    c.keep(c["pp"] <= model.layers + 2, "layers")
+    c.keep(training.seq_len % c["cp"] == 0, "seq")
+    a2a = c["cpc"] == CP_COMMS.index("a2a")
+    c.keep(~a2a | ((model.heads // c["tp"]) % c["cp"] == 0), "cp_a2a")
+    if model.is_moe:
+        c.keep(model.experts % c["ep"] == 0, "experts")
+        c.keep(model.d_expert % c["etp"] == 0, "etp_ffn")
+        c.keep((c["tp"] * c["cp"] * c["dp"]) % (c["ep"] * c["etp"]) == 0, "fold")
+
+
+def _drop_impossible_knobs(c: Candidates, model: ModelSpec, training: TrainingSpec) -> None:
+    """Drop the knob rows (ZeRO, SP, recompute, micro-batch, schedule, vpp) that cannot run with their
+    (pp, dp), by reason; adds the micro-batch count `m`."""
     c.keep(c["pp"] * c["vpp"] <= model.layers + 2, "layers")
     c.keep(c["pp"] * c["vpp"] <= MAX_PIPELINE_STAGES, "stages_limit")
-    c.keep(training.seq_len % c["cp"] == 0, "seq")
-    if model.is_moe:
-        c.keep((model.experts % c["ep"] == 0) & ((c["dp"] * c["cp"]) % c["ep"] == 0), "experts")
     per_step = c["mb"] * c["dp"]
     c.keep(per_step <= training.global_batch, "batch_small")
     c.keep(training.global_batch % (c["mb"] * c["dp"]) == 0, "batch_divide")

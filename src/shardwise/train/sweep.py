@@ -80,7 +80,8 @@ def plan_one(job: dict[str, Any]) -> dict[str, Any]:
     except (ShardwiseError, ValidationError) as exc:
         return row | {"error": str(exc).splitlines()[0]}
     best = res.top[0]
-    plan = {k: best.plan[k] for k in ("tp", "pp", "vpp", "dp", "cp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "schedule")}
+    plan = {k: best.plan[k] for k in ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ep", "etp", "zero", "sequence_parallel", "recompute",
+                                      "micro_batch", "schedule")} | {"fp8_recipe": best.fp8_recipe, "moe_dispatcher": best.moe_dispatcher}
     return row | {"gpu": cluster.gpu.name} | plan | {
         "step_time_s": best.step_time_s, "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu,
         "peak_memory_gib": best.peak_memory_gib, "considered": res.considered, "feasible": res.feasible_screened, "error": None}

@@ -324,11 +324,15 @@ function timelineMeta(res) {
 
 /* ----------------------------------------------------------------- Training tab -------------------- */
 
-function planLabel(p) {  // as `train plan` labels plans
+function planLabel(p, recipe = p.fp8_recipe, dispatcher = p.moe_dispatcher) {  // as train/plan_report.py plan_label
   const parts = [`tp${p.tp}`, `pp${p.pp}`];
   if (p.vpp > 1) parts.push(`v${p.vpp}`);
   parts.push(`dp${p.dp}`);
-  for (const k of ["cp", "ep"]) if (p[k] > 1) parts.push(`${k}${p[k]}`);
+  if (p.cp > 1) parts.push(`cp${p.cp}` + (p.cp_comm && p.cp_comm !== "p2p" ? `/${p.cp_comm}` : ""));
+  if (p.ep > 1) parts.push(`ep${p.ep}`);
+  if (p.etp !== undefined && p.etp !== null && p.etp !== p.tp) parts.push(`etp${p.etp}`);
+  if (recipe) parts.push(recipe);
+  if (dispatcher && dispatcher !== "alltoall") parts.push(dispatcher);
   parts.push(`z${p.zero}`, `mb${p.micro_batch}`, p.schedule);
   if (p.recompute !== "none") parts.push(`rc=${p.recompute}`);
   if (p.sequence_parallel && p.tp > 1) parts.push("sp");
@@ -399,7 +403,7 @@ async function runEstimate() {
   try {
     const e = await post("/api/train/estimate", job);
     $("#train-empty").hidden = true; $("#train-plan-out").hidden = true; $("#train-estimate-out").hidden = false;
-    $("#train-est-title").textContent = `${e.model} on ${e.num_gpus} × ${e.gpu}: ${planLabel(e.plan)}`;
+    $("#train-est-title").textContent = `${e.model} on ${e.num_gpus} × ${e.gpu}: ${planLabel(e.plan, e.fp8_recipe, e.moe_dispatcher)}`;
     $("#train-cards").replaceChildren(...estimateCards(e).filter(Boolean));
     memoryChart("#chart-memory", e);
     timeChart("#chart-time", e);
@@ -442,7 +446,7 @@ function renderPlan(out, body) {
   out.top.forEach((e, k) => {
     const tr = el("tr", { "data-rank": k + 1, "data-step": String(e.step_time_s), onclick: () => selectPlan(e, k + 1, tr) },
       el("td", { text: k + 1 }), multi ? el("td", { class: "l", text: e.gpu }) : null,
-      el("td", { class: "l plan", text: planLabel(e.plan) }), el("td", { text: fmt.sig(e.step_time_s, 4) }),
+      el("td", { class: "l plan", text: planLabel(e.plan, e.fp8_recipe, e.moe_dispatcher) }), el("td", { text: fmt.sig(e.step_time_s, 4) }),
       el("td", { text: fmt.num(e.tokens_per_s_per_gpu) }), el("td", { text: fmt.pct(e.mfu) }),
       el("td", { text: fmt.num(e.peak_memory_gib, 1) }), el("td", { text: fmt.sig(e.time_s.bubble, 3) }),
       withDays ? el("td", { text: fmt.num(e.days_to_train, 1) }) : null, withDays ? el("td", { text: fmt.usd(e.cost_usd) }) : null,
@@ -478,7 +482,7 @@ function frontChart(out, multi) {
     line: { color: "#cfd6e4", shape: multi ? "linear" : "hv" }, hoverinfo: "skip" });
   const top = out.top.map((e) => ({ e, x: multi ? usdPerMTokens(e) : e.peak_memory_gib }));
   traces.push({ type: "scatter", mode: "markers+text", name: "top plans", x: top.map((t) => t.x), y: top.map((t) => t.e.tokens_per_s_per_gpu),
-    text: top.map((_, k) => (k ? "" : "#1")), hovertext: top.map((t, k) => `#${k + 1} ${planLabel(t.e.plan)}`), textposition: "top left", marker: { symbol: "star", size: 14, color: "#1d2330" },
+    text: top.map((_, k) => (k ? "" : "#1")), hovertext: top.map((t, k) => `#${k + 1} ${planLabel(t.e.plan, t.e.fp8_recipe, t.e.moe_dispatcher)}`), textposition: "top left", marker: { symbol: "star", size: 14, color: "#1d2330" },
     hovertemplate: "%{hovertext}<extra></extra>" });
   plot("#chart-front", traces, { title: multi ? "Pareto front: throughput vs $ per million tokens" : "Pareto front: throughput vs peak memory",
     legend: { orientation: "h", y: -0.3 }, margin: { ...BASE_LAYOUT.margin, b: 90 },
@@ -498,9 +502,17 @@ function usdPerMTokens(e) {
   return gpu.price_usd_per_hour / 3600 / e.tokens_per_s_per_gpu * 1e6;
 }
 
+function chosenTraining(training, recipe, dispatcher) {  // the training section with a search's recipe and dispatcher
+  const out = recipe ? { ...training, fp8_recipe: recipe } : { ...training };
+  if (dispatcher) out.moe = { ...(training.moe || {}), dispatcher };
+  return out;
+}
+
 async function estimateFrontPoint(p) {
   const { model, cluster, training } = trainBase();
-  const job = { model, cluster: { ...cluster, gpu: p.gpu || cluster.gpu }, training, parallel: { ...p.plan, dp: "auto" } };
+  const { fp8_recipe, moe_dispatcher, ...plan } = p.plan;  // what a search chooses beyond the plan: training fields
+  const job = { model, cluster: { ...cluster, gpu: p.gpu || cluster.gpu }, training: chosenTraining(training, fp8_recipe, moe_dispatcher),
+    parallel: { ...plan, dp: "auto" } };
   try { selectPlan(await post("/api/train/estimate", job), "front", null); } catch (err) { showError("train", err); }
 }
 
@@ -510,14 +522,14 @@ async function selectPlan(e, rank, row) {
   box.hidden = false;
   const { model, training } = trainBase();
   const parallel = Object.fromEntries(Object.entries(e.plan).filter(([k]) => !["flash_attention", "overlap_grad_reduce"].includes(k) || e.plan[k] === false));
-  const job = e.job || { model, cluster: { gpu: e.gpu, gpus: e.num_gpus }, training, parallel };
+  const job = e.job || { model, cluster: { gpu: e.gpu, gpus: e.num_gpus }, training: chosenTraining(training, e.fp8_recipe, e.moe_dispatcher), parallel };
   const yaml = yamlDoc(job);
   const commands = ["shardwise train estimate job.yaml", "shardwise train export job.yaml --to torchtitan --format script",
     "shardwise train export job.yaml --to megatron --format args", "shardwise train export job.yaml --to deepspeed --format file"].join("\n");
   const exportBox = el("pre", { class: "code", text: "…" });
   const timelineBox = el("div");
   box.replaceChildren(
-    el("h3", { text: `${rank === "front" ? "Front point" : "Plan #" + rank}: ${e.gpu} × ${e.num_gpus}, ${planLabel(e.plan)}` }),
+    el("h3", { text: `${rank === "front" ? "Front point" : "Plan #" + rank}: ${e.gpu} × ${e.num_gpus}, ${planLabel(e.plan, e.fp8_recipe, e.moe_dispatcher)}` }),
     el("div", { class: "cards" }, estimateCards(e).filter(Boolean)),
     timelineBox,
     el("div", { class: "charts two" },
