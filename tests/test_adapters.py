@@ -167,7 +167,7 @@ def test_zero3_gathers_the_frozen_base_but_reduces_only_adapter_gradients():
     from shardwise.specs.hardware import make_cluster
 
     cluster = make_cluster("L40S", 8)
-    args = dict(cluster=cluster, overlap_grad_reduce=False, microbatches=1, tp=1, ep=1, p_dense=1e7, p_exp=0.0, n_dense=8,
+    args = dict(cluster=cluster, overlap_grad_reduce=False, microbatches=1, tp=1, expert_stride=1, p_dense=1e7, p_exp=0.0, n_dense=8,
                 n_exp=8, shard=8, weight_bytes=2.0, grad_bytes=2.0, fwd_s=0.0, bwd_s=0.0, dp_overlap=0.0, fsdp_overlap=0.0,
                 layers=80)
     adapters_only = dp_exposed_s(zero=3, **args)

@@ -11,15 +11,12 @@ from shardwise.specs.job import check_plan, job_from_mapping
 from shardwise.specs.model import load_model
 from shardwise.specs.training import FP8_RECIPES, TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
-from shardwise.train.pipeline_timing import plan_stages_per_rank
 from shardwise.train.plan_report import job_mapping
 from shardwise.train.planner import job_from_plan, plan_search
 from shardwise.train.screen import (
     dominated,
     dominated_recipes,
-    expert_state_gap_bytes,
     layer_table,
-    rank_layout,
     screen,
 )
 from shardwise.train.search_space import CP_COMMS, REASONS, enumerate_plans
@@ -180,19 +177,21 @@ def test_a_recipe_dominated_before_costing_is_no_faster_in_the_estimate(framewor
             assert best.step_time_s <= e.step_time_s * (1 + 1e-9)
 
 
-def test_etp_below_tp_is_checked_with_the_expert_states_split_over_etp():
-    """The calibrated estimate splits expert weights and gradients over tp; a folded plan holds tp/etp
-    times as many. The planner checks the fit with them: the gap is that share, and every plan it ranks
-    fits with it."""
-    model, training = load_model("mixtral-8x22b"), TrainingSpec(seq_len=4096, global_batch=256)
-    params = np.array([[0.0, 1e9], [0.0, 2e9]])  # two pipeline ranks' (dense, expert) parameters after TP
-    gap = expert_state_gap_bytes(model, training, params, 4, np.array([1, 2, 4, 1, 1]), np.array([1, 1, 1, 2, 3]))
-    assert gap.tolist() == [2e9 * 3 * (2 + 4), 2e9 * 1 * (2 + 4), 0.0, 2e9 * 3 * 2, 0.0]  # bf16 weights, fp32 grads
-    cluster = make_cluster("H100", 64)
-    res = plan_search(model, cluster, training, top_k=3, max_exact=32)
-    assert res.rejected[REASONS["etp_memory"]] > 0
-    for e in res.top:
-        p = e.plan
-        _, rank_params, _, _ = rank_layout(model, p["pp"], plan_stages_per_rank(TrainPlan(**p)), p["schedule"], p["tp"], p["ep"])
-        held = expert_state_gap_bytes(model, training, rank_params, p["tp"], p["etp"] or p["tp"], p["zero"])
-        assert e.peak_memory_gib * 2**30 + held <= cluster.usable_memory_bytes
+def test_folded_experts_are_split_over_etp_times_ep():
+    """MoE Parallel Folding (Liu et al. 2025): a stage's tp x dp ranks re-split as etp x ep x expert-dp, so a
+    rank holds 1/(etp ep) of the routed experts and ZeRO-1 shards their optimizer states over
+    tp dp / (etp ep) ranks. Mixtral-8x22B on 64 GPUs, tp 4, ep 8: etp 1 holds four times the expert weights
+    and gradients of etp 4, and the same optimizer bytes (the expert-dp group is four times larger)."""
+    from shardwise.specs.job import job_from_mapping
+
+    def run(etp):
+        return estimate(job_from_mapping({
+            "model": "mixtral-8x22b", "cluster": {"gpu": "H100", "gpus": 64},
+            "training": {"seq_len": 4096, "global_batch": 256},
+            "parallel": {"tp": 4, "ep": 8, "etp": etp, "zero": 1, "recompute": "full", "micro_batch": 1}}))
+
+    folded, classic = run(1), run(4)
+    experts = 8 * 301_989_888 * 56  # routed expert parameters: experts x (3 x 6144 x 16384) x layers
+    assert folded.memory.params - classic.memory.params == pytest.approx(2 * experts * (1 / 8 - 1 / 32))  # bf16
+    assert folded.memory.grads - classic.memory.grads == pytest.approx(4 * experts * (1 / 8 - 1 / 32))  # fp32 grads
+    assert folded.memory.optimizer == pytest.approx(classic.memory.optimizer)  # 12 B x experts/8/8 = 12 B x experts/32/2

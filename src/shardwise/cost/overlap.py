@@ -47,12 +47,12 @@ def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
     return calls * group_collective_s(cluster, kind, size_bytes / calls, n, stride)
 
 
-def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, n_dense, n_exp,
+def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, expert_stride, p_dense, p_exp, n_dense, n_exp,
                  shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float,
                  layers=1, bucket_bytes: float = 40 * 2**20, frozen_bytes=0.0):
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
-    (strides tp and tp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
+    (strides tp and `expert_stride` = etp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
     fwd_s / bwd_s: one micro-batch's forward / backward; frozen_bytes: the rank's frozen (adapter-job)
     base weights, which ZeRO-3 gathers like the others but which have no gradients to reduce."""
     shard = minimum(shard, n_dense)
@@ -65,7 +65,7 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
         dense, expert = p_dense * nbytes, p_exp * nbytes
         calls_d, calls_e = (layers, layers) if per_layer else (buckets(dense), buckets(expert))
         return (chunked_s(cluster, kind, dense, n_d, stride_d, calls_d)
-                + chunked_s(cluster, kind, expert, n_exp, tp * ep, calls_e))
+                + chunked_s(cluster, kind, expert, n_exp, expert_stride, calls_e))
 
     across_bytes = p_dense * grad_bytes / shard
     window = where(overlap_grad_reduce, dp_overlap, 0.0)

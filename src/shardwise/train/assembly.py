@@ -144,12 +144,14 @@ def gathers_per_layer(model: ModelSpec, stack: StackProfile) -> int:
     return 2 + qkv + 1 + (2 if model.mlp == "gelu" else 3)
 
 
-def gathered_moe_layer_params(model: ModelSpec, ep):
-    """Parameters of one MoE layer a rank gathers under ZeRO-3: its own routed experts (1/ep of them)
-    and every dense weight (attention, router, norms, shared experts); 0 for a dense model."""
+def gathered_moe_layer_params(model: ModelSpec, ep, tp=1, etp=None):
+    """Parameters of one MoE layer a rank gathers under ZeRO-3: its own routed experts (1/(ep etp) of
+    them) and its TP share of every dense weight (attention, router, norms, shared experts); 0 for a
+    dense model."""
     if not model.is_moe:
         return 0
-    return model.layer_params_moe - model.experts * model.expert_params * (1 - 1 / np.asarray(ep))
+    routed = model.experts * model.expert_params
+    return (model.layer_params_moe - routed) / tp + routed / (np.asarray(ep) * (tp if etp is None else etp))
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ class RankTail:
 
 def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts: Constants, stack: StackProfile, dev: Device,
               *, tp, cp, ep, dp, zero, dp_shard, offload: str, overlap_grad_reduce, microbatches,
-              p_dense, p_exp, fwd_s, bwd_s, layers=1, lowp: LowPrecision = NO_LOWP) -> RankTail:
+              p_dense, p_exp, fwd_s, bwd_s, layers=1, lowp: LowPrecision = NO_LOWP, etp=None) -> RankTail:
     """Model states, fixed memory, exposed data-parallel communication and the optimizer step of a
     pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP) in `layers` layers, whose
     micro-batch forward and backward take `fwd_s` / `bwd_s`. Low-precision recipes (`lowp`): ZeRO-3
@@ -170,9 +172,15 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     step, and their kept low-precision copies count as fixed memory (:mod:`shardwise.cost.lowp`)."""
     wb, gb = training.weight_bytes, training.grad_bytes
     dense_group = dp * cp
-    expert_group = maximum(1, dense_group // ep)
+    if etp is None:
+        etp = tp
+    # MoE Parallel Folding (Liu et al. 2025): the tp x cp x dp ranks of a stage re-split as etp x ep x
+    # expert-dp, so a rank holds 1/(etp ep) of the routed experts (p_exp comes split over tp) and their
+    # data-parallel group is tp cp dp / (etp ep); etp = tp is the classic layout (ep carved from dp x cp).
+    p_exp = p_exp * tp / etp
+    expert_group = maximum(1, dense_group * tp // (ep * etp))
     shard = minimum(dp_shard, dense_group)
-    largest = maximum(model.layer_params_dense, gathered_moe_layer_params(model, ep)) / tp
+    largest = maximum(model.layer_params_dense / tp, gathered_moe_layer_params(model, ep, tp, etp))
     fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb)
     opt_bytes, frozen = optimizer_bytes_per_param(training.precision), 0.0
     lora = training.adapter
@@ -185,7 +193,7 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb, opt_bytes, offload)
     if lora is not None:
         states = model_states(frozen, 0.0, dense_group, expert_group, zero, shard, 1.0, 0.0, 0.0, offload) + states
-    dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep, p_dense, p_exp, dense_group, expert_group,
+    dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep * etp, p_dense, p_exp, dense_group, expert_group,
                         shard, where(zero == 3, lowp.gather_bytes, wb) if lowp.active else wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
                         layers=maximum(layers, 1) * gathers_per_layer(model, stack),
                         bucket_bytes=grad_bucket_params(dense_group) * gb, frozen_bytes=frozen)

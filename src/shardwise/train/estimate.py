@@ -68,6 +68,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
                 model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
                 dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
                 microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers, lowp=lowp,
+                etp=plan.expert_tp,
             )
         tails.append(known[key])
     extra_act = [b.act_recompute] * pp
@@ -127,9 +128,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         notes.append(f"MoE routing: {training.moe.assumption()}; {training.moe.dispatcher} dispatch over ep {ep}, "
                      f"expert all-to-all {e_ep:.3g} s per step (exposed)")
         if plan.expert_tp != tp:
-            notes.append(f"etp {plan.expert_tp} != tp {tp}: expert GEMMs and dispatch use etp; expert weights, gradients and "
-                         "their data-parallel group are counted as split over tp (the calibrated model), so memory is "
-                         f"{'under' if plan.expert_tp < tp else 'over'}estimated")
+            notes.append(f"etp {plan.expert_tp} != tp {tp} (MoE Parallel Folding): experts split over etp x ep = "
+                         f"{plan.expert_tp * ep}, their data-parallel group {dp * cp * tp // (ep * plan.expert_tp)}")
     if training.low_precision:
         notes.append(f"MFU and HFU are against the BF16 peak ({peak / 1e12:.0f} TFLOP/s); {lowp.recipe} {training.precision} "
                      "GEMMs run the block linears, attention and the LM head stay in BF16")

@@ -6,9 +6,7 @@ Three stages (deterministic: ties break on enumeration order):
    (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed) or whose etp, cp_comm,
    recipe or dispatcher another choice beats on every layer (:func:`shardwise.train.screen.dominated`);
 2. screen all of them at once with numpy (:mod:`shardwise.train.screen`): a lower bound and an
-   approximation of the step time, and the peak memory; drop plans that do not fit (with etp < tp,
-   counting also the expert states the calibrated estimate splits over tp rather than etp:
-   :func:`shardwise.train.screen.expert_state_gap_bytes`);
+   approximation of the step time, and the peak memory; drop plans that do not fit;
 3. run the exact estimate (with the schedule simulator) in order of the approximation, keeping the
    best K, and stop as soon as no remaining plan can beat the K-th best exact time: neither its lower
    bound nor APPROX_TRUST of its approximation. The lower bound is a bound; the APPROX_TRUST rule is a
@@ -160,11 +158,8 @@ def plan_search(
     fits = scr["memory_bytes"] <= capacity
     cands.keep(fits, "memory")
     scr = {k: v[fits] for k, v in scr.items()}
-    fits = scr["memory_bytes"] + scr["etp_gap_bytes"] <= capacity
-    cands.keep(fits, "etp_memory")
-    scr = {k: v[fits] for k, v in scr.items()}
     if max_memory_gib is not None:
-        ok = scr["memory_bytes"] + scr["etp_gap_bytes"] <= max_memory_gib * GIB
+        ok = scr["memory_bytes"] <= max_memory_gib * GIB
         cands.keep(ok, "memory_cap")
         scr = {k: v[ok] for k, v in scr.items()}
     feasible = len(cands)
@@ -226,9 +221,6 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
                 continue
             if not e.fits:
                 cands.rejected[REASONS["memory"]] += 1
-                continue
-            if e.peak_memory_gib * GIB + scr["etp_gap_bytes"][i] > cluster.usable_memory_bytes:
-                cands.rejected[REASONS["etp_memory"]] += 1
                 continue
             score = _score(e, objective)
             item = ((-score[0], -score[1]), -i, e)

@@ -142,13 +142,12 @@ CHOICES = ("etp", "cpc", "rcp", "disp")
 def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
     """Per plan: True where another etp / cp_comm / recipe / dispatcher choice of the same plan costs no more on every
     count the screen and the estimate sum (F, I and W of each block, exposed communication included,
-    activation bytes, the recipe's step and memory terms, and the expert states the planner adds for
-    etp < tp) and is valid wherever this one is (an etp no larger: ep x etp still divides the stage's
+    activation bytes, the recipe's step and memory terms, and the expert states, which grow as tp / etp) and is valid wherever this one is (an etp no larger: ep x etp still divides the stage's
     ranks). The plan then cannot be faster than the one that
     dominates it, save through the data-parallel overlap window its slower backward widens."""
     keys = table.keys
     tp, etp = keys[:, LAYER_KEY.index("tp")], keys[:, LAYER_KEY.index("etp")]
-    held = np.maximum(tp / etp - 1.0, 0.0)[:, None]  # expert states the planner adds when etp < tp (expert_state_gap_bytes)
+    held = (tp / etp)[:, None]  # a rank's expert states grow as tp / etp (assembly.rank_tail)
     cost = np.hstack([table.fiw.reshape(12, -1).T, table.act, table.tail, held])
     cols = [LAYER_KEY.index(k) for k in CHOICES]
     bases, base_of = unique_rows([keys[:, j] for j in range(len(LAYER_KEY)) if j not in cols])
@@ -194,19 +193,6 @@ def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, c
     return out
 
 
-def expert_state_gap_bytes(model: ModelSpec, training: TrainingSpec, rank_params: np.ndarray, tp: int, etp, zero):
-    """Bytes per GPU of expert weights (unless ZeRO-3 shards them) and gradients (unless ZeRO-2/3 does)
-    that the calibrated estimate leaves out when etp < tp: it splits each rank's expert parameters over
-    tp, a folded layout over etp, so a rank holds tp/etp times as many (Liu et al. 2025, MoE Parallel
-    Folding). The planner adds this bound (the largest rank's expert parameters, `rank_params[:, 1]`
-    as :func:`rank_layout` gives them) to the peak it checks against the memory; 0 when etp >= tp."""
-    etp, zero = np.asarray(etp), np.asarray(zero)
-    if not model.is_moe:
-        return np.zeros(np.shape(etp))
-    per_param = training.weight_bytes * (zero < 3) + training.grad_bytes * (zero < 2)
-    return float(rank_params[:, 1].max()) * np.maximum(tp / etp - 1.0, 0.0) * per_param
-
-
 def screen(
     c: Candidates,
     model: ModelSpec,
@@ -217,9 +203,8 @@ def screen(
     overlap_grad_reduce: bool = True,
     table: LayerTable | None = None,
 ) -> dict[str, np.ndarray]:
-    """Arrays (one per plan): step_lb_s, step_s (approximation), memory_bytes (peak per GPU, as the
-    estimate counts it) and etp_gap_bytes (:func:`expert_state_gap_bytes`); `table`: the candidates'
-    :func:`layer_table` when the caller has it."""
+    """Arrays (one per plan): step_lb_s, step_s (approximation) and memory_bytes (peak per GPU, as the
+    estimate counts it); `table`: the candidates' :func:`layer_table` when the caller has it."""
     consts = constants or default_constants()
     gpu = cluster.gpu
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
@@ -228,7 +213,7 @@ def screen(
     fiw = [f[:, table.inv] for f in table.fiw]  # 4 x (3, n)
     act = table.act[table.inv]  # (n, 5)
 
-    lb, approx, mem, gap = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     mc = consts.memory
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
@@ -244,7 +229,8 @@ def screen(
         dev, lowp = recipes[batch[0][7]]
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
                          dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
-                         p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp)
+                         p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp,
+                         etp=r["etp"])
         rows_total = len(cp)
         states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
         dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
@@ -272,7 +258,6 @@ def screen(
         name = c.schedules[si]
         info = schedule_info(name)
         counts, params, first, last_rank = rank_layout(model, pp, vpp, name, tp, ep)
-        gap[idx] = expert_state_gap_bytes(model, training, params, tp, c["etp"][idx], c["zero"][idx])
         per = [f[:, idx] for f in fiw]  # each (3, k)
         # Per rank per micro-batch F, I, W: counts (pp, 4) against per-block costs (4, 3, k).
         block_fiw = np.stack(per)  # (4, 3, k)
@@ -298,7 +283,8 @@ def screen(
         kind_fiw = np.einsum("rb,bjk->rjk", kinds[:, :4], block_fiw)  # (kinds, 3, k)
         shape = (len(kinds), len(idx))
         ranks = {  # per (rank kind, plan) of this group, flattened: one rank_tail call serves a batch of groups
-            "tp": np.full(shape, tp), "ep": np.full(shape, ep), "cp": np.broadcast_to(c["cp"][idx], shape),
+            "tp": np.full(shape, tp), "ep": np.full(shape, ep), "etp": np.broadcast_to(c["etp"][idx], shape),
+            "cp": np.broadcast_to(c["cp"][idx], shape),
             "dp": np.broadcast_to(c["dp"][idx], shape), "zero": np.broadcast_to(c["zero"][idx], shape),
             "m": np.broadcast_to(m, shape), "p_dense": np.broadcast_to(kinds[:, 4:5], shape),
             "p_exp": np.broadcast_to(kinds[:, 5:6], shape), "fwd": kind_fiw[:, 0], "bwd": kind_fiw[:, 1] + kind_fiw[:, 2],
@@ -309,4 +295,4 @@ def screen(
         if pending >= BATCH_ROWS or g == len(gk) - 1 or gk[g + 1, 0] != rcp:  # one rank_tail call per recipe
             finish(groups)
             groups, pending = [], 0
-    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem, "etp_gap_bytes": gap}
+    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}

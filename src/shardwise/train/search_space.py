@@ -52,7 +52,6 @@ REASONS = {
     "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
     "dominated": "another etp / cp_comm / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
     "memory": "out of memory",
-    "etp_memory": "out of memory with etp < tp (expert weights and gradients split over etp, not tp)",
     "memory_cap": "exceeds --max-memory-gib",
 }
 
