@@ -11,7 +11,7 @@ serving fit again on the new device constants.
     .venv/bin/python scripts/fit_constants.py --no-cv --new-only  # fit only parameters new since the stored fit
 
 The serving and training fits share the device constants (HBM efficiency from serving, the rest from
-training), so they alternate from the cited starting point until the HBM efficiencies agree to 1%.
+training); both start from the cited constants, so a run does not depend on the stored fit.
 
 Writes src/shardwise/data/fitted_constants.json: the fitted constants (read by
 shardwise.cost.constants.default_constants), which of them the data determine, the held-out
@@ -44,8 +44,8 @@ def main() -> None:
                         help="processes for the leave-one-source-out folds (default: one per CPU)")
     parser.add_argument("--new-only", action="store_true",
                         help="fit only the parameters the stored fit lacks, the others fixed at their stored values")
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="most alternations of the serving (HBM) and training fits before they agree to 1%%")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternations of the serving (HBM) and training fits (more stop once they agree to 1%%)")
     args = parser.parse_args()
     t0 = time.time()
     cases, _skips = collect_cases()
@@ -54,9 +54,10 @@ def main() -> None:
         base = base_constants({k: v for k, v in first["parameters"].items() if "." in k})
         result, constants = fit_new_params(cases, base, fitted_data().get("fit", {}).get("parameters", {}), args.max_nfev)
     else:
-        # The serving runs fit the HBM efficiency on the device constants the training runs fit, and the
-        # other way round: alternate from the cited starting point until the HBM efficiencies move by < 1%
-        # (a fixed point, so the result does not depend on the constants stored before).
+        # The serving runs fit the HBM efficiency on the device constants, the training runs the rest of
+        # them. Both start from the cited constants, so the result does not depend on what was stored
+        # before. Alternating further does not settle: over three rounds the H100 HBM efficiency went
+        # 0.62 -> 0.67 -> 0.83 (the serving runs do not tell it apart from the engine overheads).
         constants, previous = base_constants({}), None
         for round_ in range(1, args.rounds + 1):
             serving, first = fit_serving(constants)
@@ -68,7 +69,8 @@ def main() -> None:
                 break
             previous = hbm
         else:
-            print(f"warning: the serving and training fits did not agree within {args.rounds} rounds", file=sys.stderr)
+            if args.rounds > 1:
+                print(f"warning: the serving and training fits did not agree within {args.rounds} rounds", file=sys.stderr)
     rows = sum(in_fit_scope(c) for c in cases)
     print(f"full fit on {rows} rows in {time.time() - t0:.0f} s; constants:")
     print(json.dumps(result.values, indent=2))
