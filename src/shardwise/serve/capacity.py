@@ -53,7 +53,7 @@ def _latencies(pool: Pool, req: Requests, phase: str, constants: ServingConstant
         finish = np.where(req.output_len > 1, table.finish_s, req.arrival_s)
         ttft = np.zeros(len(req))
     else:
-        table = RequestTable(req, req.arrival_s + constants.frontend_s)
+        table = RequestTable(req, req.arrival_s + constants.frontend_for(pool.engine.family()))
         run_pool(replace(pool, replicas=1), table, ids, prefill_only=phase == "prefill")
         ttft = table.first_s - req.arrival_s
         finish = table.finish_s

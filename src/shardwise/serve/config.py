@@ -86,6 +86,10 @@ class EngineSpec(BaseModel):
             )
         return self
 
+    def family(self) -> str:
+        """The engine this spec replays: "vllm" (the default, current vLLM) or "sglang"."""
+        return _release(self.version)[0] if self.version else "vllm"
+
     def check_current(self) -> None:
         """V0-only knobs need a ``version`` that had them (current vLLM runs V1 only)."""
         engine, number = _release(self.version) if self.version else ("vllm", (99,))

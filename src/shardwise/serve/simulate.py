@@ -165,7 +165,7 @@ def simulate(job: ServeJob, requests: Requests | None = None, constants: Serving
     itl = ITLRecord()
     if kind == "disaggregated":
         return _simulate_disaggregated(job, req, pools, c, itl, watchers)
-    table = RequestTable(req, req.arrival_s + c.frontend_s)
+    table = RequestTable(req, req.arrival_s + c.frontend_for(pools[0].engine.family()))
     watchers.append(table)
     ids = np.arange(len(req))
     iters, busy = 0, 0.0
@@ -191,7 +191,7 @@ def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: 
     pre, dec = pools
     pre.check_requests(req.input_len, np.ones_like(req.output_len))
     dec.check_requests(req.input_len, req.output_len)
-    ptab = RequestTable(req, req.arrival_s + c.frontend_s)
+    ptab = RequestTable(req, req.arrival_s + c.frontend_for(pre.engine.family()))
     watchers.append(ptab)
     n = len(req)
     e1 = run_pool(pre, ptab, np.arange(n), job.deployment.router, prefill_only=True)

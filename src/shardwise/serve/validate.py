@@ -50,7 +50,7 @@ def simulate_record(record: dict[str, Any], constants: ServingConstants) -> dict
     if "workload" not in job_data:
         job_data["workload"] = {"arrival": "fixed", "rate": 1.0, "num_requests": 1}  # replaced by the explicit lengths
     job = parse_serve_job(job_data, where=record["id"])
-    c = constants if record.get("frontend", True) else replace(constants, frontend_s=0.0)
+    c = constants if record.get("frontend", True) else replace(constants, frontend_s=0.0, sglang_frontend_s=0.0)
     return compute_metrics(simulate(job, _requests(record), c))
 
 
