@@ -197,3 +197,23 @@ def test_fp8_and_moe_rows_cannot_move_the_shared_constants():
     second = fit_in_stages(scoped, base_constants(), max_nfev=2, assess=False)
     assert all(first.values[p.name] == second.values[p.name] for p in shared)
     assert first.values["H100 FP8 GEMM efficiency"] != second.values["H100 FP8 GEMM efficiency"]
+
+
+def test_error_band_comes_from_held_out_runs_of_the_same_class():
+    """A dense job's band is read from dense held-out runs and an MoE job's from MoE runs, so the large MoE
+    and FP8 misfits do not widen a dense estimate's band (and the reverse)."""
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.estimate import estimate
+
+    if not fitted_data().get("error_bands"):
+        pytest.skip("no cross-validation stored")
+
+    def band(model, **parallel):
+        job = job_from_mapping({"model": model, "cluster": {"gpu": "H100", "gpus": 64},
+                                "training": {"seq_len": 4096, "global_batch": 256}, "parallel": parallel})
+        return estimate(job).error_band
+
+    dense, moe = band("llama-3.1-8b"), band("mixtral-8x7b", ep=8)
+    assert dense["basis"].startswith("dense/") and moe["basis"].startswith("moe/")
+    bands = fitted_data()["error_bands"]["bands"]
+    assert dense["pct"] == bands[dense["basis"]]["pct"] and moe["pct"] == bands[moe["basis"]]["pct"]

@@ -1,7 +1,8 @@
 """Error bands from the cross-validation residuals: how far off held-out runs like this one were.
 
-For each key — (GPU family, stack), then the stack alone, then the GPU family, then everything — the
-80th percentile of the absolute held-out throughput error of the dense BF16 runs with that key. An
+For each key — the run class (dense BF16, FP8, MoE: :func:`shardwise.calibration.validate.row_class`)
+with (GPU family, stack), then the stack alone, then the GPU family, then the class alone — the 80th
+percentile of the absolute held-out throughput error of the runs with that key. An
 estimate reports the band of the most specific key backed by at least MIN_ROWS held-out runs
 (:func:`shardwise.train.error_band.error_band` reads what this module writes).
 """
@@ -12,13 +13,15 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.calibration.validate import row_class
+
 MIN_ROWS = 5
 PERCENTILE = 80
-LEVELS = (("gpu_family", "framework"), ("framework",), ("gpu_family",), ())
+LEVELS = (("class", "gpu_family", "framework"), ("class", "framework"), ("class", "gpu_family"), ("class",))
 
 
 def band_key(level: tuple[str, ...], tags: dict[str, Any]) -> str:
-    return "/".join(str(tags.get(k)) for k in level) or "all"
+    return "/".join(str(tags.get(k)) for k in level)
 
 
 def error_bands(cv_rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -28,12 +31,13 @@ def error_bands(cv_rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for level in LEVELS:
         keyed: dict[str, list[float]] = {}
         for r in rows:
-            keyed.setdefault(band_key(level, r["tags"]), []).append(abs(r["error"]))
+            tags = {**r["tags"], "class": row_class(r["tags"])}
+            keyed.setdefault(band_key(level, tags), []).append(abs(r["error"]))
         for key, errs in keyed.items():
             if len(errs) >= MIN_ROWS:
                 bands[key] = {"pct": float(np.percentile(errs, PERCENTILE)), "rows": len(errs)}
     return {
-        "about": f"{PERCENTILE}th percentile of the absolute leave-one-source-out throughput error of comparable dense runs",
+        "about": f"{PERCENTILE}th percentile of the absolute leave-one-source-out throughput error of comparable runs",
         "levels": [list(level) for level in LEVELS],
         "min_rows": MIN_ROWS,
         "bands": bands,

@@ -15,12 +15,12 @@ def _table() -> dict[str, Any]:
     return fitted_data().get("error_bands", {})
 
 
-def error_band(gpu_name: str, framework: str) -> dict[str, Any] | None:
-    """{"pct": 0.09, "rows": 31, "basis": "H100-SXM/megatron"} for the most specific key with enough
-    held-out runs, or None when no cross-validation has been run."""
+def error_band(gpu_name: str, framework: str, run_class: str = "dense") -> dict[str, Any] | None:
+    """{"pct": 0.09, "rows": 31, "basis": "dense/H100-SXM/megatron"} for the most specific key with enough
+    held-out runs of the same class (dense, fp8 or moe), or None when no cross-validation has been run."""
     table = _table()
     bands = table.get("bands", {})
-    tags = {"gpu_family": default_constants().family(gpu_name), "framework": framework}
+    tags = {"class": run_class, "gpu_family": default_constants().family(gpu_name), "framework": framework}
     for level in table.get("levels", []):
         key = "/".join(str(tags.get(k)) for k in level) or "all"
         if key in bands:
