@@ -69,7 +69,7 @@ def _fusion(kind: str) -> Callable[[Case], bool]:
     return lambda c: c.tags.get("fusion") == kind
 
 
-FSDP_STACKS = ("fsdp", "torchtitan", "deepspeed", "maxtext", "megatron")
+FSDP_STACKS = ("fsdp", "torchtitan", "deepspeed", "maxtext", "megatron", "internevo")
 LOW_PRECISION = ("fp8", "fp4")
 
 

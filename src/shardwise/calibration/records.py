@@ -262,8 +262,8 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
     hybrid = re.search(r"shard (\d+) in-node|zero1=(\d+)|FSDP=(\d+) within", fsdp_text)
     if dp_shard is None and hybrid:
         dp_shard = int(next(g for g in hybrid.groups() if g))
-    if "zero1node" in record["id"]:  # InternEvo zero1=8 (tp 1) / 4 (tp 2): shard inside a node
-        dp_shard = 8 // tp
+    if dp_shard is None and isinstance(par.get("zero1_shard_group"), int):  # InternEvo zero1=N: shard over N ranks
+        dp_shard = par["zero1_shard_group"]
     offload = facts.get("offload", "none")
     if "offload" in fsdp_text.lower() and offload == "none":
         offload = "optimizer+params" if "param" in fsdp_text.lower() else "optimizer"

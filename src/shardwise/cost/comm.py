@@ -32,6 +32,9 @@ Algorithms, the fastest one taken as NCCL's tuner does (NVIDIA/nccl src/graph/tu
   concurrently (DeepEP's normal kernels are bound by the slower of the two): max of the two times;
   latency one step of each level it uses.
 - send/recv: S over one link, NVLink inside a domain, the GPU's NIC share across; one step's latency.
+- broadcast: NCCL's pipelined ring (chain) from the root: the ring's bus bandwidth with bus factor 1
+  (nccl-tests PERFORMANCE.md) and n steps, N of them across domains (tuning.cc nsteps / nInterSteps for
+  broadcast and reduce).
 
 Groups of ranks that span several GPU groups of a heterogeneous cluster (:func:`spanning_network`) run
 the same formulas on the slowest link of each level: a ring or a tree through every rank moves at the
@@ -63,7 +66,7 @@ import numpy as np
 from shardwise.cost.constants import NVLS_ARCH_FACTOR, NetworkConstants, fitted_network_constants
 from shardwise.specs.hardware import Cluster, CommGroup, Network, group_shape
 
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "broadcast")
 INF = float("inf")
 
 
@@ -141,6 +144,9 @@ def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, l
     ar = kind == "all_reduce"
     mult = 2.0 if ar else 1.0
     busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * b_nic), b_ring)
+    if kind == "broadcast":
+        inter = ops.where(across, n_dom, 0)
+        return ops.combine((n - inter) * lat_link + inter * lat_nic, size / busbw, h)
     steps, inter = mult * (n - 1), mult * (n_dom - 1)
     t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, h)
     if not ar:

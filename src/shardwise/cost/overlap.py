@@ -16,6 +16,12 @@ per element).
   of every micro-batch (Rajbhandari et al. 2020 Sec. 7: 1.5x the data-parallel volume). With overlap,
   gradient reduction hides under `dp_overlap` of the last backward and the parameter all-gather under
   the next forward; ZeRO-3 gathers hide under `fsdp_prefetch_overlap` of each pass.
+- ZeRO-1/2 the InternEvo way (stack knob `zero1_comm: all_reduce_broadcast`): every gradient bucket is
+  all-reduced over the whole data-parallel group (hidden under `dp_overlap` of the last backward) and,
+  after the optimizer step, each of the `shard` owners broadcasts its updated shard to the group: `shard`
+  broadcasts, exposed unless the stack overlaps the parameter sync (InternEvo's HybridZeroOptimizer,
+  internlm/solver/optimizer/hybrid_zero_optim.py: reduce_tensor with dst_rank=None; broadcast_params).
+  A broadcast over n ranks pays n ring steps, so the latency of the parameter sync grows as shard^2.
 - Collective count: gradients are reduced in buckets of `bucket_bytes` (PyTorch DDP / Megatron-LM
   bucketed reduction) and ZeRO-3/FSDP gathers one unit (a transformer layer) at a time (Zhao et al.
   2023 Sec. 3.2), so each of `calls` collectives pays its own latency: calls x t(S / calls).
@@ -49,12 +55,14 @@ def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
 
 def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, expert_stride, p_dense, p_exp, n_dense, n_exp,
                  shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float,
-                 layers=1, bucket_bytes: float = 40 * 2**20, frozen_bytes=0.0):
+                 layers=1, bucket_bytes: float = 40 * 2**20, frozen_bytes=0.0, zero1_broadcast: bool = False,
+                 param_sync_overlap: bool = True):
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
     (strides tp and `expert_stride` = etp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
     fwd_s / bwd_s: one micro-batch's forward / backward; frozen_bytes: the rank's frozen (adapter-job)
-    base weights, which ZeRO-3 gathers like the others but which have no gradients to reduce."""
+    base weights, which ZeRO-3 gathers like the others but which have no gradients to reduce;
+    zero1_broadcast / param_sync_overlap: the stack's ZeRO-1/2 collectives (module docstring)."""
     shard = minimum(shard, n_dense)
     replicas = n_dense // shard
 
@@ -74,17 +82,23 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
 
     # Terms several stages share, computed once.
     across = (chunked_s(cluster, "all_reduce", across_bytes, replicas, tp * shard, buckets(across_bytes))
-              if stages - {0} else 0.0)
-    if stages & {1, 2}:
-        hidden_gather = maximum(0.0, both("all_gather", weight_bytes, shard, tp, False) - window * fwd_s)
-        scatter = both("reduce_scatter", grad_bytes, shard, tp, False)
+              if stages & {3} or (stages & {1, 2} and not zero1_broadcast) else 0.0)
+    if stages & {1, 2} and zero1_broadcast:
+        owners = (chunked_s(cluster, "broadcast", p_dense * weight_bytes, shard, tp, shard)
+                  + chunked_s(cluster, "broadcast", p_exp * weight_bytes, n_exp, expert_stride, n_exp))
+        hidden_gather = maximum(0.0, owners - where(param_sync_overlap, window * fwd_s, 0.0))
+        scatter, across_12 = both("all_reduce", grad_bytes, n_dense, tp, False), 0.0
+    elif stages & {1, 2}:
+        hidden_gather = maximum(0.0, both("all_gather", weight_bytes, shard, tp, False)
+                                - where(param_sync_overlap, window * fwd_s, 0.0))
+        scatter, across_12 = both("reduce_scatter", grad_bytes, shard, tp, False), across
     rules = {}
     if 0 in stages:
         rules[0] = maximum(0.0, both("all_reduce", grad_bytes, n_dense, tp, False) - window * bwd_s)
     if 1 in stages:
-        rules[1] = maximum(0.0, scatter + across - window * bwd_s) + hidden_gather
+        rules[1] = maximum(0.0, scatter + across_12 - window * bwd_s) + hidden_gather
     if 2 in stages:
-        rules[2] = (microbatches * maximum(0.0, scatter - window * bwd_s) + maximum(0.0, across - window * bwd_s)
+        rules[2] = (microbatches * maximum(0.0, scatter - window * bwd_s) + maximum(0.0, across_12 - window * bwd_s)
                     + hidden_gather)
     if 3 in stages:
         layer_gather = both("all_gather", weight_bytes, shard, tp, True)

@@ -35,6 +35,9 @@ class StackProfile:
     fp8_weight_cache: bool = False  # FP8 weights cast once per step and kept (else cast at every use)
     fp8_saved_inputs: bool = False  # GEMM inputs saved for the backward in FP8
     ep_comm_overlap: float = 0.0  # share of the expert-parallel all-to-all hidden under compute
+    zero1_comm: str = "reduce_scatter"  # ZeRO-1/2: "reduce_scatter" (+ all-gather) or "all_reduce_broadcast"
+    param_sync_overlap: bool = True  # the ZeRO-1/2 parameter gather hides under the next forward
+    grad_bucket_elements: float = 0.0  # gradient bucket size in elements; 0: Megatron-LM's rule
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
@@ -80,6 +83,9 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
         fp8_weight_cache=bool(raw.get("fp8_weight_cache", False)),
         fp8_saved_inputs=bool(raw.get("fp8_saved_inputs", False)),
         ep_comm_overlap=float(raw.get("ep_comm_overlap", 0.0)),
+        zero1_comm=raw.get("zero1_comm", "reduce_scatter"),
+        param_sync_overlap=bool(raw.get("param_sync_overlap", True)),
+        grad_bucket_elements=float(raw.get("grad_bucket_elements") or 0.0),
         **{k: float(raw[k]) for k in FITTED_KNOBS},
     )
     over = consts.stacks.get(framework, {})

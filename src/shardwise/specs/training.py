@@ -15,7 +15,7 @@ from shardwise.specs.model import ModelSpec
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
-Framework = Literal["megatron", "torchtitan", "fsdp", "deepspeed", "composer", "maxtext"]
+Framework = Literal["megatron", "torchtitan", "fsdp", "deepspeed", "composer", "maxtext", "internevo"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 #: Low-precision scaling recipes (:mod:`shardwise.cost.lowp`): FP8 ones for precision fp8, FP4 ones for fp4.
 FP8_RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8", "delayed")

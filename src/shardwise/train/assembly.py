@@ -196,7 +196,8 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep * etp, p_dense, p_exp, dense_group, expert_group,
                         shard, where(zero == 3, lowp.gather_bytes, wb) if lowp.active else wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
                         layers=maximum(layers, 1) * gathers_per_layer(model, stack),
-                        bucket_bytes=grad_bucket_params(dense_group) * gb, frozen_bytes=frozen)
+                        bucket_bytes=(stack.grad_bucket_elements or grad_bucket_params(dense_group)) * gb, frozen_bytes=frozen,
+                        zero1_broadcast=stack.zero1_comm == "all_reduce_broadcast", param_sync_overlap=stack.param_sync_overlap)
     if offload == "optimizer+params":
         dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
     sharded = zero >= 1
