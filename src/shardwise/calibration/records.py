@@ -236,7 +236,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         tp, pp = min(8, mp), max(1, mp // 8)
         assumptions.append(f"tp={tp}, pp={pp} from model-parallel size {mp} (TP=8 convention)")
     tp, pp = int(tp or 1), int(pp or 1)
-    cp, ep = int(par.get("cp") or 1), int(par.get("ep") or 1)
+    cp, ep = int(facts["cp"] if "cp" in facts else par.get("cp") or 1), int(par.get("ep") or 1)
     etp = int(par["etp"]) if par.get("etp") else None
     recompute = _recompute(par, facts, assumptions)
     mb = par.get("micro_batch") or facts.get("micro_batch")
@@ -244,7 +244,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         mb = 1
         assumptions.append("micro_batch=1 (not stated)")
     dp = n_gpus // (tp * pp * cp)
-    gb = par.get("global_batch") or derived.get("global_batch_seqs")
+    gb = facts.get("global_batch_override") or par.get("global_batch") or derived.get("global_batch_seqs")
     if not isinstance(gb, int) and isinstance(facts.get("global_batch"), int):
         gb = facts["global_batch"]
         assumptions.append(f"global_batch={gb} (the source's setup; not stated for this record)")
