@@ -46,6 +46,7 @@ NOT_ESTIMATES = {
     "formula": "formula record (pinned in unit tests)",
 }
 GELU_NAMES = ("gpt", "bloom", "opt", "nemotron", "pax", "126m", "5b")
+SWIGLU_NAMES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "baichuan", "internlm", "aquila", "yi-")
 
 
 @dataclass
@@ -99,8 +100,12 @@ def _model(m: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> 
     if not (m.get("layers") and m.get("hidden")):
         raise ShardwiseError("model layers/hidden not stated")
     name = str(m.get("name") or "record")
-    preset = next((load_model(p) for p in preset_names() if p.startswith("gpt-")
-                   and load_model(p).layers == m["layers"] and load_model(p).hidden == m["hidden"]), None)
+    # A GPT preset of the same depth and width completes a GPT-style record; a record that states a
+    # SwiGLU family (Llama, Mistral, ...) or an MLP size other than the preset's is not that model.
+    swiglu = any(k in name.lower() for k in SWIGLU_NAMES)
+    preset = None if swiglu else next((load_model(p) for p in preset_names() if p.startswith("gpt-")
+                                       and load_model(p).layers == m["layers"] and load_model(p).hidden == m["hidden"]
+                                       and m.get("ffn") in (None, load_model(p).ffn)), None)
     heads = facts.get("heads") or m.get("heads") or (preset.heads if preset else None)
     if heads is None:
         if m["hidden"] % 128:
@@ -109,7 +114,7 @@ def _model(m: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> 
         assumptions.append(f"heads={heads} (head dim 128)")
     elif not m.get("heads"):
         assumptions.append(f"heads={heads}" + (f" from preset {preset.name}" if preset and not facts.get("heads") else ""))
-    gelu = preset is not None or any(k in name.lower() for k in GELU_NAMES)
+    gelu = preset is not None or (not swiglu and any(k in name.lower() for k in GELU_NAMES))
     ffn = m.get("ffn") or m.get("expert_ffn") or (4 * m["hidden"] if gelu else None)
     if ffn is None:
         raise ShardwiseError("MLP size not stated")
