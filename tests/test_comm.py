@@ -106,6 +106,18 @@ def test_latency_steps_of_ring_and_tree():
     assert collective_s("all_reduce", 1.0, 512, wide.tier_for(512, 1), lat) == pytest.approx(tree, rel=1e-3)
 
 
+def test_broadcast_is_a_pipelined_chain_with_one_step_per_rank():
+    """nccl-tests: broadcast busbw = algbw (bus factor 1), at the ring's rate; tuning.cc: n steps, N of
+    them across nodes. 4 nodes x 8 at 400 GB/s per node: S / 400 GB/s; 1-byte latency 28 x 1 + 4 x 10 us."""
+    h100 = make_cluster("H100", 32, network={"nvls": False})
+    assert bus_factor("broadcast", 32) == 1.0
+    assert group_collective_s(h100, "broadcast", S, 32, 1, IDEAL) == pytest.approx(S / 400e9)
+    assert group_collective_s(h100, "broadcast", S, 8, 1, IDEAL) == pytest.approx(S / 450e9)
+    lat = NetworkConstants(link_latency_s=1e-6, nic_latency_infiniband_s=10e-6, chunk_latency_s=0.0)
+    assert group_collective_s(h100, "broadcast", 1.0, 32, 1, lat) == pytest.approx(28e-6 + 40e-6, rel=1e-3)
+    assert group_collective_s(h100, "broadcast", 1.0, 8, 1, lat) == pytest.approx(8e-6, rel=1e-3)
+
+
 def test_trivial_groups_cost_nothing():
     h100 = make_cluster("H100", 16)
     assert collective_s("all_reduce", 1e9, 1, h100.tier_for(1, 1)) == 0.0
@@ -122,7 +134,7 @@ def test_latency_false_is_the_transfer_alone():
 
 CLUSTERS = [make_cluster("H100", 256), make_cluster("A100-80GB", 64), make_cluster("MI300X", 64), make_cluster("GB200", 288),
             make_cluster("B200", 64, network={"fabric": "efa"}), make_cluster("L40S", 32)]
-KINDS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
+KINDS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "broadcast"]
 
 
 @settings(max_examples=60, deadline=None)

@@ -217,3 +217,16 @@ def test_error_band_comes_from_held_out_runs_of_the_same_class():
     assert dense["basis"].startswith("dense/") and moe["basis"].startswith("moe/")
     bands = fitted_data()["error_bands"]["bands"]
     assert dense["pct"] == bands[dense["basis"]]["pct"] and moe["pct"] == bands[moe["basis"]]["pct"]
+
+
+def test_records_complete_their_models_from_the_right_family():
+    """A GPT preset of the same depth and width completes a GPT record (Narayanan's 39B: 48 x 8192, 4h
+    GeLU MLP), never a Llama-family one of that shape (CodeLlama-34B: SwiGLU, ffn 22016, RMSNorm)."""
+    from shardwise.calibration.records import _model
+
+    llama = _model({"name": "Llama-2-34B (CodeLlama-34B-like)", "layers": 48, "hidden": 8192, "heads": 64, "kv_heads": 8,
+                    "ffn": 22016, "vocab": 32000}, {}, [])
+    assert (llama.mlp, llama.norm, llama.linear_bias) == ("swiglu", "rmsnorm", False)
+    assert llama.layer_params_dense == 8192 * 8192 * 2 + 2 * 8192 * 1024 + 3 * 8192 * 22016 + 2 * 8192
+    gpt = _model({"name": "GPT 39B", "layers": 48, "hidden": 8192, "heads": 64, "vocab": 51200}, {}, [])
+    assert (gpt.mlp, gpt.ffn) == ("gelu", 4 * 8192)
