@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardwise.calibration.validate import collect_cases
+from shardwise.calibration.records import throughput_cases
+from shardwise.calibration.sources import source_of
+from shardwise.calibration.validate import load_records
 from shardwise.cli.main import main
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import LowPrecisionConstants, MoeConstants, default_constants
@@ -86,10 +88,13 @@ def _mean(values):
 
 @pytest.mark.parametrize("gpu", ["h100", "b200"])
 def test_fp8_recipes_rank_in_the_measured_order(gpu):
-    """torchao's Llama3-8B rows compare recipes on one setup: the estimate ranks them as measured."""
-    cases, _ = collect_cases()
-    picked = [c for c in cases if c.record_id.startswith(f"torchao_{gpu}_llama3_8b_") and c.tags["precision"] == "fp8"
-              and c.category == "throughput"]
+    """torchao's Llama3-8B rows compare recipes on one setup: the estimate ranks them as measured. The
+    B200 rows ran under an unstated power cap, so they stay out of the fit and its error tables; the cap
+    is the same for every recipe of the table, so their order is still a fair check."""
+    records = [r for r in load_records() if r["id"].startswith(f"torchao_{gpu}_llama3_8b_")]
+    source = replace(source_of(records[0]["id"]), records={})  # the per-record skips lifted
+    cases = [c for r in records for c in throughput_cases(r, source)]
+    picked = [c for c in cases if c.tags["precision"] == "fp8" and c.category == "throughput"]
     by_recipe: dict[str, list] = {}
     for c in picked:
         by_recipe.setdefault(c.tags["recipe"], []).append(c)
@@ -115,15 +120,20 @@ def test_expert_rows_scale_by_the_load_factor_and_pad_to_the_tile():
 def test_dispatch_moves_the_routed_tokens_on_the_network_all_to_all():
     mixtral = load_model("mixtral-8x7b")  # hidden 4096, top-2
     cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
-    groups = layer_groups(cluster, 2, 1, 8)
-    # 4096 tokens x 4096 x 2 B x top-2 x imbalance 1.2
+    groups = layer_groups(cluster, 2, 1, 8)  # tp = expert-tp = 2
+    # The rank's own 4096 tokens x 4096 x 2 B x top-2 x imbalance 1.2 over EP, then the expert-TP pair
+    # all-gathers what each received (Megatron-Core's alltoall dispatcher)
     routed = 4096 * 4096 * 2 * 2 * 1.2
     a2a = dispatch_s(mixtral, 4096, groups, MoeSpec(imbalance=1.2), 2.0, False, 0.0)
-    assert a2a == pytest.approx(collective_s("all_to_all", routed, 8, groups.ep_tier), rel=1e-12)
+    pair = collective_s("all_gather", 2 * routed, 2, groups.tp_tier)
+    assert a2a == pytest.approx(collective_s("all_to_all", routed, 8, groups.ep_tier) + pair, rel=1e-12)
+    no_etp = dispatch_s(mixtral, 4096, layer_groups(cluster, 2, 1, 8, etp=1), MoeSpec(imbalance=1.2), 2.0, False, 0.0)
+    assert no_etp == pytest.approx(collective_s("all_to_all", routed, 8, layer_groups(cluster, 2, 1, 8, etp=1).ep_tier), rel=1e-12)
     fp8 = dispatch_s(mixtral, 4096, groups, MoeSpec(imbalance=1.2, dispatcher="deepep"), 2.0, True, 0.0)
-    assert fp8 == pytest.approx(collective_s("all_to_all", routed / 2, 8, groups.ep_tier), rel=1e-12)
+    assert fp8 == pytest.approx(collective_s("all_to_all", routed / 2, 8, groups.ep_tier)
+                                + collective_s("all_gather", routed, 2, groups.tp_tier), rel=1e-12)
     gathered = dispatch_s(mixtral, 4096, groups, MoeSpec(dispatcher="allgather"), 2.0, False, 0.0)
-    assert gathered == pytest.approx(collective_s("all_gather", 4096 * 4096 * 2 * 8, 8, groups.ep_tier), rel=1e-12)
+    assert gathered == pytest.approx(collective_s("all_gather", 4096 * 4096 * 2 * 2 * 8, 8, groups.ep_tier), rel=1e-12)
 
 
 def test_imbalance_slows_the_step_and_the_estimate_states_it():

@@ -99,16 +99,23 @@ def expert_rows(model: ModelSpec, tokens: float, groups: Groups, moe: MoeSpec, t
 def dispatch_s(model: ModelSpec, tokens: float, groups: Groups, moe: MoeSpec, act_bytes: float, fp8_dispatch: bool,
                overhead_s: float) -> float:
     """One token dispatch (or combine) of a micro-batch over the expert-parallel group, on the network
-    model's all-to-all (:func:`shardwise.cost.comm.collective_s`): each rank sends its routed tokens
-    (x top-k, x the load factor on the busiest rank). The allgather dispatcher gathers every rank's
-    tokens instead; DeepEP sends FP8 tokens in low-precision recipes (DeepEP README, "low-precision
-    dispatch"). Plus a fixed cost per dispatch (routing metadata, splits, synchronisation)."""
+    model's all-to-all (:func:`shardwise.cost.comm.collective_s`). `tokens`: the rank's own tokens (its
+    sequence-parallel share, b s / (cp tp)). Each rank sends its routed tokens (x top-k, x the load factor
+    on the busiest rank) over the EP group, then the expert-TP group all-gathers what its ranks received
+    (the combine reduce-scatters it back): Megatron-Core's MoEAlltoAllTokenDispatcher (all-to-all over
+    EP, then gather_from_sequence_parallel_region over expert-TP; moe/token_dispatcher.py). The allgather
+    dispatcher gathers every rank's tokens over EP x expert-TP instead; DeepEP sends FP8 tokens in
+    low-precision recipes (DeepEP README, "low-precision dispatch"). Plus a fixed cost per dispatch
+    (routing metadata, splits, synchronisation)."""
     if groups.ep <= 1:
         return 0.0
+    etp = groups.etp or groups.tp
     nbytes = tokens * model.hidden * (1.0 if fp8_dispatch and moe.dispatcher == "deepep" else act_bytes)
     if moe.dispatcher == "allgather":
-        return collective_s("all_gather", nbytes * groups.ep, groups.ep, groups.ep_tier) + overhead_s
-    return collective_s("all_to_all", nbytes * model.top_k * moe.load_factor, groups.ep, groups.ep_tier) + overhead_s
+        return collective_s("all_gather", nbytes * etp * groups.ep, groups.ep, groups.ep_tier) + overhead_s
+    routed = nbytes * model.top_k * moe.load_factor
+    gather = collective_s("all_gather", routed * etp, etp, groups.tp_tier) if etp > 1 else 0.0
+    return collective_s("all_to_all", routed, groups.ep, groups.ep_tier) + gather + overhead_s
 
 
 def cp_comm_s(model: ModelSpec, tokens: float, groups: Groups, act_bytes: float) -> tuple[float, bool]:
@@ -176,7 +183,7 @@ def transformer_layer(
         routed = tokens * etp / tp * model.top_k * moe.load_factor
         router = _gemm(dev, tokens, model.experts, h)
         permute = float(dev.memory_s(2 * 2 * routed * h * act_bytes, 2))  # permute + unpermute: read and write each token
-        dispatch = dispatch_s(model, tokens * etp / tp, groups, moe, act_bytes, lowp.active, moe_consts.dispatch_overhead_s)
+        dispatch = dispatch_s(model, tokens / tp, groups, moe, act_bytes, lowp.active, moe_consts.dispatch_overhead_s)
         act_width = (model.top_k * moe.load_factor * etp / tp + model.shared_experts / tp) * model.d_expert
     else:
         ffn_local = model.ffn / tp
