@@ -278,6 +278,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         flash_attention=bool(facts.get("flash_attention", True)), dp_shard=dp_shard,
         offload=offload if offload in ("none", "optimizer", "optimizer+params") else "none",
         overlap_grad_reduce="do not use any overlapping" not in record.get("notes", ""),
+        cp_comm=facts.get("cp_comm", "p2p"),
     )
     gbps = facts.get("inter_node_gbps")
     cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps)
