@@ -41,3 +41,17 @@ def test_internevo_parameter_sync_latency_grows_with_the_shard_group():
     assert everywhere < 0.8 * in_node
     assert stack_profile("internevo", "ampere").zero1_comm == "all_reduce_broadcast"
     assert stack_profile("megatron", "ampere").zero1_comm == "reduce_scatter"
+
+
+def test_offloaded_optimizer_step_shares_the_host_cpus():
+    """ZeRO-Offload: the 8 GPUs of a node step their shards on the same host CPUs at once, so 8 x 1/8 of
+    the parameters take the host as long as one GPU's whole set; only the PCIe transfers are per GPU."""
+    from shardwise.cost.constants import default_constants
+    from shardwise.cost.step import HOST_LINK_GBYTE_S, optimizer_step_s
+
+    c = default_constants()
+    one = optimizer_step_s(c, 8e9, 1e12, "optimizer", "hopper", 2.0, 4.0, gpus_per_host=1)
+    eight = optimizer_step_s(c, 1e9, 1e12, "optimizer", "hopper", 2.0, 4.0, gpus_per_host=8)
+    link = HOST_LINK_GBYTE_S["hopper"] * 1e9 * c.step.pcie_efficiency
+    assert one - eight == pytest.approx(7e9 * 6.0 / link)
+    assert eight - 1e9 * 6.0 / link == pytest.approx(8e9 * c.step.optimizer_bytes_per_param / c.step.host_adam_bytes_s)

@@ -80,6 +80,10 @@ def _lowp(family: str | None = None, recipes: tuple[str, ...] = (), precision: s
                       and (precision is None or c.tags.get("precision") == precision))
 
 
+def _offload(case: Case) -> bool:
+    return bool(case.tags.get("offload"))
+
+
 def _moe(case: Case) -> bool:
     return bool(case.tags.get("moe"))
 
@@ -102,6 +106,7 @@ PARAMS: tuple[Param, ...] = (
       for s in ("fsdp", "torchtitan", "deepspeed", "maxtext")),
     Param("straggler jitter (cv)", ("step.straggler_cv",), 0.01, 0.0, 0.10, 0.02, _any),
     Param("per-step overhead (s)", ("step.step_overhead_s",), 0.02, 0.0, 0.5, 0.1, _any),
+    Param("host CPU Adam rate (B/s per node)", ("step.host_adam_bytes_s",), 40e9, 5e9, 200e9, 40e9, _offload),
     # Low precision (shardwise.cost.lowp): FP8 GEMM efficiency per family, FP4 on Blackwell, recipe ratios.
     Param("H100 FP8 GEMM efficiency", ("per_gpu.H100-SXM.fp8_gemm_efficiency",), 0.70, 0.25, 0.95, 0.15, _lowp("H100-SXM")),
     Param("B200 FP8 GEMM efficiency", ("per_gpu.B200.fp8_gemm_efficiency",), 0.70, 0.15, 0.95, 0.15, _lowp("B200", precision="fp8")),

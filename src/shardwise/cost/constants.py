@@ -126,7 +126,7 @@ class StepConstants:
     optimizer_bytes_per_param: float = 34.0  # derived: Adam reads w32,m,v,g32 + grad-norm read, writes w32,m,v,w16
     step_overhead_s: float = 0.02  # fitted: data loading, loss scaling, logging, launch gaps per step
     straggler_cv: float = 0.0  # fitted: per-rank time jitter; a synchronous step waits for the slowest rank
-    host_adam_bytes_s: float = 20e9  # assumed: CPU Adam (DeepSpeed CPUAdam, AVX-512) bytes/s per GPU's share of a host
+    host_adam_bytes_s: float = 40e9  # fitted (prior assumed): CPU Adam (DeepSpeed CPUAdam) bytes/s of one host, shared by its GPUs
     pcie_efficiency: float = 0.8  # assumed: achieved/peak host<->device copy bandwidth
 
 

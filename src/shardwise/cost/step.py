@@ -50,13 +50,15 @@ def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_param
 
 
 def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none", arch: str = "ampere",
-                     weight_bytes: float = 2.0, grad_bytes: float = 4.0):
-    """Seconds of the optimizer step over the `params_local` parameters this GPU updates."""
+                     weight_bytes: float = 2.0, grad_bytes: float = 4.0, gpus_per_host: int = 1):
+    """Seconds of the optimizer step over the `params_local` parameters this GPU updates. Offloaded, the
+    step runs on the host's CPUs, which the `gpus_per_host` GPUs of a node share (every one updates its
+    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own PCIe link."""
     if offload == "none":
         return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
     link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
     transfers = params_local * (grad_bytes + weight_bytes) / link
-    return transfers + params_local * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
+    return transfers + params_local * gpus_per_host * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
 
 
 def offload_params_s(consts: Constants, params_per_layer_pass, arch: str = "ampere", weight_bytes: float = 2.0):

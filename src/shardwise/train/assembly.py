@@ -202,7 +202,8 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
         dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
     sharded = zero >= 1
     opt_params = p_dense / where(sharded, shard, 1) + p_exp / where(sharded, expert_group, 1)
-    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb)
+    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb,
+                                   min(cluster.gpus_per_node, cluster.num_gpus))
     local = p_dense + p_exp
     if lowp.weights_per_step:
         optimizer_s = optimizer_s + cast_s(dev, lowp, local, layers * 4)
