@@ -10,9 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardwise.calibration.records import throughput_cases
-from shardwise.calibration.sources import source_of
-from shardwise.calibration.validate import load_records
+from shardwise.calibration.validate import collect_cases
 from shardwise.cli.main import main
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import LowPrecisionConstants, MoeConstants, default_constants
@@ -88,12 +86,8 @@ def _mean(values):
 
 @pytest.mark.parametrize("gpu", ["h100", "b200"])
 def test_fp8_recipes_rank_in_the_measured_order(gpu):
-    """torchao's Llama3-8B rows compare recipes on one setup: the estimate ranks them as measured. The
-    B200 rows ran under an unstated power cap, so they stay out of the fit and its error tables; the cap
-    is the same for every recipe of the table, so their order is still a fair check."""
-    records = [r for r in load_records() if r["id"].startswith(f"torchao_{gpu}_llama3_8b_")]
-    source = replace(source_of(records[0]["id"]), records={})  # the per-record skips lifted
-    cases = [c for r in records for c in throughput_cases(r, source)]
+    """torchao's Llama3-8B rows compare recipes on one setup: the estimate ranks them as measured."""
+    cases = [c for c in collect_cases()[0] if c.record_id.startswith(f"torchao_{gpu}_llama3_8b_")]
     picked = [c for c in cases if c.tags["precision"] == "fp8" and c.category == "throughput"]
     by_recipe: dict[str, list] = {}
     for c in picked:
