@@ -65,7 +65,7 @@ REASONS = {
     "batch_small": "micro-batch x dp exceeds the global batch",
     "batch_divide": "global batch is not a multiple of micro-batch x dp",
     "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
-    "dominated": "another etp / cp_comm / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
+    "dominated": "another etp / cp_comm (and Ulysses size) / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
     "memory": "out of memory",
     "memory_cap": "exceeds --max-memory-gib",
 }
