@@ -136,13 +136,16 @@ def searched_recipes(training: TrainingSpec, recipes: tuple[str, ...] | None = N
                                  "add --precision fp8")
         return ("none",)
     if training.fp8_recipe != "auto":
+        if recipes and set(recipes) != {training.fp8_recipe}:
+            raise ShardwiseError(f"--fp8-recipes: the job fixes training.fp8_recipe {training.fp8_recipe}; leave "
+                                 "--fp8-recipes out, or set fp8_recipe: auto to search recipes")
         return (training.fp8_recipe,)
     allowed = FP4_RECIPES if training.precision == "fp4" else FP8_RECIPES
     bad = [r for r in recipes or () if r not in allowed]
     if bad:
         raise ShardwiseError(f"--fp8-recipes: {', '.join(bad)} is not a {training.precision} recipe; use some of "
                              f"{', '.join(allowed)}")
-    return tuple(recipes) if recipes else allowed
+    return tuple(dict.fromkeys(recipes)) if recipes else allowed  # each once, in the order given
 
 
 def searched_dispatchers(model: ModelSpec, training: TrainingSpec, dispatchers: tuple[str, ...] | None = None) -> tuple[str, ...]:
