@@ -102,6 +102,8 @@ class Candidates:
     def keep(self, mask: np.ndarray, reason: str | None = None) -> None:
         """Drop the plans where `mask` is false, counting them under `reason` (a key of REASONS or a line);
         a row with a `weight` counts as that many plans."""
+        if mask.all():  # nothing to drop: no copy of the arrays
+            return
         weight = self.arrays.get("weight")
         dropped = int((~mask).sum() if weight is None else weight[~mask].sum())
         if dropped and reason:
