@@ -6,7 +6,7 @@
 Cases: Llama-3.1-405B on 16,384 H100s (seq 8192, global batch 2048: the foundation issue's case),
 Llama-3.1-70B on 512 H100s (seq 8192, batch 512), Mixtral-8x7B on 64 A100-80GB (seq 4096, batch 256)
 and DeepSeek-V3 on 1,024 H100s (seq 4096, batch 4096; issue 11: ep folded over tp*cp*dp with its own
-etp, the CP schemes, and with --precision fp8 the FP8 recipes; target <= 20 s, with its rejections
+etp, the CP schemes (a2a+p2p with each Ulysses size), and with --precision fp8 the FP8 recipes; target <= 20 s, with its rejections
 printed). Target for the screen: >= 50,000 plans/s on one core. Also prints, for 60 random plans that fit per
 case, how the screen's approximation and lower bound compare with the exact estimate (the planner
 trusts 90% of the approximation when it decides it may stop).
@@ -23,7 +23,7 @@ from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import dominated, dominated_recipes, layer_table, screen
+from shardwise.train.screen import dominated, dominated_cp_schemes, dominated_recipes, layer_table, screen
 from shardwise.train.search_space import Candidates, enumerate_plans
 
 CASES = [
@@ -46,6 +46,7 @@ def main() -> None:
         cands = enumerate_plans(model, cluster, training)
         t = time.process_time()
         cands.keep(~np.isin(cands["rcp"], dominated_recipes(cands, cluster, training)))  # the planner's steps
+        cands.keep(~dominated_cp_schemes(cands, model, cluster, training))
         table = layer_table(cands, model, cluster, training)
         keep = ~dominated(cands, table)
         cands.keep(keep)

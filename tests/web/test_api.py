@@ -77,6 +77,35 @@ def test_train_plan_from_a_job_document_equals_cli(client, capsys, tmp_path):
     assert _untimed(r.json()) == _untimed(cli_json(capsys, "train", "plan", _write(tmp_path, doc), "--top", "2"))
 
 
+MOE_PLAN_ARGS = ["--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--seq-len", "2048", "--global-batch", "32",
+                 "--precision", "fp8", "--schedules", "1f1b", "--top", "2", "--exact-budget", "8"]
+MOE_PLAN_BODY = {"model": "mixtral-8x7b", "gpu": "h100", "gpus": 16, "seq_len": 2048, "global_batch": 32, "precision": "fp8",
+                 "schedules": "1f1b", "top": 2, "exact_budget": 8}
+
+
+def test_train_plan_with_recipes_and_dispatchers_equals_cli(client, capsys):
+    """--fp8-recipes and --moe-dispatchers as fields: a list or a comma-separated string, as the CLI's flags."""
+    r = client.post("/api/train/plan", json={**MOE_PLAN_BODY, "fp8_recipes": ["rowwise", "delayed"],
+                                             "moe_dispatchers": "alltoall,deepep"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert _untimed(out) == _untimed(cli_json(capsys, "train", "plan", *MOE_PLAN_ARGS, "--fp8-recipes", "rowwise,delayed",
+                                              "--moe-dispatchers", "alltoall", "--moe-dispatchers", "deepep"))
+    assert {p["plan"]["fp8_recipe"] for p in out["pareto_front"]} <= {"rowwise", "delayed"}
+    assert {p["plan"]["moe_dispatcher"] for p in out["pareto_front"]} <= {"alltoall", "deepep"}
+
+
+def test_train_plan_recipe_and_dispatcher_errors_are_the_clis(client, capsys):
+    cases = [({"fp8_recipes": "rowwise,nvfp4"}, ["--fp8-recipes", "rowwise,nvfp4"]),
+             ({"moe_dispatchers": ["nccl"]}, ["--moe-dispatchers", "nccl"]),
+             ({"fp8_recipes": "rowwise", "precision": "bf16"}, ["--fp8-recipes", "rowwise", "--precision", "bf16"])]
+    for change, flags in cases:
+        r = client.post("/api/train/plan", json={**MOE_PLAN_BODY, **change})
+        assert (r.status_code, r.json()["detail"]) == (422, cli_error(capsys, "train", "plan", *MOE_PLAN_ARGS, *flags)), change
+    r = client.post("/api/train/plan", json={**MOE_PLAN_BODY, "fp8_recipes": [1, 2]})
+    assert r.status_code == 422 and r.json()["detail"].startswith("fp8_recipes")
+
+
 def test_schedule_simulate_and_compare_equal_cli(client, capsys, tmp_path):
     body = {"schedule": "interleaved", "pp": 4, "microbatches": 8, "vpp": 2, "f": "1,1,1,1.2,1,1,1,1.2", "i": 1.3,
             "w": [0.6] * 8, "comm": 0.05}

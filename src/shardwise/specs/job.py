@@ -163,11 +163,18 @@ def _check_context(model: ModelSpec, cluster: Cluster, training: TrainingSpec, p
     if p.cp_comm == "a2a+p2p" and p.cp % a2a:
         raise ShardwiseError(f"parallel.ulysses: {a2a} does not divide cp {p.cp}")
     heads = model.heads // p.tp
-    if a2a > 1 and heads % a2a:
+    if not a2a_splits_heads(heads, a2a):
         what = "cp" if p.cp_comm == "a2a" else "ulysses"
         raise ShardwiseError(f"parallel.cp_comm: {p.cp_comm} needs the {heads} attention heads per TP rank divisible by "
                              f"{what} = {a2a}; use cp_comm p2p or allgather, or a {what} dividing {heads}")
     return p
+
+
+def a2a_splits_heads(heads_per_tp_rank, a2a_ranks):
+    """Whether a Ulysses all-to-all over `a2a_ranks` ranks (TrainPlan.cp_a2a) can split the attention heads of a
+    TP rank between them: each takes heads / a2a_ranks whole heads (Jacobs et al. 2023, DeepSpeed-Ulysses Sec. 3).
+    Integers or numpy arrays (the planner checks every plan at once)."""
+    return heads_per_tp_rank % a2a_ranks == 0
 
 
 def _check_precision(cluster: Cluster, training: TrainingSpec) -> None:

@@ -52,7 +52,8 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
         if not isinstance(base.cluster, Cluster):
             raise ShardwiseError("cluster.groups: this search takes GPUs of one type; search a cluster with groups "
                                  "with `shardwise train plan JOB` (shardwise.train.hetero_plan.hetero_plan)")
-        fixed = dict(doc.get("parallel") or {})
+        given = doc.get("parallel") or {}
+        fixed = {k: getattr(base.plan, k) for k in given} if isinstance(given, dict) else {}  # parsed: "false" is False
         training, clusters, spec = base.training, [base.cluster], base.model
         if memory_headroom is not None:
             clusters = [c.model_copy(update={"memory_headroom": memory_headroom}) for c in clusters]

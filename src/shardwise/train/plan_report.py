@@ -99,7 +99,8 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
         parts.append(f"v{p['vpp']}")
     parts.append(f"dp{p['dp']}")
     if p["cp"] > 1:
-        parts.append(f"cp{p['cp']}" + (f"/{p['cp_comm']}" if p.get("cp_comm", "p2p") != "p2p" else ""))
+        parts.append(f"cp{p['cp']}" + (f"/{p['cp_comm']}" if p.get("cp_comm", "p2p") != "p2p" else "")
+                     + (f" u{p['ulysses']}" if p.get("ulysses") else ""))
     if p["ep"] > 1:
         parts.append(f"ep{p['ep']}")
     if p.get("etp") is not None and p["etp"] != p["tp"]:

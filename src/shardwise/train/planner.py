@@ -3,7 +3,8 @@
 Three stages (deterministic: ties break on enumeration order):
 1. enumerate every distinct plan and drop those that cannot run, counted by reason
    (:mod:`shardwise.train.search_space`), and those whose recipe another recipe beats on every term
-   (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed) or whose etp, cp_comm,
+   (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed), whose CP scheme another
+   moves less and hides no less (:func:`shardwise.train.screen.dominated_cp_schemes`, also before), or whose etp, cp_comm,
    recipe or dispatcher another choice beats on every layer (:func:`shardwise.train.screen.dominated`);
 2. screen all of them at once with numpy (:mod:`shardwise.train.screen`): a lower bound and an
    approximation of the step time, and the peak memory; drop plans that do not fit;
@@ -35,8 +36,8 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import dominated, dominated_recipes, layer_table, screen
-from shardwise.train.search_space import REASONS, Candidates, enumerate_plans
+from shardwise.train.screen import dominated, dominated_cp_schemes, dominated_recipes, layer_table, screen
+from shardwise.train.search_space import EVERY_PLAN, REASONS, Candidates, enumerate_plans
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
@@ -136,9 +137,8 @@ def plan_search(
         raise ShardwiseError(f"--exact-budget must be >= 1 (exact estimates per GPU type), got {max_exact}")
     if max_memory_gib is not None and not (math.isfinite(max_memory_gib) and max_memory_gib > 0):
         raise ShardwiseError(f"--max-memory-gib must be a positive number of GiB, got {max_memory_gib}")
-    fixed = dict(fixed or {})
-    extra = {k: fixed.pop(k) for k in ("flash_attention", "overlap_grad_reduce") if k in fixed}
-    fixed.pop("dp", None)
+    fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
+    extra = {k: fixed[k] for k in EVERY_PLAN if k in fixed}  # what every plan carries (enumerate_plans checks them)
     t0 = time.perf_counter()
     cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
                             runnable_on=runnable_on, recipes=recipes, dispatchers=dispatchers)
@@ -149,10 +149,12 @@ def plan_search(
         progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     flash = extra.get("flash_attention", True)
     cands.keep(~np.isin(cands["rcp"], dominated_recipes(cands, cluster, training, constants)), "dominated")
+    cands.keep(~dominated_cp_schemes(cands, model, cluster, training), "dominated")
     table = layer_table(cands, model, cluster, training, constants, flash)
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")
-    scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster))
+    scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster),
+                 extra.get("dp_shard"), extra.get("offload", "none"))
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
     fits = scr["memory_bytes"] <= capacity
@@ -238,7 +240,7 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
     return ranked, evaluated, notes
 
 
-PLAN_KEYS = ("tp", "pp", "vpp", "cp", "cp_comm", "ep", "etp", "dp", "zero", "sequence_parallel", "recompute", "micro_batch",
+PLAN_KEYS = ("tp", "pp", "vpp", "cp", "cp_comm", "ulysses", "ep", "etp", "dp", "zero", "sequence_parallel", "recompute", "micro_batch",
              "schedule", "fp8_recipe", "moe_dispatcher")
 
 
@@ -249,7 +251,7 @@ def _key(plan: dict[str, Any]) -> tuple:
 def searched_fields(e: Estimate) -> dict[str, Any]:
     """An estimated plan in the fields the search enumerates (the recipe of an fp8/fp4 job and the
     dispatcher of an MoE model included)."""
-    plan = {k: e.plan[k] for k in PLAN_KEYS if k in e.plan}
+    plan = {k: e.plan[k] for k in PLAN_KEYS if k in e.plan and (k != "ulysses" or e.plan[k] is not None)}
     for key in ("fp8_recipe", "moe_dispatcher"):
         if getattr(e, key) is not None:
             plan[key] = getattr(e, key)

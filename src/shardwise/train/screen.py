@@ -2,7 +2,7 @@
 an approximation of the peak memory per GPU, for ranking plans before the exact estimate.
 
 Per-layer costs come from the same cached functions the exact estimate uses (:mod:`shardwise.cost.layer`,
-one call per distinct (tp, cp, cp_comm, ep, etp, sp, recompute, micro-batch, recipe)); stage contents and stage-to-rank maps
+one call per distinct (tp, cp, cp_comm, Ulysses size, ep, etp, sp, recompute, micro-batch, recipe)); stage contents and stage-to-rank maps
 from :mod:`shardwise.train.stages` and the schedule's placement; communication exposure, model states
 and data-parallel time from the same array-friendly functions as the estimate. What differs is the
 pipeline: instead of simulating,
@@ -31,7 +31,7 @@ from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import device, job_device, low_precision
-from shardwise.cost.layer import PassCost
+from shardwise.cost.layer import PassCost, cp_comm_s
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
@@ -82,7 +82,7 @@ def _stack_and_devices(c: Candidates, cluster: Cluster, training: TrainingSpec, 
 
 
 #: the fields that fix one layer's costs (:func:`layer_table`), in key order
-LAYER_KEY = ("tp", "cp", "cpc", "ep", "etp", "sp", "rc", "mb", "rcp", "disp")
+LAYER_KEY = ("tp", "cp", "cpc", "uly", "ep", "etp", "sp", "rc", "mb", "rcp", "disp")
 
 
 @dataclass(frozen=True)
@@ -107,22 +107,21 @@ class LayerTable:
 def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None,
                 flash_attention: bool = True) -> LayerTable:
     """The per-layer costs of the candidates: :func:`shardwise.train.assembly.blocks` once per distinct
-    (tp, cp, cp_comm, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher)."""
+    (tp, cp, cp_comm, all-to-all ranks of cp, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher)."""
     consts = constants or default_constants()
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     sp = ((c["sp"] == 1) & (c["tp"] > 1)).astype(np.int64)
     uniq, inv = unique_rows([sp if k == "sp" else c[k] for k in LAYER_KEY])
 
     @lru_cache(maxsize=None)
-    def groups_of(tp, cp, cpc, ep, etp):
-        scheme = CP_COMMS[cpc]
-        return layer_groups(cluster, tp, cp, ep, etp, scheme, cp if scheme == "a2a" else 1)
+    def groups_of(tp, cp, cpc, uly, ep, etp):
+        return layer_groups(cluster, tp, cp, ep, etp, CP_COMMS[cpc], uly)  # uly: TrainPlan.cp_a2a
 
     routed = [training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": d})}) for d in c.dispatchers]
 
-    def key_blocks(tp, cp, cpc, ep, etp, sp_, rc, mb, rcp, disp):
+    def key_blocks(tp, cp, cpc, uly, ep, etp, sp_, rc, mb, rcp, disp):
         dev, lowp = recipes[rcp]
-        groups = groups_of(tp, cp, cpc, ep, etp)
+        groups = groups_of(tp, cp, cpc, uly, ep, etp)
         return blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
                       flash_attention, mb, lowp, groups, consts.moe)
 
@@ -136,11 +135,11 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
 
 
 #: the choices :func:`dominated` compares (the rest of a layer key stays the same)
-CHOICES = ("etp", "cpc", "rcp", "disp")
+CHOICES = ("etp", "cpc", "uly", "rcp", "disp")
 
 
 def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
-    """Per plan: True where another etp / cp_comm / recipe / dispatcher choice of the same plan costs no more on every
+    """Per plan: True where another etp / cp_comm (with its Ulysses size) / recipe / dispatcher choice of the same plan costs no more on every
     count the screen and the estimate sum (F, I and W of each block, exposed communication included,
     activation bytes, the recipe's step and memory terms, and the expert states, which grow as tp / etp) and is valid wherever this one is (an etp no larger: ep x etp still divides the stage's
     ranks). The plan then cannot be faster than the one that
@@ -162,11 +161,37 @@ def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
         x, ch = cost[opts], choice[opts]
         no_worse = (x[:, None, :] <= x[None, :, :]).all(axis=2)  # [a, b]: a costs no more than b on every count
         better = (x[:, None, :] < x[None, :, :]).any(axis=2)
-        rank = np.lexsort(ch.T[::-1]).argsort()  # ties: keep the first in (etp, cp_comm, recipe, dispatcher) order
+        rank = np.lexsort(ch.T[::-1]).argsort()  # ties: keep the first in (etp, cp_comm, Ulysses size, recipe, dispatcher) order
         dom = no_worse & (ch[:, None, 0] <= ch[None, :, 0]) & (better | (rank[:, None] < rank[None, :]))
         np.fill_diagonal(dom, False)
         out[opts] = dom.any(axis=0)
     return out[table.inv]
+
+
+def dominated_cp_schemes(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> np.ndarray:
+    """Per plan: True where another CP scheme (cp_comm with its all-to-all ranks) of the same (tp, cp,
+    micro-batch), used by some candidate, moves no more context-parallel time per attention pass and hides it
+    under no less of the attention, without costing any layer. The scheme enters a layer's cost only
+    through that pass and whether the attention overlaps it (:func:`shardwise.cost.layer.cp_comm_s`: p2p
+    only), and the exposed time grows with the pass and shrinks with the window
+    (:func:`shardwise.cost.overlap.exposed_layer_comm`), so such a plan is one :func:`dominated` would drop
+    (ties keep the first scheme in search order, as there)."""
+    keys, inv = unique_rows([c["tp"], c["cp"], c["mb"], c["cpc"], c["uly"]])
+    out = np.zeros(len(keys), dtype=bool)
+    if len(keys) < 2:
+        return out[inv]
+    cost = np.array([cp_comm_s(model, mb * training.seq_len / cp, layer_groups(cluster, tp, cp, 1, tp, CP_COMMS[cpc], uly),
+                               training.activation_bytes) for tp, cp, mb, cpc, uly in keys.tolist()])
+    pass_s, hidden = cost[:, 0], cost[:, 1].astype(bool)
+    _, base_of = unique_rows([keys[:, 0], keys[:, 1], keys[:, 2]])  # keys are sorted: each base's schemes in order
+    same = base_of[:, None] == base_of[None, :]
+    no_worse = same & (pass_s[:, None] <= pass_s[None, :]) & (hidden[:, None] | ~hidden[None, :])  # [a, b]: a no worse than b
+    better = (pass_s[:, None] < pass_s[None, :]) | (hidden[:, None] & ~hidden[None, :])
+    first = np.arange(len(keys))[:, None] < np.arange(len(keys))[None, :]
+    dom = no_worse & (better | first)
+    np.fill_diagonal(dom, False)
+    out = dom.any(axis=0)
+    return out[inv]
 
 
 def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None) -> list[int]:
@@ -202,9 +227,12 @@ def screen(
     flash_attention: bool = True,
     overlap_grad_reduce: bool = True,
     table: LayerTable | None = None,
+    dp_shard: int | None = None,
+    offload: str = "none",
 ) -> dict[str, np.ndarray]:
     """Arrays (one per plan): step_lb_s, step_s (approximation) and memory_bytes (peak per GPU, as the
-    estimate counts it); `table`: the candidates' :func:`layer_table` when the caller has it."""
+    estimate counts it); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
+    and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp)."""
     consts = constants or default_constants()
     gpu = cluster.gpu
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
@@ -228,7 +256,7 @@ def screen(
         cp, dp = r["cp"], r["dp"]
         dev, lowp = recipes[batch[0][7]]
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
-                         dp_shard=dp * cp, offload="none", overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
+                         dp_shard=dp * cp if dp_shard is None else dp_shard, offload=offload, overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
                          p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp,
                          etp=r["etp"])
         rows_total = len(cp)

@@ -2,7 +2,8 @@
 the plans that cannot run removed and counted by reason.
 
 Dimensions: tp (powers of two up to a node), pp (divisors of the GPU count), vpp (as each schedule
-admits), cp (powers of two) with its scheme cp_comm (p2p, allgather, a2a), and for MoE models ep
+admits), cp (powers of two) with its scheme cp_comm (p2p, allgather, a2a, and a2a+p2p with each Ulysses
+size u: 1 < u < cp, u dividing cp and the heads of a TP rank), and for MoE models ep
 (powers of two up to the experts) and etp (expert tensor parallelism, powers of two up to tp),
 folded over the tp*cp*dp ranks of a stage (Liu et al. 2025, MoE Parallel Folding), ZeRO 0-3, sequence
 parallelism (only with tp > 1), recompute none/selective/full, micro-batch (powers of two), schedule,
@@ -12,6 +13,8 @@ Plans that are the same plan under two names are not enumerated twice: sequence 
 tp > 1, with pp = 1 every schedule is plain gradient accumulation (kept once, as 1f1b), with
 FlashAttention selective recompute has nothing left to recompute (kept once, as none), and without
 cp the scheme is moot (kept once, as p2p).
+A job's `parallel` fields are fixed axes of the search (FIXED_AXES); dp_shard, offload, flash_attention and
+overlap_grad_reduce are the same for every plan (EVERY_PLAN) and only make some plans invalid.
 """
 
 from __future__ import annotations
@@ -27,14 +30,21 @@ from shardwise.limits import MAX_PIPELINE_STAGES
 from shardwise.pipeline import resolve, schedule_info
 from shardwise.pipeline.registry import planner_schedules
 from shardwise.specs.hardware import Cluster
+from shardwise.specs.job import a2a_splits_heads
 from shardwise.specs.model import ModelSpec
-from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, Dispatcher, TrainingSpec
+from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, Dispatcher, TrainingSpec, TrainPlan
 
 RECOMPUTE = ("none", "selective", "full")
-#: context-parallel schemes the planner searches (a2a+p2p needs a Ulysses size: give it in the job)
-CP_COMMS = ("p2p", "allgather", "a2a")
+#: context-parallel schemes the planner searches (a2a+p2p with each Ulysses size, the `uly` axis)
+CP_COMMS = ("p2p", "allgather", "a2a", "a2a+p2p")
 VPP_CHOICES = (1, 2, 3, 4, 6, 8)
-FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "ep", "etp", "zero", "sp", "rc", "mb", "sched", "rcp", "disp")
+FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "uly", "ep", "etp", "zero", "sp", "rc", "mb", "sched", "rcp", "disp")
+#: job-file plan fields a search takes as fixed axes (dp: kept where GPUs / (tp pp cp) equals it)
+FIXED_AXES = ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ulysses", "ep", "etp", "zero", "sequence_parallel", "recompute",
+              "micro_batch", "schedule")
+#: job-file plan fields every searched plan carries as given (TrainPlan's other fields)
+EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload")
+assert set(FIXED_AXES) | set(EVERY_PLAN) == set(TrainPlan.model_fields), "a TrainPlan field the planner would ignore"
 DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 
 REASONS = {
@@ -47,10 +57,15 @@ REASONS = {
     "fold": "ep x etp does not divide the tp*cp*dp ranks of a stage (MoE Parallel Folding)",
     "etp_ffn": "etp does not divide the expert intermediate size",
     "cp_a2a": "cp_comm a2a needs heads divisible by cp (attention heads per TP rank)",
+    "cp_ulysses": "cp_comm a2a+p2p needs the attention heads per TP rank divisible by the Ulysses size",
+    "ulysses_cp": "the job's parallel.ulysses does not divide cp",
+    "dp_fixed": "dp is not the job's parallel.dp (GPUs / (tp*pp*cp))",
+    "dp_shard": "the job's parallel.dp_shard does not divide the data-parallel group dp*cp",
+    "offload_zero": "the job's parallel.offload needs ZeRO (zero 1, 2 or 3)",
     "batch_small": "micro-batch x dp exceeds the global batch",
     "batch_divide": "global batch is not a multiple of micro-batch x dp",
     "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
-    "dominated": "another etp / cp_comm / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
+    "dominated": "another etp / cp_comm (and Ulysses size) / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
     "memory": "out of memory",
     "memory_cap": "exceeds --max-memory-gib",
 }
@@ -68,7 +83,8 @@ def _powers_of_two(limit: int) -> list[int]:
 class Candidates:
     """Plans as parallel arrays (one element per plan); `schedules[sched]` names the schedule,
     `recipes[rcp]` the low-precision recipe ("none": 16-bit GEMMs), `dispatchers[disp]` the MoE token
-    dispatcher (empty for a dense model) and CP_COMMS[cpc] the CP scheme."""
+    dispatcher (empty for a dense model), CP_COMMS[cpc] the CP scheme and `uly` the ranks of cp that
+    exchange heads by all-to-all (TrainPlan.cp_a2a: cp for a2a, the Ulysses size for a2a+p2p, else 1)."""
 
     arrays: dict[str, np.ndarray]
     schedules: tuple[str, ...]
@@ -86,6 +102,8 @@ class Candidates:
     def keep(self, mask: np.ndarray, reason: str | None = None) -> None:
         """Drop the plans where `mask` is false, counting them under `reason` (a key of REASONS or a line);
         a row with a `weight` counts as that many plans."""
+        if mask.all():  # nothing to drop: no copy of the arrays
+            return
         weight = self.arrays.get("weight")
         dropped = int((~mask).sum() if weight is None else weight[~mask].sum())
         if dropped and reason:
@@ -102,6 +120,8 @@ class Candidates:
             "sequence_parallel": bool(a["sp"]), "recompute": RECOMPUTE[a["rc"]], "micro_batch": a["mb"],
             "schedule": self.schedules[a["sched"]],
         }
+        if plan["cp_comm"] == "a2a+p2p":
+            plan["ulysses"] = a["uly"]
         if self.recipes != ("none",):
             plan["fp8_recipe"] = self.recipes[a["rcp"]]
         if self.dispatchers:
@@ -118,13 +138,16 @@ def searched_recipes(training: TrainingSpec, recipes: tuple[str, ...] | None = N
                                  "add --precision fp8")
         return ("none",)
     if training.fp8_recipe != "auto":
+        if recipes and set(recipes) != {training.fp8_recipe}:
+            raise ShardwiseError(f"--fp8-recipes: the job fixes training.fp8_recipe {training.fp8_recipe}; leave "
+                                 "--fp8-recipes out, or set fp8_recipe: auto to search recipes")
         return (training.fp8_recipe,)
     allowed = FP4_RECIPES if training.precision == "fp4" else FP8_RECIPES
     bad = [r for r in recipes or () if r not in allowed]
     if bad:
         raise ShardwiseError(f"--fp8-recipes: {', '.join(bad)} is not a {training.precision} recipe; use some of "
                              f"{', '.join(allowed)}")
-    return tuple(recipes) if recipes else allowed
+    return tuple(dict.fromkeys(recipes)) if recipes else allowed  # each once, in the order given
 
 
 def searched_dispatchers(model: ModelSpec, training: TrainingSpec, dispatchers: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -156,11 +179,14 @@ def enumerate_plans(
 ) -> Candidates:
     """All distinct plans, minus those that cannot run (counted by reason); `schedules` defaults to those
     the planner searches by default (:func:`shardwise.pipeline.registry.planner_schedules`); `fixed` pins fields
-    (job-file names: tp, pp, vpp, cp, cp_comm, ep, etp, zero, sequence_parallel, recompute, micro_batch,
-    schedule); `runnable_on` keeps only the plans at least one of these engines runs as is; `recipes`
+    (job-file names: FIXED_AXES) and drops the plans that cannot run with the EVERY_PLAN fields it gives
+    (dp_shard, offload); `runnable_on` keeps only the plans at least one of these engines runs as is; `recipes`
     limits the low-precision recipes of an fp8/fp4 job (:func:`searched_recipes`), `dispatchers` lists the
     MoE token dispatchers to try (:func:`searched_dispatchers`)."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
+    unknown = sorted(set(fixed) - set(FIXED_AXES) - set(EVERY_PLAN))
+    if unknown:
+        raise ShardwiseError(f"parallel.{unknown[0]}: not a plan field; use some of {', '.join(FIXED_AXES + EVERY_PLAN)}")
     if "schedule" in fixed:
         schedules = (fixed["schedule"],)
     names = tuple(resolve(s) for s in (planner_schedules() if schedules is None else schedules))
@@ -188,13 +214,19 @@ def enumerate_plans(
     for key, axis in pins.items():
         if key in fixed:
             axes[axis] = [int(fixed[key])]
+    # The ranks of cp exchanging heads by all-to-all: the divisors of each cp (which go with which: _ulysses_distinct).
+    axes["uly"] = sorted({d for cp in axes["cp"] for d in range(1, cp + 1) if cp % d == 0})
     if "etp" in fixed and model.is_moe:
         axes["etp"] = [int(fixed["etp"])]
     if "cp_comm" in fixed:
         if fixed["cp_comm"] not in CP_COMMS:
-            raise ShardwiseError(f"parallel.cp_comm: the planner searches {', '.join(CP_COMMS)}; estimate a "
-                                 f"{fixed['cp_comm']} plan with `train estimate`, or leave cp_comm out")
+            raise ShardwiseError(f"parallel.cp_comm: {fixed['cp_comm']} is not a scheme; use one of {', '.join(CP_COMMS)}")
         axes["cpc"] = [CP_COMMS.index(fixed["cp_comm"])]
+    if "ulysses" in fixed:
+        if fixed.get("cp_comm") != "a2a+p2p":
+            raise ShardwiseError(f"parallel.ulysses: only used with cp_comm a2a+p2p (cp_comm is {fixed.get('cp_comm', 'searched')}); "
+                                 "add cp_comm: a2a+p2p or leave ulysses out")
+        axes["uly"] = [int(fixed["ulysses"])]
     if "sequence_parallel" in fixed:
         axes["sp"] = [int(bool(fixed["sequence_parallel"]))]
     if "recompute" in fixed:
@@ -206,11 +238,12 @@ def enumerate_plans(
     # Two levels: the layout (what fixes the groups, dp and the layer costs) and the knobs (ZeRO, SP,
     # recompute, micro-batch, schedule). Layouts that cannot run are dropped before the knobs multiply
     # them, counted with the number of distinct plans each stands for.
-    layout_keys = ("tp", "pp", "cp", "cpc", "ep", "etp", "rcp", "disp")
+    layout_keys = ("tp", "pp", "cp", "cpc", "uly", "ep", "etp", "rcp", "disp")
     layout = _grid({k: axes[k] for k in layout_keys})
     if not model.is_moe:
         layout["etp"] = layout["tp"].copy()
     layout_distinct = (layout["cp"] > 1) | (layout["cpc"] == axes["cpc"][0])  # without cp the scheme is moot
+    layout_distinct &= _ulysses_distinct(layout["cp"], layout["cpc"], layout["uly"], "ulysses" in fixed)
     if "etp" not in fixed:  # expert TP no wider than TP: folding narrows the experts' split (Liu et al. 2025 Sec. 3)
         layout_distinct &= layout["etp"] <= layout["tp"]
     layout = {k: v[layout_distinct] for k, v in layout.items()}
@@ -232,6 +265,10 @@ def enumerate_plans(
     layout["weight"] = np.array([len(k) for k in per_class], dtype=np.int64)[layout["class"]]
     cands = Candidates(layout, names, considered=int(layout["weight"].sum()), recipes=recipe_names, dispatchers=dispatcher_names)
     _drop_impossible_layouts(cands, model, cluster, training)
+    if "dp" in fixed:
+        cands.keep(cands["dp"] == int(fixed["dp"]), "dp_fixed")
+    if "dp_shard" in fixed:
+        cands.keep((cands["dp"] * cands["cp"]) % int(fixed["dp_shard"]) == 0, "dp_shard")
     # The knobs' rules depend on the layout through (pp, dp) only: check each knob row once per distinct
     # (pp, dp, class), counted for the layouts that share it, then expand the layouts with what is left.
     triples, triple_of = unique_rows([cands["pp"], cands["dp"], cands["class"]])
@@ -242,6 +279,8 @@ def enumerate_plans(
     checks.arrays |= {"pp": np.repeat(triples[:, 0], sizes), "dp": np.repeat(triples[:, 1], sizes),
                       "triple": np.repeat(np.arange(len(triples)), sizes), "weight": np.repeat(sharing, sizes)}
     _drop_impossible_knobs(checks, model, training)
+    if fixed.get("offload", "none") != "none":
+        checks.keep(checks["zero"] > 0, "offload_zero")
     left = np.bincount(checks["triple"], minlength=len(triples))
     first = np.cumsum(left) - left
     counts = left[triple_of]
@@ -253,6 +292,15 @@ def enumerate_plans(
     if runnable_on:
         keep_runnable(cands, runnable_on, model, training, flash_attention)
     return cands
+
+
+def _ulysses_distinct(cp: np.ndarray, cpc: np.ndarray, uly: np.ndarray, pinned: bool) -> np.ndarray:
+    """Which (cp, cp_comm, all-to-all ranks) rows are distinct plans: a2a exchanges over all of cp, p2p and
+    allgather over none, a2a+p2p over a Ulysses group 1 < u < cp that divides cp (u = 1 is the ring and
+    u = cp is a2a); a Ulysses size the job gives is kept as given (its validity is checked after)."""
+    hybrid = cpc == CP_COMMS.index("a2a+p2p")
+    searched = (uly > 1) & (uly < cp) & (cp % uly == 0)
+    return np.where(hybrid, pinned | searched, uly == np.where(cpc == CP_COMMS.index("a2a"), cp, 1))
 
 
 def unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -344,8 +392,10 @@ def _drop_impossible_layouts(c: Candidates, model: ModelSpec, cluster: Cluster, 
     c.arrays["dp"] = cluster.num_gpus // (c["tp"] * c["pp"] * c["cp"])
     c.keep(c["pp"] <= model.layers + 2, "layers")
     c.keep(training.seq_len % c["cp"] == 0, "seq")
-    a2a = c["cpc"] == CP_COMMS.index("a2a")
-    c.keep(~a2a | ((model.heads // c["tp"]) % c["cp"] == 0), "cp_a2a")
+    hybrid = c["cpc"] == CP_COMMS.index("a2a+p2p")
+    c.keep(~hybrid | (c["cp"] % c["uly"] == 0), "ulysses_cp")
+    for scheme, reason in (("a2a", "cp_a2a"), ("a2a+p2p", "cp_ulysses")):  # uly: the ranks of cp exchanging heads
+        c.keep(a2a_splits_heads(model.heads // c["tp"], c["uly"]) | (c["cpc"] != CP_COMMS.index(scheme)), reason)
     if model.is_moe:
         c.keep(model.experts % c["ep"] == 0, "experts")
         c.keep(model.d_expert % c["etp"] == 0, "etp_ffn")

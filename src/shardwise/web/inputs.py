@@ -126,7 +126,14 @@ class TrainPlanBody(_Body):
     schedules: str | list[str] | None = Field(default=None, description="schedules to search (default: all)")
     top: int = Field(default=5, ge=1, le=50, description="how many plans to return")
     tokens: float | None = Field(default=None, description="tokens to train: adds days and dollars")
-    precision: str | None = Field(default=None, description="bf16 | fp16 | fp8 | fp32")
+    precision: str | None = Field(default=None, description="bf16 | fp16 | fp8 | fp4 | fp32; fp8 and fp4 search their "
+                                  "scaling recipes (those the GPU runs)")
+    fp8_recipes: str | list[str] | None = Field(
+        default=None, description="recipes an fp8/fp4 search tries (a list or comma-separated): tensorwise, rowwise, "
+        "blockwise, mxfp8, delayed; nvfp4, mxfp4. Default: all of the precision's")
+    moe_dispatchers: str | list[str] | None = Field(
+        default=None, description="MoE token dispatchers to try (a list or comma-separated): alltoall, allgather, deepep. "
+        "Default: the job's")
     exact_budget: int = Field(default=128, ge=1, le=1024, description="most exact estimates per GPU type")
 
 

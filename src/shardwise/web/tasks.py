@@ -87,7 +87,8 @@ def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
     doc = with_model(o.job) if o.job is not None else None
     model = model_ref(o.model) if o.model is not None and doc is None else o.model
     inputs = plan_inputs(doc, model, o.gpu, o.gpus, o.seq_len, o.global_batch, o.tokens, o.precision)
-    results, best, fronts = run_plan(inputs, o.objective, o.top, o.schedules, o.max_memory_gib, o.exact_budget, progress)
+    results, best, fronts = run_plan(inputs, o.objective, o.top, o.schedules, o.max_memory_gib, o.exact_budget, progress,
+                                     fp8_recipes=o.fp8_recipes, moe_dispatchers=o.moe_dispatchers)
     return plan_json(o.objective, results, best, fronts, inputs)
 
 

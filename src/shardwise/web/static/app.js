@@ -328,7 +328,7 @@ function planLabel(p, recipe = p.fp8_recipe, dispatcher = p.moe_dispatcher) {  /
   const parts = [`tp${p.tp}`, `pp${p.pp}`];
   if (p.vpp > 1) parts.push(`v${p.vpp}`);
   parts.push(`dp${p.dp}`);
-  if (p.cp > 1) parts.push(`cp${p.cp}` + (p.cp_comm && p.cp_comm !== "p2p" ? `/${p.cp_comm}` : ""));
+  if (p.cp > 1) parts.push(`cp${p.cp}` + (p.cp_comm && p.cp_comm !== "p2p" ? `/${p.cp_comm}` : "") + (p.ulysses ? ` u${p.ulysses}` : ""));
   if (p.ep > 1) parts.push(`ep${p.ep}`);
   if (p.etp !== undefined && p.etp !== null && p.etp !== p.tp) parts.push(`etp${p.etp}`);
   if (recipe) parts.push(recipe);
