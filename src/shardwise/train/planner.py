@@ -36,7 +36,7 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import dominated, dominated_cp_schemes, dominated_recipes, layer_table, screen
+from shardwise.train.screen import dominated, dominated_cp_schemes, drop_dominated_recipes, layer_table, screen
 from shardwise.train.search_space import EVERY_PLAN, REASONS, Candidates, enumerate_plans
 
 if TYPE_CHECKING:
@@ -140,12 +140,9 @@ def plan_search(
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
     extra = {k: fixed[k] for k in EVERY_PLAN if k in fixed}  # what every plan carries (enumerate_plans checks them)
     t0 = time.perf_counter()
-    def drop_dominated_recipes(c: Candidates) -> None:  # a property of the recipes alone: drop them per layout
-        if len(c):  # none left: the GPU runs none of the recipes (enumerate_plans counted why)
-            c.keep(~np.isin(c["rcp"], dominated_recipes(c, cluster, training, constants)), "dominated")
-
     cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
-                            runnable_on=runnable_on, recipes=recipes, dispatchers=dispatchers, prune=drop_dominated_recipes)
+                            runnable_on=runnable_on, recipes=recipes, dispatchers=dispatchers,
+                            prune=lambda c: drop_dominated_recipes(c, cluster, training, constants))
     t1 = time.perf_counter()
     if not len(cands):
         raise ShardwiseError(_nothing_runs(cands))

@@ -218,6 +218,13 @@ def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, c
     return out
 
 
+def drop_dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None) -> None:
+    """Drop the plans of :func:`dominated_recipes` (a property of the recipes alone, so it may run on
+    layouts before the knobs multiply them), counted as "dominated"."""
+    if len(c):  # none left: the GPU runs none of the recipes (the enumeration counted why)
+        c.keep(~np.isin(c["rcp"], dominated_recipes(c, cluster, training, constants)), "dominated")
+
+
 def screen(
     c: Candidates,
     model: ModelSpec,
