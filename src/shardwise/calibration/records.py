@@ -277,7 +277,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         recompute=recompute, micro_batch=int(mb), schedule=_schedule(par.get("schedule"), vpp),
         flash_attention=bool(facts.get("flash_attention", True)), dp_shard=dp_shard,
         offload=offload if offload in ("none", "optimizer", "optimizer+params") else "none",
-        overlap_grad_reduce="do not use any overlapping" not in record.get("notes", ""),
+        overlap_grad_reduce=bool(facts.get("overlap_grad_reduce", "do not use any overlapping" not in record.get("notes", ""))),
         cp_comm=facts.get("cp_comm", "p2p"),
     )
     gbps = facts.get("inter_node_gbps")
