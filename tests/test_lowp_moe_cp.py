@@ -15,7 +15,7 @@ from shardwise.cli.main import main
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import LowPrecisionConstants, MoeConstants, default_constants
 from shardwise.cost.flops import model_flops_per_token
-from shardwise.cost.layer import cp_comm_s, dispatch_s, expert_rows
+from shardwise.cost.layer import cp_comm_s, dispatch_s, elementwise_bytes_per_token, expert_rows
 from shardwise.cost.lowp import low_precision
 from shardwise.cost.stack import stack_profile
 from shardwise.specs.job import job_from_mapping
@@ -109,6 +109,15 @@ def test_expert_rows_scale_by_the_load_factor_and_pad_to_the_tile():
     assert expert_rows(mixtral, 4096, groups, MoeSpec(capacity_factor=1.25), 128) == 10240
     # 1000 x 2 x 1 / 8 x 1.25 = 312.5 rows, padded to 3 tiles of 128
     assert expert_rows(mixtral, 1000, layer_groups(cluster, 1, 1, 1), MoeSpec(capacity_factor=1.25), 128) == 384
+
+
+def test_moe_elementwise_traffic_is_the_routed_copies_over_tp():
+    mixtral = load_model("mixtral-8x22b")  # hidden 6144, top-2 of 8 experts of 16384, SwiGLU, no dropout
+    # norms and adds: (2 x 2 x 2 B + 2 x 3 x 2 B) x 6144 / tp 2 (sequence parallel) = 61,440 B;
+    # SwiGLU: 2 B x (2 copies x 16384 / tp 2) x 3 (read gate and up, write one) = 98,304 B
+    assert elementwise_bytes_per_token(mixtral, True, 2, True) == 61_440 + 98_304
+    # a dense layer of the same width moves half the activation bytes (one copy per token)
+    assert elementwise_bytes_per_token(mixtral, False, 2, True) == 61_440 + 49_152
 
 
 def test_dispatch_moves_the_routed_tokens_on_the_network_all_to_all():

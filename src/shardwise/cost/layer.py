@@ -142,6 +142,22 @@ def cp_comm_s(model: ModelSpec, tokens: float, groups: Groups, act_bytes: float)
     return ring, groups.cp_comm == "p2p"
 
 
+def elementwise_bytes_per_token(model: ModelSpec, moe_layer: bool, tp: int, sp: bool, act_bytes: float = 2.0,
+                                load_factor: float = 1.0) -> float:
+    """Forward bytes the fused elementwise kernels of one layer move per token of the micro-batch, on one
+    GPU (module docstring): two norms and two bias-dropout-adds over h (split over tp with sequence
+    parallelism), and the MLP activation over its local width: ffn / tp, or for an MoE layer the token's
+    top-k routed copies (x the load factor) and the shared experts, d_expert wide, all over tp. Expert
+    TP cancels: a rank holds etp / tp of the routed tokens (gathered over expert-TP) at d_expert / etp."""
+    residual = 2 * (3 * act_bytes + (1 if model.dropout else 0))
+    norms_and_adds = (2 * 2 * act_bytes + residual) * model.hidden / (tp if sp else 1)
+    if moe_layer:
+        width = (model.top_k * load_factor + model.shared_experts) * model.d_expert / tp
+    else:
+        width = model.ffn / tp
+    return norms_and_adds + act_bytes * width * (3 if model.mlp == "swiglu" else 2)
+
+
 @lru_cache(maxsize=4096)
 def transformer_layer(
     model: ModelSpec,
@@ -184,11 +200,9 @@ def transformer_layer(
         router = _gemm(dev, tokens, model.experts, h)
         permute = float(dev.memory_s(2 * 2 * routed * h * act_bytes, 2))  # permute + unpermute: read and write each token
         dispatch = dispatch_s(model, tokens / tp, groups, moe, act_bytes, lowp.active, moe_consts.dispatch_overhead_s)
-        act_width = (model.top_k * moe.load_factor * etp / tp + model.shared_experts / tp) * model.d_expert
     else:
         ffn_local = model.ffn / tp
         linears += [(tokens, (mats - 1) * ffn_local, h, 1, 1.0), (tokens, h, ffn_local, 1, 1.0)]
-        act_width = model.ffn / tp
     gemm = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in linears) + router
     # --- low-precision casts: GEMM inputs in the forward, output gradients in the backward ----------
     n_lin = sum(c for _, _, _, c, _ in linears)
@@ -211,11 +225,7 @@ def transformer_layer(
         attn_f = qk + av + dev.memory_s(softmax_bytes, 2 if model.dropout else 1)
         attn_b = 2.0 * (qk + av) + dev.memory_s(1.5 * softmax_bytes, 2 if model.dropout else 1)
     # --- elementwise ------------------------------------------------------------------------------
-    seq_shard = tp if sp else 1
-    residual = 2 * (3 * act_bytes + (1 if model.dropout else 0))  # two bias-dropout-adds
-    per_token = (2 * 2 * act_bytes + residual) * h / seq_shard  # two norms + residual adds
-    per_token += act_bytes * act_width * (3 if model.mlp == "swiglu" else 2)
-    per_token *= stack.elementwise_traffic
+    per_token = elementwise_bytes_per_token(model, moe_layer, tp, sp, act_bytes, moe.load_factor) * stack.elementwise_traffic
     kernels = stack.kernels_per_layer
     elem_f = dev.memory_s(tokens * per_token, kernels) + cast_f + permute
     elem_b = dev.memory_s(2.0 * tokens * per_token, 2 * kernels) + cast_b + permute
