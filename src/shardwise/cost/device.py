@@ -1,11 +1,14 @@
 """One device model for training and serving: the time of each kind of operation on one GPU.
 
 - GEMM (M x K) @ (K x N) of 2MNK FLOPs (roofline: Williams et al. 2009):
-  t = max(2MNK / (peak * eta_gemm), bytes / (HBM * eta_mem)) + t_gemm. eta_gemm is the fitted
-  asymptote of large GEMMs, t_gemm a fitted fixed cost per GEMM (launch): together they make small GEMMs
-  slower than large ones; short reductions (small K) become memory-bound through the bytes term. Wave quantisation with a fixed output tile (NVIDIA Deep
-  Learning Performance Guide, "Matrix Multiplication Background") is not applied: cuBLAS chooses tile
-  shapes and split-K per problem, and the calibration runs fit better without it (docs/fidelity.md).
+  t = max(2MNK (1 + d0 (1/M + 1/N + 1/K)) / (peak * eta_gemm), bytes / (HBM * eta_mem)) + t_gemm.
+  eta_gemm is the fitted asymptote of large GEMMs. A short dimension costs: short output dimensions
+  leave the GPU's multiprocessors part-filled with output tiles, a short reduction amortises each tile's
+  pipeline fill and epilogue over few steps (NVIDIA Deep Learning Performance Guide, "Matrix
+  Multiplication Background": tile and wave quantisation; CUTLASS "Efficient GEMM": each tile loops
+  over K). Rather than pick cuBLAS's tile per problem, the GEMM works as if each dimension were d0
+  longer (the first order of prod(1 + d0/D)), d0 fitted on the calibration runs; t_gemm is a fitted
+  fixed cost per GEMM (launch). Very short reductions become memory-bound through the bytes term.
 - fused attention (FlashAttention-style), forward or backward:
   t = F / (peak_16bit * eta_attn * s / (s + s_half)) + t_kernel, saturating in the key length s
   (for a causal mask the mean key length s/2). FA3 forward on H100 (head dim 128, B*S = 16k tokens)
@@ -45,6 +48,7 @@ class Device:
     hbm_bytes_s: float
     gemm_efficiency: float
     gemm_overhead_s: float
+    gemm_edge_elements: float  # d0 above
     attention_efficiency: float  # forward asymptote of the attention kernel in use
     memory_efficiency: float
     kernel_overhead_s: float
@@ -68,6 +72,7 @@ class Device:
             hbm_bytes_s=gpu.hbm_bytes_s,
             gemm_efficiency=constants.gemm_efficiency,
             gemm_overhead_s=constants.gemm_overhead_s,
+            gemm_edge_elements=constants.gemm_edge_elements,
             attention_efficiency=attention,
             memory_efficiency=constants.memory_efficiency,
             kernel_overhead_s=constants.kernel_overhead_s,
@@ -82,7 +87,7 @@ class Device:
     def gemm_s(self, m, n, k, count=1, bytes_per_element: float = 2.0, lowp: bool = False):
         """`count` identical (or one grouped GEMM of `count`) (m x k) @ (k x n) GEMMs; `lowp`: a block
         linear, run in FP8/FP4 when the device has a low-precision rate (16-bit output)."""
-        flops = 2.0 * m * n * k
+        flops = 2.0 * m * n * k * (1.0 + self.gemm_edge_elements * (1.0 / m + 1.0 / n + 1.0 / k))
         if lowp and self.lowp_flops:
             compute = flops / self.lowp_flops
             memory = ((m * k + k * n) * self.lowp_bytes + m * n * 2.0) / self.hbm_rate
