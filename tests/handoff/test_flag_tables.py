@@ -74,3 +74,21 @@ def test_v0_knobs_are_refused_without_a_release_to_replay(tmp_path):
                    "workload: {rate: 1, num_requests: 10}\n")
     assert main(["serve", "simulate", str(job)]) == 0
     assert main(["serve", "export", str(job), "--to", "vllm"]) == 2
+
+
+def test_megatron_export_carries_the_cp_scheme_and_the_expert_tp():
+    from shardwise.specs.job import job_from_mapping
+
+    def export(model, parallel):
+        job = job_from_mapping({"model": model, "cluster": {"gpu": "H100-SXM", "gpus": 16},
+                                "training": {"seq_len": 32768, "global_batch": 16}, "parallel": parallel})
+        return job, export_train(job, "megatron")
+
+    job, exp = export("llama-3.1-8b", {"tp": 2, "cp": 8, "cp_comm": "a2a+p2p", "ulysses": 2})
+    check_flags(exp.args, table("megatron"))
+    i = exp.args.index("--hierarchical-context-parallel-sizes")
+    assert exp.args[exp.args.index("--cp-comm-type") + 1] == "a2a+p2p" and exp.args[i + 1:i + 3] == ["2", "4"]
+    assert 'model.cp_comm_type="a2a+p2p"' in exp.config_file[1] and "model.hierarchical_context_parallel_sizes=[2,4]" in exp.config_file[1]
+    _, exp = export("mixtral-8x7b", {"tp": 2, "ep": 8, "etp": 1})
+    check_flags(exp.args, table("megatron"))
+    assert exp.args[exp.args.index("--expert-tensor-parallel-size") + 1] == "1" and "--cp-comm-type" not in exp.args

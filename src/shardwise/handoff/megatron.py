@@ -8,7 +8,9 @@ flag by flag against ``data/engines/megatron.json``, extracted from that parser 
 stages over pp gives the virtual pipeline size) places the layers as
 :func:`shardwise.train.stages.stage_contents` does. ZeRO: 1 = ``--use-distributed-optimizer``; 2 and 3 =
 Megatron-FSDP (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads`` /
-``optim_grads_params``). Data: ``--mock-data`` with ``NullTokenizer`` and the model's vocabulary, so the
+``optim_grads_params``). Context parallelism: ``--cp-comm-type`` (p2p, a2a, allgather or a2a+p2p, the
+last with ``--hierarchical-context-parallel-sizes`` = Ulysses group size, ring size); experts:
+``--expert-tensor-parallel-size`` = etp (MoE Parallel Folding). Data: ``--mock-data`` with ``NullTokenizer`` and the model's vocabulary, so the
 command runs before a dataset is prepared (replace with ``--data-path`` and a tokenizer).
 """
 
@@ -73,8 +75,12 @@ def parallel_args(job: TrainJob) -> list[str]:
     dp = p.dp or 1
     a = ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp),
          "--context-parallel-size", str(p.cp)]
+    if p.cp > 1:  # --cp-comm-type: p2p, a2a, allgather or a2a+p2p (the last with its two group sizes)
+        a += ["--cp-comm-type", p.cp_comm]
+        if p.cp_comm == "a2a+p2p":
+            a += ["--hierarchical-context-parallel-sizes", str(p.cp_a2a), str(p.cp // p.cp_a2a)]
     if job.model.is_moe:
-        a += ["--expert-model-parallel-size", str(p.ep), "--expert-tensor-parallel-size", str(p.tp)]
+        a += ["--expert-model-parallel-size", str(p.ep), "--expert-tensor-parallel-size", str(p.expert_tp)]
     if p.pp > 1:
         vpp = p.vpp if resolve(p.schedule) == "interleaved" else 1
         a += ["--pipeline-model-parallel-layout", pipeline_layout(job.model, p.pp * vpp)]
@@ -142,7 +148,11 @@ def bridge_overrides(job: TrainJob) -> str:
     }
     if job.model.is_moe:
         o["model.expert_model_parallel_size"] = p.ep
-        o["model.expert_tensor_parallel_size"] = p.tp
+        o["model.expert_tensor_parallel_size"] = p.expert_tp
+    if p.cp > 1:
+        o["model.cp_comm_type"] = p.cp_comm
+        if p.cp_comm == "a2a+p2p":
+            o["model.hierarchical_context_parallel_sizes"] = [p.cp_a2a, p.cp // p.cp_a2a]
     if p.pp > 1 and resolve(p.schedule) == "interleaved":
         o["model.virtual_pipeline_model_parallel_size"] = p.vpp
     if p.pp > 1:
@@ -155,5 +165,12 @@ def bridge_overrides(job: TrainJob) -> str:
     if p.zero >= 2:
         o["ddp.data_parallel_sharding_strategy"] = "optim_grads" if p.zero == 2 else "optim_grads_params"
         o["ddp.use_megatron_fsdp"] = True
-    fmt = lambda v: str(v).lower() if isinstance(v, bool) else (f'"{v}"' if isinstance(v, str) else str(v))  # noqa: E731
+
+    def fmt(v: object) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, list):
+            return "[" + ",".join(map(str, v)) + "]"
+        return f'"{v}"' if isinstance(v, str) else str(v)
+
     return "".join(f"{k}={fmt(v)}\n" for k, v in o.items())
