@@ -10,7 +10,7 @@ from shardwise.cost.device import Device
 
 D0 = 64.0
 H100_LIKE = Device(peak_flops=989.4e12, attention_peak_flops=989.4e12, hbm_bytes_s=3.35e12, gemm_efficiency=0.7,
-                   gemm_overhead_s=5e-6, gemm_edge_elements=D0, attention_efficiency=0.7, memory_efficiency=0.8,
+                   gemm_overhead_s=5e-6, gemm_dim_offset=D0, attention_efficiency=0.7, memory_efficiency=0.8,
                    kernel_overhead_s=4e-6)
 
 

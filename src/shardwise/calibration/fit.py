@@ -94,7 +94,7 @@ PARAMS: tuple[Param, ...] = (
     Param("B200 GEMM efficiency", ("per_gpu.B200.gemm_efficiency",), 0.70, 0.40, 0.95, 0.15, _family("B200")),
     Param("MI300X GEMM efficiency", ("per_gpu.MI300X.gemm_efficiency",), 0.55, 0.25, 0.95, 0.15, _family("MI300X")),
     Param("GEMM fixed cost (s)", ("compute.gemm_overhead_s",), 5e-6, 0.0, 40e-6, 10e-6, _any),
-    Param("GEMM dimension offset d0 (elements)", ("compute.gemm_edge_elements",), 128.0, 0.0, 2048.0, 256.0, _any),
+    Param("GEMM dimension offset d0 (elements)", ("compute.gemm_dim_offset",), 128.0, 0.0, 2048.0, 256.0, _any),
     Param("kernel launch gap (s)", ("compute.kernel_overhead_s",), 4e-6, 0.0, 30e-6, 5e-6, _any),
     Param("A100 FlashAttention-2 efficiency", ("per_gpu.A100-80GB.attention_efficiency",), 0.73, 0.30, 0.90, 0.15, _family("A100-80GB")),
     Param("H100 FlashAttention-2 efficiency", ("per_gpu.H100-SXM.attention_efficiency",), 0.35, 0.20, 0.80, 0.15, _family("H100-SXM")),

@@ -27,7 +27,7 @@ class ComputeConstants:
 
     gemm_efficiency: float = 0.70  # fitted per GPU family: asymptotic achieved/peak of large 16-bit GEMMs
     gemm_overhead_s: float = 5e-6  # fitted: fixed time per GEMM (launch)
-    gemm_edge_elements: float = 0.0  # fitted: a GEMM's short-dimension cost, as elements added to each dimension (cost/device.py)
+    gemm_dim_offset: float = 0.0  # fitted: a GEMM's short-dimension cost, as elements added to each dimension (cost/device.py)
     kernel_overhead_s: float = 4e-6  # assumed: per-kernel launch gap on the GPU (a few us: CUDA C Best Practices Guide)
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
     fa3_attention_efficiency: float = 0.75  # cited: FlashAttention-3 bf16 forward on H100, 740 of 989 TFLOP/s (Shah et al. 2024)

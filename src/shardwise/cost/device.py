@@ -48,7 +48,7 @@ class Device:
     hbm_bytes_s: float
     gemm_efficiency: float
     gemm_overhead_s: float
-    gemm_edge_elements: float  # d0 above
+    gemm_dim_offset: float  # d0 above (elements)
     attention_efficiency: float  # forward asymptote of the attention kernel in use
     memory_efficiency: float
     kernel_overhead_s: float
@@ -72,7 +72,7 @@ class Device:
             hbm_bytes_s=gpu.hbm_bytes_s,
             gemm_efficiency=constants.gemm_efficiency,
             gemm_overhead_s=constants.gemm_overhead_s,
-            gemm_edge_elements=constants.gemm_edge_elements,
+            gemm_dim_offset=constants.gemm_dim_offset,
             attention_efficiency=attention,
             memory_efficiency=constants.memory_efficiency,
             kernel_overhead_s=constants.kernel_overhead_s,
@@ -87,7 +87,7 @@ class Device:
     def gemm_s(self, m, n, k, count=1, bytes_per_element: float = 2.0, lowp: bool = False):
         """`count` identical (or one grouped GEMM of `count`) (m x k) @ (k x n) GEMMs; `lowp`: a block
         linear, run in FP8/FP4 when the device has a low-precision rate (16-bit output)."""
-        flops = 2.0 * m * n * k * (1.0 + self.gemm_edge_elements * (1.0 / m + 1.0 / n + 1.0 / k))
+        flops = 2.0 * m * n * k * (1.0 + self.gemm_dim_offset * (1.0 / m + 1.0 / n + 1.0 / k))
         if lowp and self.lowp_flops:
             compute = flops / self.lowp_flops
             memory = ((m * k + k * n) * self.lowp_bytes + m * n * 2.0) / self.hbm_rate

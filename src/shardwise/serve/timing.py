@@ -57,7 +57,7 @@ class StepTimer:
         return self.device.peak_flops * self.device.gemm_efficiency
 
     @cached_property
-    def gemm_edge_nk(self) -> float:
+    def gemm_offset_nk(self) -> float:
         """d0 x the FLOP-weighted mean of (1/n + 1/k) over a layer's GEMMs: their small-dimension cost
         (Device.gemm_s) apart from the tokens' d0 / m, which :meth:`iteration_s` adds per iteration."""
         m, tp = self.model, self.tp
@@ -67,7 +67,7 @@ class StepTimer:
         h = m.hidden
         parts = ((attn_in, attn_in / h / tp, h), (attn_out, h, attn_out / h / tp),
                  (mlp * (mats - 1) / mats, (mats - 1) * width / tp, h), (mlp / mats, h, width / tp))
-        return self.device.gemm_edge_elements * sum(w * (1 / n + 1 / k) for w, n, k in parts) / sum(w for w, _, _ in parts)
+        return self.device.gemm_dim_offset * sum(w * (1 / n + 1 / k) for w, n, k in parts) / sum(w for w, _, _ in parts)
 
     @cached_property
     def attn_rate(self) -> float:
@@ -155,8 +155,8 @@ class StepTimer:
         of them sampling, `decode_ctx` context tokens read by decodes, `prefill_pairs` attention pairs."""
         if tokens <= 0:
             return 0.0
-        d0 = self.device.gemm_edge_elements  # each GEMM works as if every dimension were d0 longer (Device.gemm_s)
-        work = tokens * (1.0 + self.gemm_edge_nk) + d0
+        d0 = self.device.gemm_dim_offset  # each GEMM works as if every dimension were d0 longer (Device.gemm_s)
+        work = tokens * (1.0 + self.gemm_offset_nk) + d0
         body = max(work * self.body_flops_per_token / self.flop_rate, self.body_bytes(tokens) / self.mem_rate)
         head_work = n_logits * (1.0 + d0 * (self.tp / self.model.vocab + 1.0 / self.model.hidden)) + d0
         head = max(head_work * self.head_flops_per_row / self.flop_rate, self.head_bytes / self.mem_rate) if n_logits else 0.0
