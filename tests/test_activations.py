@@ -72,3 +72,11 @@ def test_recompute_ordering():
     sel = layer_activation_bytes(model, False, 8192, 8192, 8, True, "selective", flash=False)
     full = layer_activation_bytes(model, False, 8192, 8192, 8, True, "full", flash=False)
     assert full < sel < none
+
+
+def test_selective_that_repeats_gemms_keeps_that_share_as_full_recompute():
+    # a stack whose `selective` repeats half the forward GEMMs (every second block checkpointed): half the
+    # layer keeps Table 2's tensor + sequence parallel + selective 34sbh/t, half only the input 2sbh/t
+    got = layer_activation_bytes(GPT, False, s * b, s, 8, True, "selective", flash=False, gemm_share=0.5)
+    assert got == pytest.approx(0.5 * SBH * 34 / 8 + 0.5 * 2 * SBH / 8)
+    assert got == pytest.approx(SBH * 18 / 8)

@@ -9,6 +9,10 @@ MoE (top-k routed copies), no dropout, FlashAttention (no s^2 terms: Dao et al. 
 output and the softmax log-sum-exp), context parallelism (local tokens s/cp attend to all s keys).
 TP shards the head- and ffn-sized terms; sequence parallelism also shards the rest (Table 2 rows).
 Selective recompute drops the s^2 terms; full recompute keeps only the layer input (2sbh, /t with SP).
+Where a stack's selective recompute also repeats a share g of the forward GEMMs with their elementwise
+work (`selective_recompute_gemms`: block-level AC of every second block, op-level SAC, JAX remat
+policies), that share of the layer is kept as under full recompute: (1 - g) selective + g full (exact
+for every-other-block AC; the GEMM-share proxy for op-level policies, the same share the time charges).
 """
 
 from __future__ import annotations
@@ -26,16 +30,21 @@ def layer_activation_bytes(
     recompute: str,
     flash: bool,
     act_bytes: float = 2.0,
+    gemm_share: float = 0.0,
 ) -> float:
     """Bytes one layer keeps for the backward pass, per micro-batch, on one GPU.
 
-    tokens: local tokens of the micro-batch (b*s/cp); seq_kv: keys each query attends to (s).
+    tokens: local tokens of the micro-batch (b*s/cp); seq_kv: keys each query attends to (s);
+    gemm_share: the share of the forward GEMMs `recompute: selective` repeats (module docstring).
     """
     h = model.hidden
     sbh = tokens * h
     seq_shard = tp if sp else 1  # terms TP leaves replicated are sharded by sequence parallelism
     if recompute == "full":
         return act_bytes * sbh / seq_shard
+    if recompute == "selective" and gemm_share > 0.0:
+        kept = layer_activation_bytes(model, moe_layer, tokens, seq_kv, tp, sp, "selective", flash, act_bytes)
+        return (1.0 - gemm_share) * kept + gemm_share * act_bytes * sbh / seq_shard
     heads_local = model.heads / tp
     kv_local = max(model.n_kv_heads / tp, 1.0)
     dropout_mask = 1.0 if model.dropout else 0.0

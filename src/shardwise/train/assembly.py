@@ -78,12 +78,14 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
     dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups, stack, ab, lowp)
     moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc)
            if model.is_moe else dense)
-    act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab)
-    act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab) if model.is_moe else act_dense
+    share = stack.selective_recompute_gemms  # what `selective` repeats also goes unstored (cost/activations.py)
+    act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab, share)
+    act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab, share) if model.is_moe else act_dense
     kept = weight_gradient_bytes(model, model.is_moe, tokens, tp, sp, ab)
     full = recompute == "full"
+    recomputes_layers = full or (recompute == "selective" and share > 0.0)  # a recomputed layer's working set
     emb, head = embedding(model, tokens, sp, dev, dense_groups, ab), lm_head(model, tokens, sp, dev, dense_groups, stack, ab)
-    act_recompute = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if full else 0.0
+    act_recompute = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if recomputes_layers else 0.0
     lora = training.adapter
     if lora is not None:  # frozen base + adapters (dense models only: LoraSpec.shapes)
         extra = adapters.adapter_layer_cost(model, lora, tokens, tp, dev, ab, recompute, stack.selective_recompute_gemms)
@@ -91,7 +93,7 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
         emb, head = adapters.frozen_block(emb), adapters.frozen_block(head)
         act_dense += adapters.adapter_activation_bytes(model, lora, tokens, tp, recompute, ab)
         act_moe = act_dense
-        if full:
+        if recomputes_layers:
             act_recompute += adapters.adapter_working_bytes(model, lora, tokens, tp, ab)
     return Blocks(
         dense=dense,
