@@ -36,6 +36,14 @@ def matmul_weights(model: ModelSpec) -> tuple[int, int, int, int]:
     return attn_in, attn_out, mats * h * model.ffn, mats * h * model.d_expert
 
 
+def linear_shapes(model: ModelSpec, mlp_width: float, tp: int) -> tuple[tuple[float, float], ...]:
+    """(output width n, input width k) on one GPU of a layer's block linears: the attention in- and
+    out-projections, then an MLP of `mlp_width` (gate and up fused, then down), split over `tp`."""
+    attn_in, attn_out, _, _ = matmul_weights(model)
+    h, mats = model.hidden, 3 if model.mlp == "swiglu" else 2
+    return ((attn_in / h / tp, h), (h, attn_out / h / tp), ((mats - 1) * (mlp_width / tp), h), (h, mlp_width / tp))
+
+
 def layer_matmul_weights_active(model: ModelSpec, moe: bool) -> int:
     """Matmul weights one token touches in a layer (router included for MoE layers)."""
     attn_in, attn_out, dense, expert = matmul_weights(model)

@@ -27,7 +27,7 @@ import numpy as np
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import MoeConstants
 from shardwise.cost.device import Device
-from shardwise.cost.flops import matmul_weights
+from shardwise.cost.flops import linear_shapes
 from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.stack import StackProfile
 from shardwise.specs.hardware import CommGroup
@@ -180,29 +180,24 @@ def transformer_layer(
     `moe`: how an MoE layer routes its tokens."""
     tp = groups.tp
     h, heads = model.hidden, model.heads / tp
-    attn_in, attn_out, dense_mlp, expert = matmul_weights(model)
     # --- block linears (m, n, k, count, speed); each has a dgrad and a wgrad twin of equal FLOPs ---
-    linears = [(tokens, attn_in / h / tp, h, 1, 1.0), (tokens, h, attn_out / h / tp, 1, 1.0)]
-    mats = 3 if model.mlp == "swiglu" else 2
+    linears = [(tokens, n, k, 1, 1.0) for n, k in linear_shapes(model, 0.0, tp)[:2]]
     router = permute = 0.0  # 16-bit router GEMM; token permutation (memory-bound, no weight gradient)
     dispatch = 0.0
     if moe_layer:
         etp = groups.etp or tp
         experts_local = round(model.experts / groups.ep)
         rows = expert_rows(model, tokens, groups, moe, moe_consts.grouped_gemm_tile)
-        ffn_local = model.d_expert / etp
         grouped = moe_consts.grouped_gemm_ratio
-        linears += [(rows, (mats - 1) * ffn_local, h, experts_local, grouped), (rows, h, ffn_local, experts_local, grouped)]
+        linears += [(rows, n, k, experts_local, grouped) for n, k in linear_shapes(model, model.d_expert, etp)[2:]]
         if model.shared_experts:
-            shared = model.shared_experts * model.d_expert / tp
-            linears += [(tokens, (mats - 1) * shared, h, 1, 1.0), (tokens, h, shared, 1, 1.0)]
+            linears += [(tokens, n, k, 1, 1.0) for n, k in linear_shapes(model, model.shared_experts * model.d_expert, tp)[2:]]
         routed = tokens * etp / tp * model.top_k * moe.load_factor
         router = _gemm(dev, tokens, model.experts, h)
         permute = float(dev.memory_s(2 * 2 * routed * h * act_bytes, 2))  # permute + unpermute: read and write each token
         dispatch = dispatch_s(model, tokens / tp, groups, moe, act_bytes, lowp.active, moe_consts.dispatch_overhead_s)
     else:
-        ffn_local = model.ffn / tp
-        linears += [(tokens, (mats - 1) * ffn_local, h, 1, 1.0), (tokens, h, ffn_local, 1, 1.0)]
+        linears += [(tokens, n, k, 1, 1.0) for n, k in linear_shapes(model, model.ffn, tp)[2:]]
     gemm = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in linears) + router
     # --- low-precision casts: GEMM inputs in the forward, output gradients in the backward ----------
     n_lin = sum(c for _, _, _, c, _ in linears)
