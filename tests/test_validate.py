@@ -101,6 +101,7 @@ def test_cli_cross_validation(capsys):
     out = capsys.readouterr().out
     assert "held-out MAE" in out and "what the data determine" in out
     assert "FP8 MAE" in out and "MoE MAE" in out
+    assert "between-source spread tau" in out
 
 
 def test_row_classes_split_dense_fp8_and_moe():
@@ -113,6 +114,30 @@ def test_row_classes_split_dense_fp8_and_moe():
     assert row_class({"precision": "fp4", "moe": False}) == "fp8"
     assert row_class({"precision": "bf16", "moe": True}) == "moe"
     assert row_class({"precision": "fp8", "moe": True}) == "moe"
+
+
+def test_source_spread_matches_a_hand_computed_derSimonian_laird_estimate():
+    """Log errors A (0.1, 0.3), B (-0.3, -0.1), C (0, 0.2, 0.4): pooled within-source variance 0.12 / 4 =
+    0.03; weights n / 0.03 = 200/3, 200/3, 100; weighted mean 3/35; Q = 160/21 on 2 degrees of freedom;
+    tau^2 = (Q - 2) / (sum w - sum w^2 / sum w) = 59/1600; kappa = 0.03 / tau^2 = 48/59."""
+    from shardwise.calibration.validate import source_spread
+
+    as_errors = {k: [math.expm1(x) for x in v] for k, v in
+                 {"A": [0.1, 0.3], "B": [-0.3, -0.1], "C": [0.0, 0.2, 0.4]}.items()}
+    spread = source_spread(as_errors)
+    assert spread["sigma"] == pytest.approx(math.sqrt(0.03))
+    assert spread["tau"] == pytest.approx(math.sqrt(59 / 1600))
+    assert spread["kappa"] == pytest.approx(48 / 59)
+
+
+def test_source_spread_is_zero_between_identical_sources_and_needs_two():
+    from shardwise.calibration.validate import source_spread
+    from shardwise.errors import ShardwiseError
+
+    same = source_spread({"A": [0.1, -0.1], "B": [0.1, -0.1]})
+    assert same["tau"] == 0.0 and same["kappa"] == math.inf
+    with pytest.raises(ShardwiseError):
+        source_spread({"A": [0.1, 0.2]})
 
 
 def test_cross_validation_classes_partition_the_held_out_rows():

@@ -9,10 +9,13 @@ constants fitted without it (:mod:`shardwise.calibration.fit`).
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from shardwise.calibration import Case, Skip, record_cases
 from shardwise.cost.constants import Constants
@@ -148,6 +151,24 @@ def _class_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": n, "mape": sum(map(abs, errors)) / n if n else None, "mean_error": sum(errors) / n if n else None}
 
 
+def source_spread(errors_by_source: dict[str, list[float]]) -> dict[str, float]:
+    """Within-source noise sigma and between-source spread tau of log errors (log(1 + error)), by the
+    DerSimonian & Laird (1986) moment estimator of a random-effects meta-analysis: each source's mean
+    error is its bias (spread tau across sources) plus its rows' noise (sigma / sqrt(n)). Returns
+    sigma, tau and kappa = sigma^2 / tau^2, the row count at which a source's bias is as well seen as
+    the spread between sources (what :data:`shardwise.calibration.fit.SOURCE_NOISE_RATIO` holds)."""
+    groups = [np.log1p(np.asarray(e, dtype=float)) for e in errors_by_source.values() if len(e)]
+    n = np.array([len(g) for g in groups], dtype=float)
+    if len(groups) < 2 or n.sum() <= len(groups):
+        raise ShardwiseError("the spread between sources needs at least two sources and one with two rows or more")
+    means = np.array([g.mean() for g in groups])
+    sigma2 = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / float(n.sum() - len(groups))
+    w = n / sigma2
+    q = float((w * (means - (w * means).sum() / w.sum()) ** 2).sum())
+    tau2 = max(0.0, (q - (len(groups) - 1)) / float(w.sum() - (w**2).sum() / w.sum()))
+    return {"sigma": math.sqrt(sigma2), "tau": math.sqrt(tau2), "kappa": sigma2 / tau2 if tau2 > 0 else math.inf}
+
+
 def cross_validation(path: str | Path | None = None) -> dict[str, Any]:
     """Held-out error per source group: each group predicted with the constants fitted without it
     (stored per fold by scripts/fit_constants.py; the predictions are recomputed with today's code),
@@ -178,4 +199,6 @@ def cross_validation(path: str | Path | None = None) -> dict[str, Any]:
         "within_10pct": targets["dense"]["within"],
         "above_20pct": targets["dense"]["above_20pct"],
         "determined": fitted_data().get("fit", {}).get("determined", {}),
+        "spread": source_spread({g: [r["error"] for r in info["held_out"] if row_class(r["tags"]) == "dense"]
+                                 for g, info in groups.items()}),
     }
