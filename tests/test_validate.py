@@ -174,6 +174,22 @@ def test_fit_recovers_known_constants():
         assert fitted[name] == pytest.approx(value, rel=0.05), name
 
 
+def test_a_source_of_n_rows_weighs_n_over_n_plus_kappa():
+    """Random-effects weights (fit.py docstring): the squared weights of a source's rows sum to
+    n / (n + kappa), so one row counts 1 / (1 + kappa) of a source and a large source tends to 1."""
+    from shardwise.calibration.fit import SOURCE_NOISE_RATIO
+
+    cases, _ = collect_cases()
+    picked = [c for c in cases if c.group in ("tinyllama", "maxtext", "internevo") and c.category == "throughput"]
+    problem = Problem(picked, base_constants())
+    for group in ("tinyllama", "maxtext", "internevo"):
+        rows = [i for i, c in enumerate(picked) if c.group == group]
+        n = len(rows)
+        assert float(np.sum(problem.weights[rows] ** 2)) == pytest.approx(n / (n + SOURCE_NOISE_RATIO))
+    one = [i for i, c in enumerate(picked) if c.group == "tinyllama"]
+    assert len(one) == 1 and problem.weights[one[0]] ** 2 == pytest.approx(1 / (1 + SOURCE_NOISE_RATIO))
+
+
 def test_shipped_constants_match_the_recorded_fit():
     """The shipped constants are the ones the fit script wrote, and today's code gives the recorded
     objective at them (a changed prediction means: re-run scripts/fit_constants.py)."""
