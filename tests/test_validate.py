@@ -140,6 +140,20 @@ def test_source_spread_is_zero_between_identical_sources_and_needs_two():
         source_spread({"A": [0.1, 0.2]})
 
 
+def test_cross_validation_spread_is_json_safe_and_optional():
+    """The --cv report's spread: kappa None where the sources do not differ, no spread at all where the
+    held-out rows cannot show one (the rest of the report still prints)."""
+    from shardwise.calibration.validate import _dense_spread
+
+    def rows(*errors):
+        return {"held_out": [{"error": e, "tags": {"precision": "bf16", "moe": False}} for e in errors]}
+
+    same = _dense_spread({"A": rows(0.1, -0.1), "B": rows(0.1, -0.1)})
+    assert same["tau"] == 0.0 and same["kappa"] is None
+    json.dumps(same)
+    assert _dense_spread({"A": rows(0.1, 0.2)}) is None
+
+
 def test_cross_validation_classes_partition_the_held_out_rows():
     if not fitted_data().get("cv"):
         pytest.skip("no cross-validation stored")

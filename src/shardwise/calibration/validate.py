@@ -199,6 +199,16 @@ def cross_validation(path: str | Path | None = None) -> dict[str, Any]:
         "within_10pct": targets["dense"]["within"],
         "above_20pct": targets["dense"]["above_20pct"],
         "determined": fitted_data().get("fit", {}).get("determined", {}),
-        "spread": source_spread({g: [r["error"] for r in info["held_out"] if row_class(r["tags"]) == "dense"]
-                                 for g, info in groups.items()}),
+        "spread": _dense_spread(groups),
     }
+
+
+def _dense_spread(groups: dict[str, dict[str, Any]]) -> dict[str, float | None] | None:
+    """:func:`source_spread` of the dense held-out rows, JSON-safe (no spread between sources: kappa
+    None); None when the data hold too few sources to tell."""
+    try:
+        spread = source_spread({g: [r["error"] for r in info["held_out"] if row_class(r["tags"]) == "dense"]
+                                for g, info in groups.items()})
+    except ShardwiseError:
+        return None
+    return {**spread, "kappa": spread["kappa"] if math.isfinite(spread["kappa"]) else None}

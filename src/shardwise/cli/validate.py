@@ -99,9 +99,11 @@ def _cross_validation(path: Path | None, format: Format, details: bool) -> None:
         console.print(f"sources with >= {TARGET_MIN_ROWS} {label} rows: {t['sources']}; held-out MAE <= "
                       f"{t['target_mae']:.0%}: {t['within']}; above 20%: {t['above_20pct']}")
     spread = result["spread"]
-    console.print(f"dense held-out errors: within-source noise sigma {spread['sigma']:.1%}, between-source spread tau "
-                  f"{spread['tau']:.1%}, kappa = sigma^2/tau^2 = {spread['kappa']:.2f}")
-    console.print(f"  (the fit weighs a source of n rows n/(n + kappa) with kappa = {SOURCE_NOISE_RATIO})")
+    if spread:
+        kappa = "unbounded (no spread between sources)" if spread["kappa"] is None else f"{spread['kappa']:.2f}"
+        console.print(f"dense held-out errors: within-source noise sigma {spread['sigma']:.1%}, between-source spread tau "
+                      f"{spread['tau']:.1%}, kappa = sigma^2/tau^2 = {kappa}")
+        console.print(f"  (the fit weighs a source of n rows n/(n + kappa) with kappa = {SOURCE_NOISE_RATIO})")
     det = Table(title="Fitted constants: what the data determine", title_justify="left")
     det.add_column("constant")
     det.add_column("verdict")
