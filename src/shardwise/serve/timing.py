@@ -25,7 +25,7 @@ import numpy as np
 
 from shardwise.cost.comm import collective_s
 from shardwise.cost.device import Device
-from shardwise.cost.flops import layer_matmul_weights_active, linear_shapes, matmul_weights
+from shardwise.cost.flops import layer_matmul_weights_active, linear_shapes
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.memory import kv_bytes_per_token_per_gpu
 from shardwise.specs.hardware import GPU, Cluster, make_cluster
@@ -61,11 +61,9 @@ class StepTimer:
         """d0 x the FLOP-weighted mean of (1/n + 1/k) over a layer's GEMMs: their small-dimension cost
         (Device.gemm_s) apart from the tokens' d0 / m, which :meth:`iteration_s` adds per iteration."""
         m = self.model
-        attn_in, attn_out, dense, expert = matmul_weights(m)
-        mlp, width = ((m.top_k + m.shared_experts) * expert, m.d_expert) if m.is_moe else (dense, m.ffn)
-        mats = 3 if m.mlp == "swiglu" else 2
-        weights = (attn_in, attn_out, mlp * (mats - 1) / mats, mlp / mats)
+        width, copies = (m.d_expert, m.top_k + m.shared_experts) if m.is_moe else (m.ffn, 1)
         shapes = linear_shapes(m, width, self.tp)
+        weights = [n * k * c for (n, k), c in zip(shapes, (1, 1, copies, copies), strict=True)]  # FLOPs per token
         return self.device.gemm_dim_offset * sum(w * (1 / n + 1 / k) for w, (n, k) in zip(weights, shapes, strict=True)) / sum(weights)
 
     @cached_property
