@@ -80,6 +80,31 @@ def test_only_tensorwise_gathers_fp8_weights_in_torchtitan():
     assert (tw.gather_bytes, rw.gather_bytes) == (1.0, 2.0)
 
 
+@pytest.mark.parametrize("zero, owned", [(1, 7.0e9), (3, 7.0e9 / 8)])
+def test_fp8_weight_copies_are_of_the_weights_a_rank_owns(zero, owned):
+    """Transformer Engine keeps cached FP8 weights (both layouts: 2 x 1 B per parameter) of the weights
+    a rank owns: every weight of its stage below ZeRO-3, its shard under ZeRO-3 (a 7e9-parameter stage
+    over 8 ranks: 1.75 GB of copies, not 14 GB); the casts after the optimizer step read the same."""
+    from shardwise.cost.lowp import NO_LOWP, cast_s, job_device
+    from shardwise.cost.stack import attention_kernel
+    from shardwise.train.assembly import rank_tail
+
+    j = job(training={"precision": "fp8", "framework": "megatron"}, zero=zero)
+    consts = default_constants()
+    stack = stack_profile("megatron", j.cluster.gpu.arch, None, consts)
+    dev, lowp = job_device(j.cluster.gpu, j.training, consts, stack, attention_kernel(j.training, stack))
+    assert lowp.weight_copy_bytes == 2.0 and lowp.weights_per_step
+
+    def tail(lp):
+        return rank_tail(j.model, j.training, j.cluster, consts, stack, dev, tp=1, cp=1, ep=1, dp=8, zero=zero,
+                         dp_shard=8, offload="none", overlap_grad_reduce=True, microbatches=1, p_dense=7.0e9,
+                         p_exp=0.0, fwd_s=1.0, bwd_s=2.0, layers=32, lowp=lp)
+
+    fp8, bf16 = tail(lowp), tail(NO_LOWP)
+    assert float(fp8.fixed_bytes) - float(bf16.fixed_bytes) == pytest.approx(owned * 2.0)
+    assert float(fp8.optimizer_s) - float(bf16.optimizer_s) == pytest.approx(float(cast_s(dev, lowp, owned, 32 * 4)))
+
+
 def _mean(values):
     return sum(values) / len(values)
 

@@ -94,6 +94,28 @@ def test_cli_json_and_table(capsys):
     assert "throughput" in capsys.readouterr().out
 
 
+
+def test_runs_estimated_over_gpu_memory_are_listed(tmp_path, capsys):
+    """A throughput row is a run that ran, so it fit in its GPU's memory: the check lists the rows whose
+    estimated per-GPU peak is above it. Korthikanti's 22B run fits; the same run with 4x the micro-batch
+    (4x the activations) cannot."""
+    base = next(r for r in load_records() if r["id"] == "korthikanti22_t5_22B_present")
+    big = json.loads(json.dumps(base))
+    big["id"] += "_mb16"
+    big["parallel"].update(micro_batch=16, global_batch=16)
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([base, big]))
+    res = run_validation(path)
+    peaks = {r.case.record_id: r.case.peak_memory_gib(None) for r in res["rows"] if r.case.category == "throughput"}
+    hbm = res["rows"][0].case.hbm_gib
+    assert peaks[base["id"]] < hbm < peaks[big["id"]]
+    assert [(o["id"], o["peak_gib"]) for o in res["over_memory"]] == [(big["id"], peaks[big["id"]])]
+    assert (res["summary"]["runs"], res["summary"]["over_memory"]) == (2, 1)
+    assert main(["validate", str(path), "--details"]) == 0
+    out = capsys.readouterr().out
+    assert "1/2" in out and f"over GPU memory {big['id']}" in out
+
+
 def test_cli_cross_validation(capsys):
     if not fitted_data().get("cv"):
         pytest.skip("no cross-validation stored")

@@ -60,6 +60,10 @@ class Case:
     predict: Callable[[Constants | None], float]
     assumptions: list[str] = field(default_factory=list)
     tags: dict[str, Any] = field(default_factory=dict)
+    # Throughput rows: the run ran, so its per-GPU peak memory fit in the GPU's memory (the feasibility
+    # check of :func:`shardwise.calibration.validate.over_memory`).
+    peak_memory_gib: Callable[[Constants | None], float] | None = None
+    hbm_gib: float | None = None
 
 
 @dataclass
@@ -310,16 +314,30 @@ def flops_per_token(job: TrainJob, convention: str) -> float:
     raise ShardwiseError(f"unknown FLOP convention {convention!r}")
 
 
-def _predictor(job: TrainJob, metric: str, facts: dict[str, Any]) -> Callable[[Constants | None], float]:
+def _estimator(job: TrainJob) -> Callable[[Constants | None], Any]:
+    """The job's estimate under some constants, kept for the last constants asked (a record's figures
+    are predicted one after the other with the same constants: one estimate serves them all)."""
     from shardwise.train.estimate import estimate
 
+    last: list[Any] = [None, None]  # [constants, estimate]; constants are immutable, so identity is enough
+
+    def run(c: Constants | None) -> Any:
+        if last[1] is None or last[0] is not c:
+            last[:] = [c, estimate(job, c, split_p2p=False)]
+        return last[1]
+
+    return run
+
+
+def _predictor(estimate: Callable[[Constants | None], Any], job: TrainJob, metric: str,
+               facts: dict[str, Any]) -> Callable[[Constants | None], float]:
     n = job.cluster.num_gpus
 
     def tokens(c: Constants | None) -> float:
-        return estimate(job, c, split_p2p=False).tokens_per_s_per_gpu
+        return estimate(c).tokens_per_s_per_gpu
 
     if metric == "iteration_s":
-        return lambda c: estimate(job, c, split_p2p=False).step_time_s
+        return lambda c: estimate(c).step_time_s
     if metric == "tokens_per_sec_per_gpu":
         return tokens
     if metric in ("tokens_per_sec_total", "tokens_per_sec"):
@@ -372,6 +390,11 @@ def throughput_cases(record: dict[str, Any], source: Source) -> list[Case] | Ski
     facts = source.record_facts(record["id"])
     cases: list[Case] = []
     tags = _tags(job, record)
+    run = _estimator(job)
+
+    def peak_gib(c: Constants | None) -> float:
+        return run(c).peak_memory_gib
+
     for metric in (*PRIMARY, "tokens_per_sec_per_gpu_derived"):
         value = measured.get(metric)
         if isinstance(value, list):
@@ -380,13 +403,13 @@ def throughput_cases(record: dict[str, Any], source: Source) -> list[Case] | Ski
             continue
         name = metric.removesuffix("_derived")
         cases.append(Case(record["id"], source.label, source.group, metric, "throughput", float(value),
-                          _predictor(job, name, facts), assumptions, tags))
+                          _predictor(run, job, name, facts), assumptions, tags, peak_gib, job.cluster.gpu.memory_bytes / 2**30))
         break
     for metric in MEMORY:
         value = measured.get(metric)
         if isinstance(value, (int, float)):
             cases.append(Case(record["id"], source.label, source.group, metric, "memory", float(value),
-                              lambda c: _peak_memory_gib(job, c), assumptions, tags))
+                              peak_gib, assumptions, tags))
     if not cases:
         return Skip(record["id"], source.label, "no measured figure Shardwise predicts")
     try:
@@ -395,8 +418,3 @@ def throughput_cases(record: dict[str, Any], source: Source) -> list[Case] | Ski
         return Skip(record["id"], source.label, str(exc))
     return cases
 
-
-def _peak_memory_gib(job: TrainJob, constants: Constants | None) -> float:
-    from shardwise.train.estimate import estimate
-
-    return estimate(job, constants, split_p2p=False).peak_memory_gib

@@ -76,26 +76,46 @@ def predict_rows(cases: list[Case], constants: Constants | None = None) -> list[
     return [Row(c, c.predict(constants)) for c in cases]
 
 
+def over_memory(cases: list[Case], constants: Constants | None = None) -> list[dict[str, Any]]:
+    """The feasibility check: every throughput row is a run that ran, so its per-GPU peak memory fit in
+    the GPU's memory. The rows whose estimated peak is above the GPU's memory: a planner would have
+    rejected a configuration that works (or the record leaves out what made it fit)."""
+    out = []
+    for c in cases:
+        if c.category == "throughput" and c.peak_memory_gib is not None and c.hbm_gib:
+            peak = c.peak_memory_gib(constants)
+            if peak > c.hbm_gib:
+                out.append({"id": c.record_id, "source": c.source, "peak_gib": peak, "hbm_gib": c.hbm_gib,
+                            "assumptions": c.assumptions})
+    return out
+
+
 def run_validation(path: str | Path | None = None, constants: Constants | None = None) -> dict[str, Any]:
     """Estimate every applicable record with `constants` (default: the fitted ones)."""
     cases, skips = collect_cases(path)
     rows = predict_rows(cases, constants)
-    return {"rows": rows, "skips": skips, "summary": summarise(rows, skips)}
+    over = over_memory(cases, constants)
+    return {"rows": rows, "skips": skips, "over_memory": over, "summary": summarise(rows, skips, over)}
 
 
 def mape(rows: list[Row]) -> float | None:
     return sum(abs(r.error) for r in rows) / len(rows) if rows else None
 
 
-def summarise(rows: list[Row], skips: list[Skip]) -> dict[str, Any]:
+def summarise(rows: list[Row], skips: list[Skip], over: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Per source: figures, MAPE per category, and runs (throughput rows) with how many of them the
+    estimate puts above the GPU's memory (:func:`over_memory`)."""
     by_source: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_source[r.case.source].append(r)
+    over_by_source = Counter(o["source"] for o in over)
     sources = {
         source: {
             "group": rs[0].case.group,
             "figures": len(rs),
             "mape": {c: mape([r for r in rs if r.case.category == c]) for c in CATEGORIES},
+            "runs": sum(r.case.category == "throughput" for r in rs),
+            "over_memory": over_by_source[source],
         }
         for source, rs in sorted(by_source.items())
     }
@@ -104,6 +124,8 @@ def summarise(rows: list[Row], skips: list[Skip]) -> dict[str, Any]:
         "sources": sources,
         "overall": {c: mape([r for r in rows if r.case.category == c]) for c in CATEGORIES},
         "figures": len(rows),
+        "runs": sum(r.case.category == "throughput" for r in rows),
+        "over_memory": len(over),
         "records": len({r.case.record_id for r in rows}),
         "skipped_records": len({s.record_id for s in skips}),
         "skip_reasons": dict(reasons.most_common()),
@@ -127,7 +149,7 @@ def to_json(result: dict[str, Any]) -> dict[str, Any]:
         for r in result["rows"]
     ]
     skips = [{"id": s.record_id, "source": s.source, "reason": s.reason} for s in result["skips"]]
-    out = {"summary": result["summary"], "rows": rows, "skipped": skips}
+    out = {"summary": result["summary"], "rows": rows, "skipped": skips, "over_memory": result.get("over_memory", [])}
     if "cv" in result:
         out["cv"] = result["cv"]
     return out

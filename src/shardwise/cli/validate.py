@@ -56,10 +56,14 @@ def validate(
     table.add_column("figures", justify="right")
     for c in CATEGORIES:
         table.add_column(c, justify="right")
+    table.add_column("runs over GPU memory", justify="right")
     for source, info in s["sources"].items():
-        table.add_row(source, str(info["figures"]), *(_pct(info["mape"][c]) for c in CATEGORIES))
-    table.add_row("[bold]all[/bold]", str(s["figures"]), *(_pct(s["overall"][c]) for c in CATEGORIES))
+        over = f"{info['over_memory']}/{info['runs']}" if info["runs"] else "-"
+        table.add_row(source, str(info["figures"]), *(_pct(info["mape"][c]) for c in CATEGORIES), over)
+    table.add_row("[bold]all[/bold]", str(s["figures"]), *(_pct(s["overall"][c]) for c in CATEGORIES), f"{s['over_memory']}/{s['runs']}")
     console.print(table)
+    console.print(f"runs over GPU memory: runs that ran whose estimated per-GPU peak is above the GPU's memory "
+                  f"({s['over_memory']} of {s['runs']}; --details lists them)")
     console.print(f"{s['figures']} figures from {s['records']} records; {s['skipped_records']} records skipped:")
     for reason, n in s["skip_reasons"].items():
         console.print(f"  {n:3d}  {reason}")
@@ -72,6 +76,9 @@ def validate(
         console.print(rows)
         for sk in result["skips"]:
             console.print(f"skipped {sk.record_id}: {sk.reason}")
+        for o in result["over_memory"]:
+            console.print(f"over GPU memory {o['id']}: {o['peak_gib']:.1f} GiB estimated, {o['hbm_gib']:.1f} GiB on the GPU "
+                          f"({'; '.join(o['assumptions']) or 'as recorded'})")
 
 
 def _cross_validation(path: Path | None, format: Format, details: bool) -> None:
@@ -157,3 +164,6 @@ def _validate_comm(path: Path | None, format: Format, details: bool, cv: bool, p
         console.print(rows)
         for sk in result["skips"]:
             console.print(f"skipped {sk.record_id}: {sk.reason}")
+        for o in result["over_memory"]:
+            console.print(f"over GPU memory {o['id']}: {o['peak_gib']:.1f} GiB estimated, {o['hbm_gib']:.1f} GiB on the GPU "
+                          f"({'; '.join(o['assumptions']) or 'as recorded'})")

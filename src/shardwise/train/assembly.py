@@ -171,7 +171,8 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP) in `layers` layers, whose
     micro-batch forward and backward take `fwd_s` / `bwd_s`. Low-precision recipes (`lowp`): ZeRO-3
     gathers move `lowp.gather_bytes` per weight, weights cast once per step are cast after the optimizer
-    step, and their kept low-precision copies count as fixed memory (:mod:`shardwise.cost.lowp`)."""
+    step, and their kept low-precision copies (of the weights the rank owns: its shard under ZeRO-3)
+    count as fixed memory (:mod:`shardwise.cost.lowp`)."""
     wb, gb = training.weight_bytes, training.grad_bytes
     dense_group = dp * cp
     if etp is None:
@@ -206,8 +207,11 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     opt_params = p_dense / where(sharded, shard, 1) + p_exp / where(sharded, expert_group, 1)
     optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb,
                                    min(cluster.gpus_per_node, cluster.num_gpus))
-    local = p_dense + p_exp
+    # A rank casts and keeps low-precision copies of the weights it owns: all of its stage's below ZeRO-3,
+    # its shard under ZeRO-3 (gathered copies are transient, like the 16-bit layer buffers in `fixed`).
+    stage3 = zero == 3
+    owned = p_dense / where(stage3, shard, 1) + p_exp / where(stage3, expert_group, 1)
     if lowp.weights_per_step:
-        optimizer_s = optimizer_s + cast_s(dev, lowp, local, layers * 4)
-    fixed = fixed + local * lowp.weight_copy_bytes
+        optimizer_s = optimizer_s + cast_s(dev, lowp, owned, layers * 4)
+    fixed = fixed + owned * lowp.weight_copy_bytes
     return RankTail(states, fixed, dp_s, optimizer_s)
