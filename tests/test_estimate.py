@@ -38,6 +38,25 @@ def test_deterministic():
     assert estimate(job()).to_dict() == estimate(job()).to_dict()
 
 
+def test_memoised_rank_tails_follow_their_constants():
+    """The per-rank tails (states, DP communication, optimizer step) are memoised per job and constants:
+    a second estimate of the same job reuses them, and other constants (a new object) get their own."""
+    from dataclasses import replace
+
+    from shardwise.cost.constants import default_constants
+    from shardwise.train.assembly import _memo_tail
+
+    j = job(zero=1)
+    _memo_tail.cache_clear()
+    first = estimate(j)
+    misses = _memo_tail.cache_info().misses
+    assert estimate(j).to_dict() == first.to_dict()
+    assert _memo_tail.cache_info().misses == misses  # every tail served from the memo
+    c = default_constants()
+    heavier = replace(c, step=replace(c.step, optimizer_bytes_per_param=10 * c.step.optimizer_bytes_per_param))
+    assert estimate(j, heavier).time_s.optimizer == pytest.approx(10 * first.time_s.optimizer, rel=1e-9)
+
+
 def test_does_not_fit_is_not_an_error():
     e = estimate(job(model="llama-3.1-405b", gpus=8, tp=8, pp=1))
     assert not e.fits and e.peak_memory_gib > 80

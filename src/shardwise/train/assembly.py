@@ -10,6 +10,7 @@ is timed (the estimate simulates the schedule; the screen uses closed forms). Ev
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -215,3 +216,33 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
         optimizer_s = optimizer_s + cast_s(dev, lowp, owned, layers * 4)
     fixed = fixed + owned * lowp.weight_copy_bytes
     return RankTail(states, fixed, dp_s, optimizer_s)
+
+
+class _Same:
+    """An immutable argument a cache keys by identity (its fields need not hash, as Constants' dicts do
+    not); the cache holds it, so no other object can take its id while the entry lives."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+@lru_cache(maxsize=4096)
+def _memo_tail(model: _Same, training: _Same, cluster: _Same, consts: _Same, stack: StackProfile, dev: Device,
+               lowp: LowPrecision, knobs: tuple) -> RankTail:
+    return rank_tail(model.obj, training.obj, cluster.obj, consts.obj, stack, dev, lowp=lowp, **dict(knobs))
+
+
+def plan_rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts: Constants, stack: StackProfile,
+                   dev: Device, *, lowp: LowPrecision = NO_LOWP, **knobs) -> RankTail:
+    """:func:`rank_tail` of one plan (every knob a plain number or string), memoised: a pure function of
+    immutable arguments, the same job asks for the same ranks each time it is estimated."""
+    return _memo_tail(_Same(model), _Same(training), _Same(cluster), _Same(consts), stack, dev, lowp,
+                      tuple(sorted(knobs.items())))

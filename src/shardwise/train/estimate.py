@@ -17,7 +17,7 @@ from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.cost.step import straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
-from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail, stage_work
+from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, plan_rank_tail, stage_work
 from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
@@ -64,7 +64,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         layers = sum(stages[s].layers for s in mine[r])
         key = (p_dense, p_exp, fwd_s, bwd_s, layers)  # ranks holding the same stages share one tail
         if key not in known:
-            known[key] = rank_tail(
+            known[key] = plan_rank_tail(
                 model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
                 dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
                 microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers, lowp=lowp,
