@@ -73,6 +73,8 @@ def test_validate_comm_cli(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out["per_source"]) >= {"awsnccl", "stas", "azbench", "deepep"}
     assert all(r["assumptions"] is not None for r in out["rows"])
+    assert main(["validate", "--comm", "--details"]) == 0  # the table, every figure and the skipped records
+    assert "skipped deepep_v1_lowlat" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a list"}')
     assert main(["validate", "--comm", str(bad)]) == 2

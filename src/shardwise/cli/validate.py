@@ -164,6 +164,3 @@ def _validate_comm(path: Path | None, format: Format, details: bool, cv: bool, p
         console.print(rows)
         for sk in result["skips"]:
             console.print(f"skipped {sk.record_id}: {sk.reason}")
-        for o in result["over_memory"]:
-            console.print(f"over GPU memory {o['id']}: {o['peak_gib']:.1f} GiB estimated, {o['hbm_gib']:.1f} GiB on the GPU "
-                          f"({'; '.join(o['assumptions']) or 'as recorded'})")
