@@ -116,23 +116,6 @@ def test_runs_estimated_over_gpu_memory_are_listed(tmp_path, capsys):
     assert "1/2" in out and f"over GPU memory {big['id']}" in out
 
 
-
-def test_power_limited_gpus_are_estimated_at_their_stated_limit_only():
-    """torchao's B200s are "power limited" without a limit: the record does not say how fast they run, so
-    it is skipped with that reason; with a stated limit the catalog's power rule slows the estimate."""
-    from shardwise.calibration import Skip, record_cases
-
-    base = next(r for r in load_records() if r["id"] == "torchao_b200_llama3_8b_bf16")
-    skipped = record_cases(base)
-    assert isinstance(skipped, Skip) and "power limit the record does not state" in skipped.reason
-    tokens = {}
-    for limit in (700.0, 1000.0):
-        stated = json.loads(json.dumps(base))
-        stated["cluster"]["power_limit_w"] = limit
-        tokens[limit] = next(c for c in record_cases(stated) if c.category == "throughput").predict(None)
-    assert tokens[700.0] < tokens[1000.0]
-
-
 def test_cli_cross_validation(capsys):
     if not fitted_data().get("cv"):
         pytest.skip("no cross-validation stored")

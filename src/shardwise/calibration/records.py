@@ -237,9 +237,6 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
     if not c.get("n_gpus"):
         assumptions.append(f"{n_gpus} GPUs")
     gpu = resolve_gpu(c.get("gpu"))
-    limit_w = c.get("power_limit_w")
-    if limit_w is None and "power limit" in str(c.get("gpu") or "").lower():
-        raise ShardwiseError("the GPUs run under a power limit the record does not state (their clocks are unknown)")
     tp = par.get("tp") or derived.get("tp")
     pp = par.get("pp") or derived.get("pp")
     measured = record.get("measured") or {}
@@ -288,7 +285,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         cp_comm=facts.get("cp_comm", "p2p"),
     )
     gbps = facts.get("inter_node_gbps")
-    cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps, power_limit_w=limit_w)
+    cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps)
     precision, recipe = _precision(str(record.get("precision") or "bf16"), facts)
     training = TrainingSpec(
         seq_len=seq, global_batch=int(gb), precision=precision, fp8_recipe=recipe,
