@@ -210,19 +210,37 @@ class Problem:
         for c in cases:
             counts[c.group] += 1
         self.weights = np.array([1.0 / math.sqrt(counts[c.group] + SOURCE_NOISE_RATIO) for c in cases])
-        self.affects = [np.array([p.applies(c) for c in cases]) for p in params]
+        # Runs whose GPUs' speed their record leaves open (records.unknown_speed) share one unknown scale:
+        # it is profiled out (each such group's mean log error subtracted), so they inform only ratios.
+        labels: dict[str, list[int]] = defaultdict(list)
+        for i, c in enumerate(cases):
+            if c.category == "throughput" and c.tags.get("unknown_speed"):
+                labels[c.tags["unknown_speed"]].append(i)
+        self.free_scale = [np.array(ix) for ix in labels.values()]
+        self.affects = [self._whole_groups(np.array([p.applies(c) for c in cases])) for p in params]
         self.start = np.array([p.start for p in params])
         self.width = np.array([p.width for p in params])
 
     def constants(self, x: np.ndarray) -> Constants:
         return apply(self.base, {p.name: float(v) for p, v in zip(self.params, x, strict=True)})
 
+    def _whole_groups(self, mask: np.ndarray) -> np.ndarray:
+        """`mask` grown to every member of a free-scale group it touches (their residuals move together)."""
+        for ix in self.free_scale:
+            if mask[ix].any():
+                mask[ix] = True
+        return mask
+
     def log_errors(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """log(predicted / measured) per case (where `mask`, which must hold whole free-scale groups), each
+        free-scale group less its mean."""
         consts = self.constants(x)
         out = np.zeros(len(self.cases))
         for i, case in enumerate(self.cases):
             if mask is None or mask[i]:
                 out[i] = math.log(max(case.predict(consts), 1e-12) / case.measured)
+        for ix in self.free_scale:
+            out[ix] -= out[ix].mean()
         return out
 
     def residuals(self, x: np.ndarray) -> np.ndarray:

@@ -285,7 +285,9 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         cp_comm=facts.get("cp_comm", "p2p"),
     )
     gbps = facts.get("inter_node_gbps")
-    cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps)
+    cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps, power_limit_w=c.get("power_limit_w"))
+    if unknown_speed(record):
+        assumptions.append("power limit not stated: estimated at the rated power; the fit uses only the ratios between the source's runs on these GPUs")
     precision, recipe = _precision(str(record.get("precision") or "bf16"), facts)
     training = TrainingSpec(
         seq_len=seq, global_batch=int(gb), precision=precision, fp8_recipe=recipe,
@@ -357,6 +359,18 @@ def _predictor(estimate: Callable[[Constants | None], Any], job: TrainJob, metri
     raise ShardwiseError(f"no prediction for metric {metric!r}")
 
 
+def unknown_speed(record: dict[str, Any]) -> str | None:
+    """A label shared by the runs of one source on GPUs whose speed the record leaves open: a power limit
+    without its value ("B200 (power limited)"). Such runs are estimated at the rated power; the fit uses
+    only the ratios between them (:class:`shardwise.calibration.fit.Problem` profiles out their common
+    scale), so they order recipes without pulling the GPU's constants."""
+    c = record.get("cluster") or {}
+    gpu = str(c.get("gpu") or "")
+    if c.get("power_limit_w") is None and "power limit" in gpu.lower():
+        return f"{record['id'].split('_', 1)[0]}: {gpu}"
+    return None
+
+
 def _tags(job: TrainJob, record: dict[str, Any]) -> dict[str, Any]:
     from shardwise.cost.lowp import low_precision
     from shardwise.cost.stack import stack_profile
@@ -374,6 +388,7 @@ def _tags(job: TrainJob, record: dict[str, Any]) -> dict[str, Any]:
         "long_context": job.training.seq_len >= 16384,
         "small_model": job.model.hidden <= 2048,
         "offload": job.plan.offload != "none",
+        "unknown_speed": unknown_speed(record),
     }
 
 
