@@ -249,6 +249,23 @@ def test_runs_of_unknown_speed_inform_the_fit_by_their_ratios_only():
     assert problem.affects[0].all()  # the MX ratio touches the MXFP8 runs only, yet every run's residual moves
 
 
+
+def test_a_stated_power_limit_slows_the_estimate():
+    """A record that states its GPUs' power limit is estimated at it (the catalog's power rule); without
+    it the run is one of unknown speed (above)."""
+    from shardwise.calibration import record_cases
+
+    base = next(r for r in load_records() if r["id"] == "torchao_b200_llama3_8b_bf16")
+    tokens = {}
+    for limit in (700.0, 1000.0):
+        stated = json.loads(json.dumps(base))
+        stated["cluster"]["power_limit_w"] = limit
+        case = next(c for c in record_cases(stated) if c.category == "throughput")
+        assert case.tags["unknown_speed"] is None
+        tokens[limit] = case.predict(None)
+    assert tokens[700.0] < tokens[1000.0]
+
+
 def test_shipped_constants_match_the_recorded_fit():
     """The shipped constants are the ones the fit script wrote, and today's code gives the recorded
     objective at them (a changed prediction means: re-run scripts/fit_constants.py)."""
