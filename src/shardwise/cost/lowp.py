@@ -18,7 +18,8 @@ what the casts cost, what the all-gathers move and what memory the low-precision
   6 B; row-wise scales for the two layouts are reductions along different axes, two quantisation
   passes, the column one after its own amax pass: (2 + 1) + (2 + 2 + 1) = 8 B; 1x128 / 128x128
   blocks and MX 32-element blocks are local to a tile, one pass writes both layouts and the scales:
-  4 B (+ 2/32 B of E8M0 scales for MX); NVFP4 writes 0.5 B per layout plus FP8 scales per 16
+  4 B (+ 2/32 B of E8M0 scales for MX; a stack that quantises MX operands in one pass per layout, as
+  torchao does, reads the tensor twice: 2 x (2 + 1 + 1/32) B in two kernels, `mx_cast_per_layout`); NVFP4 writes 0.5 B per layout plus FP8 scales per 16
   elements and applies a random Hadamard transform to the weight-gradient operands (a second read
   and quantisation of those: + 2 + 0.5 B): 5.6 B (NVIDIA, "Pretraining LLMs with NVFP4", 2025,
   Sec. 4). Unfused stacks move `stack.elementwise_traffic` times these bytes, like other elementwise
@@ -48,6 +49,8 @@ CAST_BYTES = {"delayed": 4.0, "tensorwise": 6.0, "rowwise": 8.0, "blockwise": 4.
 CAST_KERNELS = {"delayed": 1, "tensorwise": 2, "rowwise": 3, "blockwise": 1, "mxfp8": 1, "nvfp4": 2, "mxfp4": 1}
 #: Bytes per element of a low-precision GEMM operand.
 OPERAND_BYTES = {"fp8": 1.0, "fp4": 0.5}
+#: Recipes with 32-element block scales (OCP MX), whose quantisation a stack may run once per layout.
+MX_RECIPES = ("mxfp8", "mxfp4")
 
 
 @dataclass(frozen=True)
@@ -91,11 +94,14 @@ def low_precision(training: TrainingSpec, stack: StackProfile, gpu: GPU, recipe:
         return LowPrecision()
     operand = OPERAND_BYTES["fp4" if recipe in FP4_RECIPES else "fp8"]
     fp8_gather = recipe in stack.fp8_all_gather
+    cast_bytes, cast_kernels = CAST_BYTES[recipe], CAST_KERNELS[recipe]
+    if recipe in MX_RECIPES and stack.mx_cast_per_layout:  # one pass per layout: read, write, scales, twice
+        cast_bytes, cast_kernels = 2 * (2.0 + operand + 1 / 32), 2
     return LowPrecision(
         recipe=recipe,
         operand_bytes=operand,
-        cast_bytes=CAST_BYTES[recipe] * stack.elementwise_traffic,
-        cast_kernels=CAST_KERNELS[recipe],
+        cast_bytes=cast_bytes * stack.elementwise_traffic,
+        cast_kernels=cast_kernels,
         weights_per_step=stack.fp8_weight_cache or fp8_gather,
         gather_bytes=1.0 if fp8_gather else float(training.weight_bytes),
         weight_copy_bytes=2.0 * operand if stack.fp8_weight_cache else 0.0,

@@ -38,6 +38,7 @@ class StackProfile:
     zero1_comm: str = "reduce_scatter"  # ZeRO-1/2: "reduce_scatter" (+ all-gather) or "all_reduce_broadcast"
     param_sync_overlap: bool = True  # the ZeRO-1/2 parameter gather hides under the next forward
     grad_bucket_elements: float = 0.0  # gradient bucket size in elements; 0: Megatron-LM's rule
+    mx_cast_per_layout: bool = False  # MX operands quantised once per layout (two passes), not both in one
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
@@ -86,6 +87,7 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
         zero1_comm=raw.get("zero1_comm", "reduce_scatter"),
         param_sync_overlap=bool(raw.get("param_sync_overlap", True)),
         grad_bucket_elements=float(raw.get("grad_bucket_elements") or 0.0),
+        mx_cast_per_layout=bool(raw.get("mx_cast_per_layout", False)),
         **{k: float(raw[k]) for k in FITTED_KNOBS},
     )
     over = consts.stacks.get(framework, {})
