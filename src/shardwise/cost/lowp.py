@@ -19,9 +19,9 @@ what the casts cost, what the all-gathers move and what memory the low-precision
   passes, the column one after its own amax pass: (2 + 1) + (2 + 2 + 1) = 8 B; 1x128 / 128x128
   blocks and MX 32-element blocks are local to a tile, one pass writes both layouts and the scales:
   4 B (+ 2/32 B of E8M0 scales for MX; a stack that quantises MX operands in one pass per layout, as
-  torchao does, reads the tensor twice: 2 x (2 + 1 + 1/32) B in two kernels, `mx_cast_per_layout`); NVFP4 writes 0.5 B per layout plus FP8 scales per 16
-  elements and applies a random Hadamard transform to the weight-gradient operands (a second read
-  and quantisation of those: + 2 + 0.5 B): 5.6 B (NVIDIA, "Pretraining LLMs with NVFP4", 2025,
+  torchao does, reads the tensor twice: 2 x (2 + 1 + 1/32) B in two kernels, `mx_cast_per_layout`);
+  NVFP4 writes 0.5 B per layout plus FP8 scales per 16 elements and applies a random Hadamard transform
+  to the weight-gradient operands (a second read and quantisation of those: + 2 + 0.5 B): 5.6 B (NVIDIA, "Pretraining LLMs with NVFP4", 2025,
   Sec. 4). Unfused stacks move `stack.elementwise_traffic` times these bytes, like other elementwise
   kernels. Weights are cast once per step where the stack caches them (Transformer Engine,
   `fp8_weight_cache`) or gathers them already in FP8; otherwise at every forward.
