@@ -147,3 +147,28 @@ def test_v_shaped_schedules_take_two_stages_per_rank(name):
 def test_bubble_definition_follows_the_schedule_family():
     assert "per-rank span" in estimate(job(schedule="zb-h1", global_batch=64)).bubble_definition
     assert "global makespan" in estimate(job(schedule="1f1b", global_batch=64)).bubble_definition
+
+
+@pytest.mark.parametrize("framework, exposed", [("megatron", True), ("torchtitan", True), ("maxtext", False)])
+def test_host_step_overhead_is_exposed_except_where_the_step_is_one_compiled_program(framework, exposed):
+    """A 0.25 s per-step host overhead adds 0.25 s to a PyTorch stack's step and nothing to MaxText's,
+    whose jitted step the host queues ahead (stacks.yaml, host_step_overhead); the planner's screen agrees."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from shardwise.cost.constants import default_constants
+    from shardwise.train.screen import screen
+    from shardwise.train.search_space import enumerate_plans
+
+    base = default_constants()
+    slow = replace(base, step=replace(base.step, step_overhead_s=base.step.step_overhead_s + 0.25))
+    j = job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "H100-SXM", "gpus": 8},
+                          "training": {"seq_len": 4096, "global_batch": 16, "framework": framework},
+                          "parallel": {"zero": 1, "recompute": "selective"}})
+    added = estimate(j, slow).step_time_s - estimate(j, base).step_time_s
+    assert added == pytest.approx(0.25 if exposed else 0.0, abs=1e-12)
+    assert estimate(j, slow).time_s.overhead == pytest.approx(slow.step.step_overhead_s if exposed else 0.0)
+    c = enumerate_plans(j.model, j.cluster, j.training)
+    gap = screen(c, j.model, j.cluster, j.training, constants=slow)["step_s"] - screen(c, j.model, j.cluster, j.training, constants=base)["step_s"]
+    assert np.allclose(gap, 0.25 if exposed else 0.0, atol=1e-12)

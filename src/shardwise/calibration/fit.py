@@ -38,6 +38,7 @@ from scipy.optimize import least_squares
 from shardwise.calibration.records import Case
 from shardwise.calibration.validate import row_class, signed_error
 from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants, fitted_data
+from shardwise.cost.stack import host_overhead_stacks
 
 LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
 # kappa = sigma^2 / tau^2 of the module docstring, estimated by validate.source_spread (DerSimonian-Laird) on
@@ -114,7 +115,7 @@ PARAMS: tuple[Param, ...] = (
     *(Param(f"{s} FSDP prefetch overlap", (f"stacks.{s}.fsdp_prefetch_overlap",), 0.8, 0.0, 1.0, 0.3, _framework(s))
       for s in ("fsdp", "torchtitan", "deepspeed", "maxtext")),
     Param("straggler jitter (cv)", ("step.straggler_cv",), 0.01, 0.0, 0.10, 0.02, _any),
-    Param("per-step overhead (s)", ("step.step_overhead_s",), 0.02, 0.0, 0.5, 0.1, _any),
+    Param("per-step overhead (s)", ("step.step_overhead_s",), 0.02, 0.0, 0.5, 0.1, _framework(*host_overhead_stacks())),
     Param("host CPU Adam rate (B/s per node)", ("step.host_adam_bytes_s",), 40e9, 5e9, 200e9, 40e9, _offload),
     # Low precision (shardwise.cost.lowp): FP8 GEMM efficiency per family, FP4 on Blackwell, recipe ratios.
     Param("H100 FP8 GEMM efficiency", ("per_gpu.H100-SXM.fp8_gemm_efficiency",), 0.70, 0.25, 0.95, 0.15, _lowp("H100-SXM")),

@@ -39,6 +39,7 @@ class StackProfile:
     param_sync_overlap: bool = True  # the ZeRO-1/2 parameter gather hides under the next forward
     grad_bucket_elements: float = 0.0  # gradient bucket size in elements; 0: Megatron-LM's rule
     mx_cast_per_layout: bool = False  # MX operands quantised once per layout (two passes), not both in one
+    host_step_overhead: bool = True  # the host's per-step work (optimizer launch, logging syncs) is exposed
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
@@ -52,6 +53,11 @@ def _raw() -> dict[str, dict[str, Any]]:
 
 def framework_names() -> list[str]:
     return list(_raw())
+
+
+def host_overhead_stacks() -> tuple[str, ...]:
+    """The stacks whose per-step host work adds to the step (knob host_step_overhead)."""
+    return tuple(name for name, raw in _raw().items() if raw.get("host_step_overhead", True))
 
 
 def stack_profile(framework: str, arch: str, compile: bool | None = None, constants: Constants | None = None) -> StackProfile:
@@ -88,6 +94,7 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
         param_sync_overlap=bool(raw.get("param_sync_overlap", True)),
         grad_bucket_elements=float(raw.get("grad_bucket_elements") or 0.0),
         mx_cast_per_layout=bool(raw.get("mx_cast_per_layout", False)),
+        host_step_overhead=bool(raw.get("host_step_overhead", True)),
         **{k: float(raw[k]) for k in FITTED_KNOBS},
     )
     over = consts.stacks.get(framework, {})

@@ -67,6 +67,13 @@ def offload_params_s(consts: Constants, params_per_layer_pass, arch: str = "ampe
     return params_per_layer_pass * weight_bytes / link
 
 
+def host_overhead_s(consts: Constants, host_step_overhead: bool) -> float:
+    """The fitted per-step host time (data loading, optimizer launch, logging that waits for the loss),
+    where the stack exposes it (StackProfile.host_step_overhead); none where the whole step is one compiled
+    program the host queues ahead (JAX/XLA)."""
+    return consts.step.step_overhead_s if host_step_overhead else 0.0
+
+
 def straggler_factor(n_nodes, cv: float):
     """Expected slowest-of-N-nodes over mean for per-node jitter cv (module docstring)."""
     if not isinstance(n_nodes, np.ndarray):

@@ -14,7 +14,7 @@ from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.stack import attention_kernel, stack_profile
-from shardwise.cost.step import straggler_factor
+from shardwise.cost.step import host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, plan_rank_tail, stage_work
@@ -99,7 +99,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     crit = timing.critical_rank
     comp = sum(exposed[s][0] for s in mine[crit]) * m
     e_tp, e_cp, e_ep = (sum(exposed[s][k] for s in mine[crit]) * m for k in (1, 2, 3))
-    overhead = step_const.step_overhead_s
+    overhead = host_overhead_s(consts, stack.host_step_overhead)
     n = cluster.num_gpus
     straggler = timing.step_s * (float(straggler_factor(cluster.nodes, step_const.straggler_cv)) - 1.0)
     step = timing.step_s + straggler + dp_s + optimizer_s + overhead

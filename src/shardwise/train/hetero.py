@@ -33,7 +33,7 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.stack import StackProfile, attention_kernel, stack_profile
-from shardwise.cost.step import model_states, optimizer_step_s, straggler_factor
+from shardwise.cost.step import host_overhead_s, model_states, optimizer_step_s, straggler_factor
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
 from shardwise.specs.hardware import Cluster, HeteroCluster, group_shape
@@ -277,7 +277,8 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
     gpus = layout.gpus_per_group()
     nodes = sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in gpus.items())
     straggler = timing.step_s * (float(straggler_factor(nodes, consts.step.straggler_cv)) - 1.0)
-    times, step = _time(timing, pipe, m, straggler, dp_s, optimizer_s, consts.step.step_overhead_s)
+    times, step = _time(timing, pipe, m, straggler, dp_s, optimizer_s,
+                        host_overhead_s(consts, costs[timing.critical_rank].stack.host_step_overhead))
     resolved = replace(layout, layer_split=tuple(split))
     crit_group = layout.stage_groups[timing.critical_rank]
     return _result(job, resolved, times, step, crit_group, tuple(ranks), timing.bubble_fraction, {"pipeline": timing.inputs})
@@ -365,7 +366,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
     step_pipe = timed[crit].step_s
     straggler = step_pipe * (float(straggler_factor(nodes, consts.step.straggler_cv)) - 1.0)
     times, step = _time(timed[crit], pipes[crit], split[names.index(crit)], straggler, max(dp_times), max(opt_times),
-                  consts.step.step_overhead_s)
+                  host_overhead_s(consts, costs[crit].stack.host_step_overhead))
     resolved = replace(layout, batch_split=tuple(split))
     return _result(job, resolved, times, step, crit, tuple(ranks), timed[crit].bubble_fraction,
                    {g: timed[g].inputs for g in names})

@@ -34,7 +34,7 @@ from shardwise.cost.lowp import device, job_device, low_precision
 from shardwise.cost.layer import PassCost, cp_comm_s
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import attention_kernel, stack_profile
-from shardwise.cost.step import straggler_factor
+from shardwise.cost.step import host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
@@ -282,7 +282,7 @@ def screen(
                                                              activations * (1 + mc.fragmentation),
                                                              cluster.usable_memory_bytes, consts, gpu.arch)
                 opt_rest = (opt_s[rows].reshape(shape)[rank_kind] + paging_s).max(axis=0)
-            rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + consts.step.step_overhead_s
+            rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + host_overhead_s(consts, stack.host_step_overhead)
             lb[idx] = pipe_lb * straggle + rest
             approx[idx] = pipe * straggle + rest
             mem[idx] = np.max(total, axis=0)
