@@ -178,6 +178,33 @@ def test_dispatch_moves_the_routed_tokens_on_the_network_all_to_all():
     assert gathered == pytest.approx(collective_s("all_gather", 4096 * 4096 * 2 * 2 * 8, 8, groups.ep_tier), rel=1e-12)
 
 
+def test_routed_experts_take_their_tensor_parallel_traffic_from_the_dispatcher():
+    """Bug: an MoE layer with ep > 1 paid its MLP's all-gather + reduce-scatter over tp on top of the
+    dispatcher's all-to-all and expert-TP all-gather. Megatron-Core's grouped experts leave the TP/EP
+    traffic to the token dispatcher, so the layer's own tp collectives are the attention's alone; with
+    ep 1 (no dispatch) or shared experts (their own TP linears) the MLP keeps its pair."""
+    from shardwise.cost.device import Device
+    from shardwise.cost.layer import transformer_layer
+
+    mixtral = load_model("mixtral-8x7b")
+    cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
+    dev = Device.of(cluster.gpu, "bf16", default_constants().compute_for(cluster.gpu.name))
+    stack = stack_profile("megatron", cluster.gpu.arch)
+    tokens = 4096.0
+    one = collective_s("all_reduce", tokens * 4096 * 2.0, 2, layer_groups(cluster, 2, 1, 8).tp_tier)
+
+    def tp_fwd(model, ep, moe_layer=True):
+        return transformer_layer(model, moe_layer, tokens, 4096, True, "none", True, dev, layer_groups(cluster, 2, 1, ep),
+                                 stack).tp_fwd_s
+
+    assert one > 0
+    assert tp_fwd(mixtral, 8) == pytest.approx(one, rel=1e-12)
+    assert tp_fwd(mixtral, 1) == pytest.approx(2 * one, rel=1e-12)
+    assert tp_fwd(mixtral, 8, moe_layer=False) == pytest.approx(2 * one, rel=1e-12)
+    shared = mixtral.model_copy(update={"shared_experts": 1})
+    assert tp_fwd(shared, 8) == pytest.approx(2 * one, rel=1e-12)
+
+
 def test_imbalance_slows_the_step_and_the_estimate_states_it():
     even = estimate(job(model="mixtral-8x7b", gpus=16, tp=2, ep=8, training={"global_batch": 16}, moe={"imbalance": 1.0}))
     skew = estimate(job(model="mixtral-8x7b", gpus=16, tp=2, ep=8, training={"global_batch": 16}, moe={"imbalance": 1.5}))

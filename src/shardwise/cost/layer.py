@@ -226,7 +226,14 @@ def transformer_layer(
     elem_b = dev.memory_s(2.0 * tokens * per_token, 2 * kernels) + cast_b + permute
     # --- communication ----------------------------------------------------------------------------
     activation = tokens * h * act_bytes
-    tp_pass = 2 * collective_s("all_reduce", activation, tp, groups.tp_tier)  # = 2 AG + 2 RS with SP
+    # Attention and MLP each all-reduce (all-gather + reduce-scatter with SP) over tp. An MoE layer's routed
+    # experts take their tokens from the dispatcher instead (dispatch_s: all-to-all over EP, then all-gather
+    # over expert-TP; Megatron-Core TEGroupedLinear leaves "the comms between TP and EP group" to the token
+    # dispatcher, megatron/core/extensions/transformer_engine.py), so with ep > 1 and no shared experts
+    # (which keep their own tp collectives) the MLP's tp collectives are the dispatcher's.
+    tp_one = collective_s("all_reduce", activation, tp, groups.tp_tier)
+    dispatched = moe_layer and groups.ep > 1 and not model.shared_experts
+    tp_pass = tp_one * (1 if dispatched else 2)
     cp_pass, cp_overlapped = cp_comm_s(model, tokens, groups, act_bytes)
     ep_pass = 2 * dispatch  # dispatch + combine
     # --- recomputation ----------------------------------------------------------------------------
