@@ -205,6 +205,25 @@ def test_routed_experts_take_their_tensor_parallel_traffic_from_the_dispatcher()
     assert tp_fwd(shared, 8) == pytest.approx(2 * one, rel=1e-12)
 
 
+def test_one_local_expert_runs_a_plain_gemm():
+    """The grouped-GEMM speed ratio is for kernels over several experts; a rank holding one expert
+    (Mixtral's 8 over ep 8) runs its tokens through one ordinary GEMM."""
+    from shardwise.cost.device import Device
+    from shardwise.cost.layer import transformer_layer
+
+    mixtral = load_model("mixtral-8x7b")
+    cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
+    dev = Device.of(cluster.gpu, "bf16", default_constants().compute_for(cluster.gpu.name))
+    stack = stack_profile("megatron", cluster.gpu.arch)
+
+    def weight_grad_s(ep, ratio):
+        return transformer_layer(mixtral, True, 4096.0, 4096, False, "none", True, dev, layer_groups(cluster, 1, 1, ep),
+                                 stack, moe_consts=MoeConstants(grouped_gemm_ratio=ratio)).w_s
+
+    assert weight_grad_s(8, 0.5) == pytest.approx(weight_grad_s(8, 1.0), rel=1e-12)
+    assert weight_grad_s(4, 0.5) > 1.2 * weight_grad_s(4, 1.0)
+
+
 def test_imbalance_slows_the_step_and_the_estimate_states_it():
     even = estimate(job(model="mixtral-8x7b", gpus=16, tp=2, ep=8, training={"global_batch": 16}, moe={"imbalance": 1.0}))
     skew = estimate(job(model="mixtral-8x7b", gpus=16, tp=2, ep=8, training={"global_batch": 16}, moe={"imbalance": 1.5}))

@@ -188,7 +188,7 @@ def transformer_layer(
         etp = groups.etp or tp
         experts_local = round(model.experts / groups.ep)
         rows = expert_rows(model, tokens, groups, moe, moe_consts.grouped_gemm_tile)
-        grouped = moe_consts.grouped_gemm_ratio
+        grouped = moe_consts.grouped_gemm_ratio if experts_local > 1 else 1.0  # one local expert: a plain GEMM
         linears += [(rows, n, k, experts_local, grouped) for n, k in linear_shapes(model, model.d_expert, etp)[2:]]
         if model.shared_experts:
             linears += [(tokens, n, k, 1, 1.0) for n, k in linear_shapes(model, model.shared_experts * model.d_expert, tp)[2:]]
