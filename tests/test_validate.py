@@ -250,25 +250,6 @@ def test_runs_of_unknown_speed_inform_the_fit_by_their_ratios_only():
 
 
 
-def test_the_serving_fit_sees_the_training_objective_as_the_training_fit_does():
-    """The joint fit's serving step adds the training residuals at a candidate device (HBM efficiency):
-    they are the training fit's own data residuals, and they move with the GPU family's HBM efficiency."""
-    from dataclasses import replace
-
-    cases, _ = collect_cases()
-    scoped = [c for c in cases if in_fit_scope(c) and c.group in ("korthikanti22", "ibm_fms_fsdp")]
-    problem = Problem(scoped, base_constants())
-    x = np.array([p.start for p in PARAMS])
-    consts = problem.constants(x)
-    assert problem.data_residuals_at(consts) == pytest.approx(problem.residuals(x)[:len(scoped)], abs=1e-12)
-    per_gpu = {k: dict(v) for k, v in consts.per_gpu.items()}
-    per_gpu["A100-80GB"]["memory_efficiency"] = 0.5 * consts.compute_for("A100-80GB").memory_efficiency
-    moved = np.abs(problem.data_residuals_at(replace(consts, per_gpu=per_gpu)) - problem.data_residuals_at(consts))
-    a100 = np.array([c.tags.get("gpu_family") == "A100-80GB" or c.category == "time" for c in scoped])  # layer times: A100
-    assert a100.any() and (~a100).any()
-    assert np.all(moved[a100] > 1e-4) and np.all(moved[~a100] < 1e-12)  # only the A100 runs see the A100's HBM
-
-
 def test_a_stated_power_limit_slows_the_estimate():
     """A record that states its GPUs' power limit is estimated at it (the catalog's power rule); without
     it the run is one of unknown speed (above)."""

@@ -235,14 +235,7 @@ class Problem:
     def log_errors(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """log(predicted / measured) per case (where `mask`, which must hold whole free-scale groups), each
         free-scale group less its mean."""
-        return self.log_errors_at(self.constants(x), mask)
-
-    def data_residuals_at(self, consts: Constants) -> np.ndarray:
-        """The weighted data residuals (no prior) at `consts`: the training part of the joint objective the
-        serving fit adds to its own (shardwise.calibration.serving_fit)."""
-        return self.weights * self.log_errors_at(consts)
-
-    def log_errors_at(self, consts: Constants, mask: np.ndarray | None = None) -> np.ndarray:
+        consts = self.constants(x)
         out = np.zeros(len(self.cases))
         for i, case in enumerate(self.cases):
             if mask is None or mask[i]:

@@ -11,7 +11,6 @@ the device's HBM streaming efficiency, which the training estimate then uses too
 from __future__ import annotations
 
 from dataclasses import replace
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,14 +52,10 @@ def constants_for(x: np.ndarray, device: Constants, params: list | None = None) 
     return replace(ServingConstants(), **scalars, device=device)
 
 
-def fit_serving(device: Constants, fit_hbm: bool = True, max_nfev: int = 60,
-                training: Callable[[Constants], np.ndarray] | None = None) -> tuple[ServingConstants, dict[str, Any]]:
+def fit_serving(device: Constants, fit_hbm: bool = True, max_nfev: int = 60) -> tuple[ServingConstants, dict[str, Any]]:
     """Fit the serving parameters on `device`'s constants; with `fit_hbm` also the HBM streaming
-    efficiency per family (otherwise `device`'s is kept). `training`: the training fit's weighted
-    residuals at a candidate device; with it the HBM efficiency minimises the serving and training
-    objectives together (both soft-L1 at the same scale), a block-coordinate step on the joint fit, so
-    alternating with the training fit converges. Returns the constants (their `device` carries the HBM
-    efficiencies) and a record of the fit."""
+    efficiency per family (otherwise `device`'s is kept). Returns the constants (their `device` carries
+    the HBM efficiencies) and a record of the fit."""
     from shardwise.serve.validate import run_validation
 
     params = [p for p in PARAMS if fit_hbm or "." not in p[0]]  # the device's constants only with fit_hbm
@@ -70,7 +65,7 @@ def fit_serving(device: Constants, fit_hbm: bool = True, max_nfev: int = 60,
         rows = run_validation(split="fit", constants=consts, keys=KEYS)
         serving = np.array([np.log1p(r["error"]) for r in rows])
         prior = PRIOR_WEIGHT * (x - start) / scale
-        return np.concatenate([serving, prior] if training is None else [serving, prior, training(consts.device)])
+        return np.concatenate([serving, prior])
 
     start, scale = np.array([p[1] for p in params]), np.array([p[4] for p in params])
     lo, hi = np.array([p[2] for p in params]), np.array([p[3] for p in params])
