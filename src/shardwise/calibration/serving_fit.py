@@ -30,7 +30,6 @@ PARAMS = [
     ("per_seq_overhead_s", 10e-6, 0.0, 60e-6, 1e-5),
     ("frontend_s", 15e-3, 0.0, 60e-3, 1e-2),
     ("sglang_frontend_s", 15e-3, 0.0, 60e-3, 1e-2),
-    ("allreduce_latency_s", 8e-6, 2e-6, 60e-6, 1e-5),
 ]
 KEYS = ("ttft_median_ms", "tpot_median_ms", "request_throughput")
 

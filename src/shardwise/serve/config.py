@@ -90,6 +90,14 @@ class EngineSpec(BaseModel):
         """The engine this spec replays: "vllm" (the default, current vLLM) or "sglang"."""
         return _release(self.version)[0] if self.version else "vllm"
 
+    def async_output_processing(self) -> bool:
+        """vLLM V0 from 0.6.0 on processes a step's outputs while the next step runs (PR #7049, on by
+        default), so each token reaches the client one iteration after it is sampled."""
+        if not self.version:
+            return False
+        engine, number = _release(self.version)
+        return engine == "vllm" and (0, 6) <= number < VLLM_V1_ONLY
+
     def check_current(self) -> None:
         """V0-only knobs need a ``version`` that had them (current vLLM runs V1 only)."""
         engine, number = _release(self.version) if self.version else ("vllm", (99,))

@@ -23,8 +23,6 @@ class ServingConstants:
     per_seq_overhead_s: float = 10e-6  # fitted: per running sequence per iteration (sampling, detokenize, bookkeeping)
     frontend_s: float = 15e-3  # fitted: vLLM's API server + tokenization before a request reaches the scheduler
     sglang_frontend_s: float = 15e-3  # fitted: the same for SGLang (its own server and tokenizer manager)
-    allreduce_latency_s: float = 8e-6  # fitted: one small TP all-reduce (vLLM custom all-reduce, one-shot, NVLink)
-    p2p_latency_s: float = 20e-6  # assumed: one pipeline-stage activation send
     link_efficiency: float = 0.8  # assumed: achieved/peak of the link carrying a disaggregated KV transfer
     non_torch_gib: float = 1.25  # assumed: CUDA context, cuBLAS workspaces, CUDA graphs, NCCL buffers per GPU (vLLM profiling)
     attention_kernel: str = "fa3"  # cited: vLLM/SGLang run FlashAttention-3 (or FlashInfer) on Hopper, FlashAttention-2 before

@@ -59,6 +59,7 @@ class Engine:
         self.steps_per_round = spec.num_scheduler_steps
         self.decode_fixed_s = timer.decode_fixed_table(spec.max_num_seqs)  # A(B): a decode step's time at context 0
         self.decode_s_per_context_token = timer.decode_attn_s_per_token  # C
+        self.async_output = spec.async_output_processing()
         self.now_s = 0.0
         # intake
         self.pending: list[int] = []  # submitted, not yet arrived (sorted by arrival)
@@ -247,8 +248,16 @@ class Engine:
     def _done(self, rid: int) -> None:
         table = self.table
         table.phase[rid] = DONE
-        table.finish_s[rid] = self.now_s
+        table.finish_s[rid] = self.now_s + self._output_lag_s()
         self._leave(rid)
+
+    def _output_lag_s(self) -> float:
+        """How long after it is sampled a token reaches the client: 0, or with vLLM V0's asynchronous
+        output processor the next iteration, during which it is processed (approximated by a decode step
+        of the running batch)."""
+        if not self.async_output:
+            return 0.0
+        return float(self.decode_fixed_s[max(self.num_decoding, 1)] + self.decode_s_per_context_token * self._context_sum_next_step())
 
     # --- LoRA adapters -----------------------------------------------------------------------------
     def _join(self, rid: int) -> None:
@@ -466,7 +475,7 @@ class Engine:
             self.prefix_cached.add(table.group[rid])  # its prefix blocks now belong to the cache
             table.prefix_hit[rid] = (prefix_len // self.block_size) * self.block_size
         if table.generated[rid] == 0:
-            table.first_s[rid] = self.now_s
+            table.first_s[rid] = self.now_s + self._output_lag_s()
         else:
             self.itl.add(self.now_s - table.last_emit[rid])
         table.generated[rid] += 1

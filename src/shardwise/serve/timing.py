@@ -5,7 +5,9 @@ t = max(F_body / (peak*eta_c), W_body / (BW*eta_m))            weights GEMMs ove
   + S_dec * max(KV_tok / (BW*eta_m), F_attn_tok / (peak*eta_a)) decode attention over S_dec context tokens
   + P_pf * F_pair / (peak*eta_a)                               prefill attention over P_pf (query, key) pairs
   + 2L * all_reduce(T*h*2 B, tp) + (pp-1) * send(T*h*2 B)      Megatron TP (Vidur execution_time.py) and PP,
-                                                               transfer times of cost.comm's network model
+                                                               times (latency included) of cost.comm's
+                                                               network model, fitted on nccl-tests
+  + (KERNELS_PER_LAYER * L + 3) * kernel_overhead             the kernels' fixed costs (the device model's)
   + step_overhead + per_seq_overhead * n_seqs                  CPU-side scheduling and sampling
 (roofline per op: LLM-Viewer roofline_model.py, GenZ get_roofline; TP all-reduces: Vidur). The rates are
 the one device model's (:mod:`shardwise.cost.device`): peak x the GPU family's fitted GEMM efficiency,
@@ -32,6 +34,11 @@ from shardwise.specs.hardware import GPU, Cluster, make_cluster
 from shardwise.specs.model import ModelSpec
 
 ACT_BYTES = 2.0  # activations travel in 16-bit even with fp8 weights
+# Kernels a decoder layer launches besides its TP collectives, vLLM's LlamaDecoderLayer under CUDA graphs
+# (vllm/model_executor/models/llama.py): two fused residual-add + RMSNorm, the QKV, O, gate-up and down
+# GEMMs, rotary embedding, the KV-cache write, the attention kernel, SiLU-and-mul.
+KERNELS_PER_LAYER = 10
+HEAD_KERNELS = 3  # the final norm, the LM-head GEMM, the sampler
 
 
 @dataclass(frozen=True)
@@ -135,16 +142,22 @@ class StepTimer:
     @cached_property
     def comm_coeffs(self) -> tuple[float, float]:
         """(seconds per iteration, seconds per token) of TP all-reduces and PP sends."""
-        c, m = self.constants, self.model
-        per_token = m.hidden * ACT_BYTES
+        m, per_token = self.model, self.model.hidden * ACT_BYTES
         fixed = per = 0.0
         if self.tp > 1:
-            fixed += 2 * m.layers * c.allreduce_latency_s
-            per += 2 * m.layers * collective_s("all_reduce", per_token, self.tp, self._cluster.tier_for(self.tp, 1), latency=False)
+            latency_s, token_s = self._collective_terms("all_reduce", per_token, self.tp, self._cluster.tier_for(self.tp, 1))
+            fixed, per = fixed + 2 * m.layers * latency_s, per + 2 * m.layers * token_s
         if self.pp > 1:
-            fixed += (self.pp - 1) * c.p2p_latency_s
-            per += (self.pp - 1) * collective_s("send_recv", per_token, 2, self._cluster.tier_for(2, self.tp), latency=False)
+            latency_s, token_s = self._collective_terms("send_recv", per_token, 2, self._cluster.tier_for(2, self.tp))
+            fixed, per = fixed + (self.pp - 1) * latency_s, per + (self.pp - 1) * token_s
         return fixed, per
+
+    @staticmethod
+    def _collective_terms(kind: str, per_token_bytes: float, n: int, tier) -> tuple[float, float]:
+        """(latency, seconds per token) of one collective in the network model: its transfer time is
+        linear in the bytes, the latency the rest."""
+        transfer_s = collective_s(kind, per_token_bytes, n, tier, latency=False)
+        return collective_s(kind, per_token_bytes, n, tier) - transfer_s, transfer_s
 
     # --- iteration time --------------------------------------------------------------------------
     def iteration_s(self, tokens: int, n_seqs: int, n_logits: int, decode_ctx: float = 0.0, prefill_pairs: float = 0.0) -> float:
@@ -158,9 +171,20 @@ class StepTimer:
         head_work = n_logits * (1.0 + d0 * (self.tp / self.model.vocab + 1.0 / self.model.hidden)) + d0
         head = max(head_work * self.head_flops_per_row / self.flop_rate, self.head_bytes / self.mem_rate) if n_logits else 0.0
         fixed, per = self.comm_coeffs
-        c = self.constants
-        return (body + head + fixed + per * tokens + c.step_overhead_s + c.per_seq_overhead_s * n_seqs
+        return (body + head + fixed + self.kernels_s + per * tokens + self.host_overhead_s(n_seqs)
                 + decode_ctx * self.decode_attn_s_per_token + prefill_pairs * self.prefill_attn_s_per_pair)
+
+    @cached_property
+    def kernels_s(self) -> float:
+        """GPU time per iteration of its kernels' fixed costs (Device.kernel_overhead_s each, the launch gap
+        the training runs fit): KERNELS_PER_LAYER a layer plus the head's."""
+        return (KERNELS_PER_LAYER * self.model.layers + HEAD_KERNELS) * self.device.kernel_overhead_s
+
+    def host_overhead_s(self, n_seqs: int) -> float:
+        """The engine's CPU time per iteration with `n_seqs` sequences (scheduling, input preparation,
+        sampled-token transfer, output processing), during which the GPU idles."""
+        c = self.constants
+        return c.step_overhead_s + c.per_seq_overhead_s * n_seqs
 
     def decode_fixed_table(self, max_batch: int) -> np.ndarray:
         """A[B]: seconds of a decode-only step with B sequences, excluding the context term."""
