@@ -49,6 +49,16 @@ def test_multi_step_streams_tokens_in_rounds():
     assert tab.finish_s[0] == pytest.approx(0.0604)
 
 
+@pytest.mark.parametrize(("version", "lag_s"), [("vllm-0.6.0", 0.0101), ("vllm-0.10.1", 0.0101), ("vllm-0.5.4", 0.0), ("sglang-0.3.0", 0.0)])
+def test_async_output_processing_delivers_each_token_one_iteration_late(version, lag_s):
+    # vLLM 0.6-0.10 (V0) processes a step's outputs while the next step runs (vLLM PR #7049): the first and
+    # the last token reach the client one decode step (10.1 ms at batch 1) after they are sampled; TPOT is unchanged
+    spec = EngineSpec(version=version, chunked_prefill=False, max_num_batched_tokens=4096)
+    tab, _ = run_engine(make_requests([0.0], [100], [5]), spec)
+    assert tab.first_s[0] == pytest.approx(0.020 + lag_s)
+    assert tab.finish_s[0] == pytest.approx(0.0604 + lag_s)
+
+
 def test_batch_of_decodes_shares_each_step():
     tab, _ = run_engine(make_requests([0.0, 0.0, 0.0], [10, 10, 10], [3, 3, 3]))
     # one prefill iteration of 30 tokens (13 ms), then 2 steps with 3 decodes (10.3 ms each)

@@ -30,7 +30,7 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import layer_matmul_weights_active, linear_shapes
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.memory import kv_bytes_per_token_per_gpu
-from shardwise.specs.hardware import GPU, Cluster, make_cluster
+from shardwise.specs.hardware import GPU, Cluster, CommGroup, make_cluster
 from shardwise.specs.model import ModelSpec
 
 ACT_BYTES = 2.0  # activations travel in 16-bit even with fp8 weights
@@ -153,7 +153,7 @@ class StepTimer:
         return fixed, per
 
     @staticmethod
-    def _collective_terms(kind: str, per_token_bytes: float, n: int, tier) -> tuple[float, float]:
+    def _collective_terms(kind: str, per_token_bytes: float, n: int, tier: CommGroup) -> tuple[float, float]:
         """(latency, seconds per token) of one collective in the network model: its transfer time is
         linear in the bytes, the latency the rest."""
         transfer_s = collective_s(kind, per_token_bytes, n, tier, latency=False)

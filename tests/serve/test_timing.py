@@ -1,0 +1,41 @@
+"""The serving step timer runs on the one device model and the one network model."""
+
+from dataclasses import replace
+
+import pytest
+
+from shardwise.cost.comm import collective_s
+from shardwise.serve.constants import ServingConstants
+from shardwise.serve.timing import HEAD_KERNELS, KERNELS_PER_LAYER, StepTimer
+from shardwise.specs.hardware import get_gpu, make_cluster
+from shardwise.specs.model import load_model
+
+
+def _timer(model: str, tp: int = 1, kernel_overhead_s: float | None = None) -> StepTimer:
+    consts = ServingConstants()
+    device = consts.device_constants()
+    if kernel_overhead_s is not None:
+        device = replace(device, compute=replace(device.compute, kernel_overhead_s=kernel_overhead_s))
+    return StepTimer(load_model(model), get_gpu("h100"), tp, 1, "bf16", 2.0, replace(consts, device=device))
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "llama-3.1-70b"])
+def test_each_kernel_of_a_step_pays_the_devices_launch_gap(model):
+    """Raising the device model's per-kernel gap by 1 us lengthens a decode step by 1 us per kernel:
+    KERNELS_PER_LAYER a layer (32 or 80 layers) plus the head's."""
+    base, slower = _timer(model, kernel_overhead_s=4e-6), _timer(model, kernel_overhead_s=5e-6)
+    kernels = KERNELS_PER_LAYER * base.model.layers + HEAD_KERNELS
+    for batch in (1, 64):
+        assert slower.iteration_s(batch, batch, batch) - base.iteration_s(batch, batch, batch) == pytest.approx(kernels * 1e-6)
+
+
+def test_a_tensor_parallel_step_prices_its_all_reduces_as_the_network_model_does():
+    """Llama 3.1 70B on 4 H100s: a one-token decode step carries 2 x 80 all-reduces of one token's
+    activations (8192 x 2 B), each what cost.comm gives for that message, latency included."""
+    timer = _timer("llama-3.1-70b", tp=4)
+    fixed_s, per_token_s = timer.comm_coeffs
+    tier = make_cluster(get_gpu("h100"), 4).tier_for(4, 1)
+    one_s = collective_s("all_reduce", 8192 * 2.0, 4, tier)
+    assert fixed_s + per_token_s == pytest.approx(2 * 80 * one_s)
+    assert fixed_s > 10 * per_token_s  # a one-token all-reduce is all latency
+    assert _timer("llama-3.1-70b", tp=1).comm_coeffs == (0.0, 0.0)
