@@ -59,7 +59,11 @@ class Engine:
         self.steps_per_round = spec.num_scheduler_steps
         self.decode_fixed_s = timer.decode_fixed_table(spec.max_num_seqs)  # A(B): a decode step's time at context 0
         self.decode_s_per_context_token = timer.decode_attn_s_per_token  # C
+        # vLLM V0's asynchronous output processor (0.6-0.10): a token reaches the client after the next
+        # iteration, approximated by one decode step of the batch that follows (set as iterations end)
         self.async_output = spec.async_output_processing()
+        self.output_lag_s = 0.0
+        self.lag_of: dict[int, float] = {}  # each request's lag, taken at its first token and kept (TPOT, ITL unchanged)
         self.now_s = 0.0
         # intake
         self.pending: list[int] = []  # submitted, not yet arrived (sorted by arrival)
@@ -248,16 +252,8 @@ class Engine:
     def _done(self, rid: int) -> None:
         table = self.table
         table.phase[rid] = DONE
-        table.finish_s[rid] = self.now_s + self._output_lag_s()
+        table.finish_s[rid] = self.now_s + self.lag_of.pop(rid, 0.0)
         self._leave(rid)
-
-    def _output_lag_s(self) -> float:
-        """How long after it is sampled a token reaches the client: 0, or with vLLM V0's asynchronous
-        output processor the next iteration, during which it is processed (approximated by a decode step
-        of the running batch)."""
-        if not self.async_output:
-            return 0.0
-        return float(self.decode_fixed_s[max(self.num_decoding, 1)] + self.decode_s_per_context_token * self._context_sum_next_step())
 
     # --- LoRA adapters -----------------------------------------------------------------------------
     def _join(self, rid: int) -> None:
@@ -420,6 +416,11 @@ class Engine:
             n += 1
         return n
 
+    def _decode_step_s(self, batch: int) -> float:
+        """One decode step of `batch` sequences at the running context (at least one sequence)."""
+        return float(self.decode_fixed_s[min(max(batch, 1), len(self.decode_fixed_s) - 1)]
+                     + self.decode_s_per_context_token * self._context_sum_next_step())
+
     def _decode_stretch(self, until: float) -> None:
         """Advance decode-only steps in closed form up to the next event (see the module docstring)."""
         k = self.steps_per_round
@@ -463,6 +464,8 @@ class Engine:
         self.iterations += steps
         self.busy_s += total_s
         self.hold_admission = False
+        if self.async_output:
+            self.output_lag_s = self._decode_step_s(self.num_decoding)
         self._finish_due()
 
     # --- iterations with prompt work ---------------------------------------------------------------
@@ -475,7 +478,9 @@ class Engine:
             self.prefix_cached.add(table.group[rid])  # its prefix blocks now belong to the cache
             table.prefix_hit[rid] = (prefix_len // self.block_size) * self.block_size
         if table.generated[rid] == 0:
-            table.first_s[rid] = self.now_s + self._output_lag_s()
+            if self.async_output:
+                self.lag_of[rid] = self.output_lag_s
+            table.first_s[rid] = self.now_s + self.output_lag_s
         else:
             self.itl.add(self.now_s - table.last_emit[rid])
         table.generated[rid] += 1
@@ -513,6 +518,8 @@ class Engine:
         self.hold_admission = False
         for rid, before, c in chunks:
             table.computed[rid] = before + c
+        if self.async_output:
+            self.output_lag_s = self._decode_step_s(self.num_decoding + len(completed))
         for rid in completed:
             self._complete_prefill(rid)
         if decoders:
