@@ -178,24 +178,29 @@ def test_dispatch_moves_the_routed_tokens_on_the_network_all_to_all():
     assert gathered == pytest.approx(collective_s("all_gather", 4096 * 4096 * 2 * 2 * 8, 8, groups.ep_tier), rel=1e-12)
 
 
+def _mixtral_layer(tp, ep, model=None, moe_layer=True, sp=True, moe_consts=None):
+    """One Megatron layer of Mixtral-8x7B (4,096 tokens of 4,096) on 16 H100s, placed at (tp, ep)."""
+    from shardwise.cost.device import Device
+    from shardwise.cost.layer import transformer_layer
+
+    cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
+    dev = Device.of(cluster.gpu, "bf16", default_constants().compute_for(cluster.gpu.name))
+    extra = {"moe_consts": moe_consts} if moe_consts is not None else {}
+    return transformer_layer(model or load_model("mixtral-8x7b"), moe_layer, 4096.0, 4096, sp, "none", True, dev,
+                             layer_groups(cluster, tp, 1, ep), stack_profile("megatron", cluster.gpu.arch), **extra)
+
+
 def test_routed_experts_take_their_tensor_parallel_traffic_from_the_dispatcher():
     """Bug: an MoE layer with ep > 1 paid its MLP's all-gather + reduce-scatter over tp on top of the
     dispatcher's all-to-all and expert-TP all-gather. Megatron-Core's grouped experts leave the TP/EP
     traffic to the token dispatcher, so the layer's own tp collectives are the attention's alone; with
     ep 1 (no dispatch) or shared experts (their own TP linears) the MLP keeps its pair."""
-    from shardwise.cost.device import Device
-    from shardwise.cost.layer import transformer_layer
-
     mixtral = load_model("mixtral-8x7b")
     cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
-    dev = Device.of(cluster.gpu, "bf16", default_constants().compute_for(cluster.gpu.name))
-    stack = stack_profile("megatron", cluster.gpu.arch)
-    tokens = 4096.0
-    one = collective_s("all_reduce", tokens * 4096 * 2.0, 2, layer_groups(cluster, 2, 1, 8).tp_tier)
+    one = collective_s("all_reduce", 4096.0 * 4096 * 2.0, 2, layer_groups(cluster, 2, 1, 8).tp_tier)
 
     def tp_fwd(model, ep, moe_layer=True):
-        return transformer_layer(model, moe_layer, tokens, 4096, True, "none", True, dev, layer_groups(cluster, 2, 1, ep),
-                                 stack).tp_fwd_s
+        return _mixtral_layer(2, ep, model, moe_layer).tp_fwd_s
 
     assert one > 0
     assert tp_fwd(mixtral, 8) == pytest.approx(one, rel=1e-12)
@@ -208,17 +213,8 @@ def test_routed_experts_take_their_tensor_parallel_traffic_from_the_dispatcher()
 def test_one_local_expert_runs_a_plain_gemm():
     """The grouped-GEMM speed ratio is for kernels over several experts; a rank holding one expert
     (Mixtral's 8 over ep 8) runs its tokens through one ordinary GEMM."""
-    from shardwise.cost.device import Device
-    from shardwise.cost.layer import transformer_layer
-
-    mixtral = load_model("mixtral-8x7b")
-    cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
-    dev = Device.of(cluster.gpu, "bf16", default_constants().compute_for(cluster.gpu.name))
-    stack = stack_profile("megatron", cluster.gpu.arch)
-
     def weight_grad_s(ep, ratio):
-        return transformer_layer(mixtral, True, 4096.0, 4096, False, "none", True, dev, layer_groups(cluster, 1, 1, ep),
-                                 stack, moe_consts=MoeConstants(grouped_gemm_ratio=ratio)).w_s
+        return _mixtral_layer(1, ep, sp=False, moe_consts=MoeConstants(grouped_gemm_ratio=ratio)).w_s
 
     assert weight_grad_s(8, 0.5) == pytest.approx(weight_grad_s(8, 1.0), rel=1e-12)
     assert weight_grad_s(4, 0.5) > 1.2 * weight_grad_s(4, 1.0)
