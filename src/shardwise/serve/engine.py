@@ -431,7 +431,7 @@ class Engine:
                 return
             steps_kv = self._steps_with_blocks()
         steps_kv -= steps_kv % k
-        first_step_s = self.decode_fixed_s[self.num_decoding] + self.decode_s_per_context_token * self._context_sum_next_step()
+        first_step_s = self._decode_step_s(self.num_decoding)
         load_s = 0.0
         if self.adapters is not None:  # the adapters in use stay the same over the stretch
             lora_s, load_s = self._adapter_step_s(self.num_decoding, len(self.decoding_adapters))
