@@ -262,6 +262,10 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
     if not isinstance(gb, int):
         gb = mb * dp
         assumptions.append(f"global_batch={gb} (one micro-batch per GPU; not stated)")
+    vpp_fact = int(facts.get("vpp") or 0)
+    if par.get("vpp") is None and pp > 1 and vpp_fact and model.layers % (pp * vpp_fact) == 0:
+        par["vpp"] = vpp_fact
+        assumptions.append(f"vpp={vpp_fact} (the source's setup; not stated for this record)")
     vpp = _vpp(par.get("vpp"), model.layers, pp, par.get("schedule"), assumptions)
     sp = par.get("sequence_parallel")
     if sp is None:
