@@ -236,7 +236,9 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         raise ShardwiseError("GPU count not stated")
     if not c.get("n_gpus"):
         assumptions.append(f"{n_gpus} GPUs")
-    gpu = resolve_gpu(c.get("gpu"))
+    gpu = resolve_gpu(facts.get("gpu") or c.get("gpu"))
+    if facts.get("gpu") and resolve_gpu(c.get("gpu")) != gpu:
+        assumptions.append(f"gpu={gpu} (the source's stated hardware; the record says {c.get('gpu')})")
     tp = par.get("tp") or derived.get("tp")
     pp = par.get("pp") or derived.get("pp")
     measured = record.get("measured") or {}
