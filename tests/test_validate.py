@@ -374,3 +374,24 @@ def test_a_source_stated_virtual_pipeline_applies_to_its_pipelined_runs_only():
     assert "vpp=7 (the source's setup; not stated for this record)" in notes
     flat = build_job(records["pf_t4_mixtral8x22b_fsdp-ep_128"], source, [])
     assert (flat.plan.pp, flat.plan.vpp) == (1, 1)
+
+
+def test_a_source_stated_gpu_replaces_the_records_and_slows_its_tensor_parallel_runs():
+    """FlagPerf's Llama3-8B README labels rows "A100" but its environment section names the machine (DGX
+    A800, NVIDIA_A800-SXM4-80GB): the job runs on the A800, whose 400 GB/s NVLink makes the TP-8 run's
+    tensor-parallel transfers 600/400 = 1.5x as long as on the A100 (the per-collective latency is the same,
+    so the exposed TP time grows by less) and leaves the GEMMs as they were."""
+    from shardwise.calibration.records import build_job
+    from shardwise.calibration.sources import Source
+    from shardwise.train.estimate import estimate
+
+    record = {r["id"]: r for r in load_records()}["flagperf_llama3_8b_a100_1x8_pp1dp1tp8"]
+    stated = sources()["flagperf"]
+    on_a800 = build_job(record, stated, notes := [])
+    assert on_a800.cluster.gpu.name == "A800-80GB"
+    assert any(n.startswith("gpu=A800-80GB (the source's stated hardware") for n in notes)
+    as_labelled = build_job(record, Source(stated.prefix, stated.label, stated.group, stated.facts), [])
+    assert as_labelled.cluster.gpu.name == "A100-80GB"
+    a800, a100 = estimate(on_a800).time_s, estimate(as_labelled).time_s
+    assert a800.compute == pytest.approx(a100.compute, rel=1e-9)
+    assert 1.3 < a800.tp_comm / a100.tp_comm <= 1.5
