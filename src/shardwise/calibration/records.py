@@ -190,6 +190,9 @@ def _zero(par: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) ->
 
 def _recompute(par: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> str:
     text = str(par.get("recompute") or "").lower()
+    if "recompute_override" in facts:  # the source states the run's scheme where the record's text is vaguer
+        assumptions.append(f"recompute={facts['recompute_override']} (the source's statement; the record says {par.get('recompute')!r})")
+        return facts["recompute_override"]
     for word in ("none", "selective", "full"):
         if text.startswith(word):
             return word
