@@ -416,3 +416,25 @@ def test_a_source_stated_recompute_overrides_the_records_text():
     as_recorded = build_job(seventy, Source(stated.prefix, stated.label, stated.group, stated.facts), [])
     assert (as_stated.plan.recompute, as_recorded.plan.recompute) == ("full", "selective")
     assert estimate(as_stated).memory.total / 2**30 < 80 < estimate(as_recorded).memory.total / 2**30
+
+
+def test_megatron_2021_runs_have_neither_sequence_parallelism_nor_the_distributed_optimizer():
+    """Narayanan et al. 2021 ran the Megatron-LM of 2021: tensor parallelism by all-reduce, with the norms
+    and dropouts on the whole sequence in every TP rank (sequence parallelism came with Korthikanti et al.
+    2022), and optimizer states replicated over data parallelism (the distributed optimizer came in 2022).
+    For the 1T run (tp 8, pp 64, dp 6) the layers' compute grows without sequence parallelism, and each GPU
+    holds all 12 bytes of Adam states per parameter of its shard instead of 1/6 of them."""
+    from shardwise.calibration.records import build_job
+    from shardwise.calibration.sources import Source
+    from shardwise.train.estimate import estimate
+
+    record = {r["id"]: r for r in load_records()}["narayanan21_t1_1T"]
+    stated = sources()["narayanan21"]
+    job = build_job(record, stated, [])
+    assert (job.plan.sequence_parallel, job.plan.zero, job.plan.dp) == (False, 0, 6)
+    later = {k: v for k, v in stated.facts.items() if k not in ("sequence_parallel", "zero")}
+    modern = build_job(record, Source(stated.prefix, stated.label, stated.group, later), [])
+    assert (modern.plan.sequence_parallel, modern.plan.zero) == (True, 1)
+    then, now = estimate(job), estimate(modern)
+    assert then.time_s.compute > now.time_s.compute
+    assert then.memory.optimizer / now.memory.optimizer == pytest.approx(6.0, rel=1e-6)
