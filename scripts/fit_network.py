@@ -3,9 +3,9 @@
 
     python scripts/fit_network.py [--data PATH] [--dry-run] [--plot docs/img/comm-busbw.png]
 
-Fits every constant of shardwise.cost.comm_fit.PARAMS on all bandwidth rows of at least 1 MiB
-(soft-L1 on log ratios), runs leave-one-source-out cross-validation (each source scored by constants
-fitted on the others, from the defaults) and writes src/shardwise/data/network_constants.json with the
+Fits every constant of shardwise.cost.comm_fit.PARAMS on all bandwidth rows of at least 1 MiB and
+the 8-byte latency rows (soft-L1 on log ratios), runs leave-one-source-out cross-validation (each
+source scored by constants fitted on the others, from the defaults) and writes src/shardwise/data/network_constants.json with the
 fitted values, the constants the rows do not determine and the held-out error per source. The fitting
 logic lives in shardwise.cost.comm_fit, so scripts/fit_constants.py can call it too.
 """
@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from shardwise.cost.comm_fit import all_cases, constants_json, fit, load_records, run_validation, scored
+from shardwise.cost.comm_fit import all_cases, constants_json, fit, load_records, run_validation
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "shardwise" / "data" / "network_constants.json"
@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--plot", default=None, help="also draw predicted vs measured bus bandwidth to this PNG")
     args = ap.parse_args()
 
-    cases = scored(all_cases(load_records(args.data))[0])
+    cases = all_cases(load_records(args.data))[0]
     result = fit(cases)
     validation = run_validation(args.data, result.constants)
     out = constants_json(result, validation["held_out"])

@@ -1,6 +1,7 @@
 """The network model: nccl-tests bus factors, rails, ring vs tree vs NVLS, mesh fabrics, all-to-all."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -98,7 +99,7 @@ def test_all_to_all_is_bound_by_the_slower_level():
 def test_latency_steps_of_ring_and_tree():
     """tuning.cc: a ring all-reduce takes 2(n-1) steps, 2(N-1) of them across nodes; the tree
     2((k-1) + ceil(log2 N)) steps; a 1-byte all-reduce on 64 nodes x 8 takes the tree."""
-    lat = NetworkConstants(link_latency_s=1e-6, nic_latency_infiniband_s=10e-6, chunk_latency_s=0.0)
+    lat = NetworkConstants(link_latency_s=1e-6, nic_latency_infiniband_s=10e-6, ll_nic_latency_infiniband_s=10e-6, chunk_latency_s=0.0)
     one = make_cluster("A100-80GB", 8)
     assert collective_s("all_reduce", 1.0, 8, one.tier_for(8, 1), lat) == pytest.approx(14e-6, rel=1e-3)
     wide = make_cluster("A100-80GB", 512)
@@ -113,9 +114,28 @@ def test_broadcast_is_a_pipelined_chain_with_one_step_per_rank():
     assert bus_factor("broadcast", 32) == 1.0
     assert group_collective_s(h100, "broadcast", S, 32, 1, IDEAL) == pytest.approx(S / 400e9)
     assert group_collective_s(h100, "broadcast", S, 8, 1, IDEAL) == pytest.approx(S / 450e9)
-    lat = NetworkConstants(link_latency_s=1e-6, nic_latency_infiniband_s=10e-6, chunk_latency_s=0.0)
+    lat = NetworkConstants(link_latency_s=1e-6, nic_latency_infiniband_s=10e-6, ll_nic_latency_infiniband_s=10e-6, chunk_latency_s=0.0)
     assert group_collective_s(h100, "broadcast", 1.0, 32, 1, lat) == pytest.approx(28e-6 + 40e-6, rel=1e-3)
     assert group_collective_s(h100, "broadcast", 1.0, 8, 1, lat) == pytest.approx(8e-6, rel=1e-3)
+
+
+def test_small_messages_take_the_ll_protocol_where_the_bulk_one_waits_longer():
+    """NCCL's tuner times every protocol and takes the fastest (tuning.cc): LL moves a quarter of the bulk
+    protocol's ring bus bandwidth (its ring LL factor 1/4) with no per-chunk handshake, at its own per-step
+    latency. On a fabric whose bulk steps are slow (GPUDirect-TCPXO: 400 us, LL 50 us here), an 8-byte
+    all-reduce over 2 x 8 ranks is the LL ring's latency, 28 NVLink steps and 2 network steps; a 1 GiB one
+    is the bulk protocol's, four times faster per byte."""
+    c = NetworkConstants(link_latency_s=1e-6, nic_latency_tcpxo_s=400e-6, ll_nic_latency_tcpxo_s=50e-6, chunk_latency_s=0.0,
+                         nic_efficiency=1.0, ring_efficiency_nvlink=1.0, ll_bandwidth_fraction=0.25)
+    a3 = make_cluster("H100", 16, network={"fabric": "tcpxo", "nics_per_node": 8, "nic_gbps": 200, "nvls": False})
+    g = a3.tier_for(16, 1)
+    assert collective_s("all_reduce", 8.0, 16, g, c) == pytest.approx(28e-6 + 2 * 50e-6, rel=1e-3)
+    big = 2.0**30
+    bulk = collective_s("all_reduce", big, 16, g, c, latency=False)
+    assert collective_s("all_reduce", big, 16, g, c) < 1.01 * bulk + 2 * 400e-6 + 28e-6
+    ll_only = replace(c, nic_latency_tcpxo_s=1.0)  # bulk unusable: every size goes by LL
+    ring_ll = 28e-6 + 2 * 50e-6 + 2 * 15 / 16 * big / (0.25 * 8 * 25e9)  # the ring leaves a node through its 8 NICs
+    assert collective_s("all_reduce", big, 16, g, ll_only) == pytest.approx(ring_ll, rel=1e-3)
 
 
 def test_trivial_groups_cost_nothing():

@@ -36,6 +36,15 @@ Algorithms, the fastest one taken as NCCL's tuner does (NVIDIA/nccl src/graph/tu
   (nccl-tests PERFORMANCE.md) and n steps, N of them across domains (tuning.cc nsteps / nInterSteps for
   broadcast and reduce).
 
+Protocols (tuning.cc times each and takes the fastest): the formulas above are the bulk protocol (Simple,
+or LL128 where NCCL enables it), with the latencies lat_*, the per-chunk handshake h below and NVLS. LL
+(8-byte stores with inline flags) moves a fraction eta_LL of the ring's bus bandwidth (tuning.cc: 1/4 on
+a ring across nodes) with no handshake, at its own per-step latency across domains, lat_LL[fabric]; on
+fabrics whose bulk steps wait long (GPUDirect-TCPXO, EFA) it carries the small and mid-size messages, and
+where the two cross, nccl-tests curves show the slow mid-size region (A3 Mega: 32 GB/s at 16 MiB). LL is
+modelled on the ring only (all-reduce, reduce-scatter, all-gather, broadcast); all-to-all and send/recv
+keep the bulk protocol.
+
 Groups of ranks that span several GPU groups of a heterogeneous cluster (:func:`spanning_network`) run
 the same formulas on the slowest link of each level: a ring or a tree through every rank moves at the
 pace of its slowest hop (the bus bandwidth of a ring is its slowest link's; Patarasuk & Yuan 2009,
@@ -60,6 +69,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -113,34 +123,60 @@ class _Array:
         return a + b + 2.0 * np.sqrt(h * b)
 
 
+class _Rates(NamedTuple):
+    """Per-network numbers of the formulas (module docstring)."""
+
+    link: float  # B_link, bytes/s per direction
+    mesh: int  # k-1 divisor of a point-to-point mesh (0: switched)
+    eta_ring: float
+    b_nic: float  # a GPU's share of its node's NICs, bytes/s
+    lat_link: float
+    lat_nic: float  # per cross-domain step, bulk protocol
+    lat_nvls: float
+    h: float  # per-chunk handshake of the bulk protocol
+    nvls: float  # NVLS rate (0: off)
+    eta_tree: float
+    ll_fraction: float  # LL bus bandwidth / the bulk protocol's
+    ll_lat_nic: float  # per cross-domain step, LL protocol
+
+
 @lru_cache(maxsize=256)
-def _rates(net: Network, c: NetworkConstants) -> tuple[float, ...]:
-    """Per-network numbers of the formulas (module docstring): B_link, mesh divisor, eta_ring, b_nic,
-    lat_link, lat_nic, lat_nvls, h, NVLS rate (0: off), eta_tree."""
+def _rates(net: Network, c: NetworkConstants) -> _Rates:
     link = net.nvlink_gbyte_s * 0.5e9
     mesh = max(net.nvlink_domain - 1, 1) if net.topology == "mesh" else 0
     b_nic = c.nic_efficiency * net.nics_per_node * net.nic_gbps * 0.125e9 / net.gpus_per_node
     nvls = c.nvls_efficiency * NVLS_ARCH_FACTOR.get(net.link, 0.0) * link if net.nvls else 0.0
-    return (link, mesh, c.ring_efficiency(net.link_family), b_nic, c.link_latency_s, c.nic_latency_s(net.fabric),
-            c.nvls_latency_s, c.chunk_latency_s, nvls, c.tree_efficiency)
+    return _Rates(link, mesh, c.ring_efficiency(net.link_family), b_nic, c.link_latency_s, c.nic_latency_s(net.fabric),
+                  c.nvls_latency_s, c.chunk_latency_s, nvls, c.tree_efficiency, c.ll_bandwidth_fraction,
+                  c.ll_nic_latency_s(net.fabric))
 
 
 def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, latency: bool = True):
-    """Seconds of one collective; `size`, `k` (ranks per domain) and `n_dom` (domains) may be arrays."""
-    link, mesh, eta_ring, b_nic, lat_link, lat_nic, lat_nvls, h, nvls_rate, eta_tree = _rates(net, c)
+    """Seconds of one collective; `size`, `k` (ranks per domain) and `n_dom` (domains) may be arrays.
+    The faster of the bulk protocol and LL (module docstring) where both apply."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown collective {kind!r}")
+    r = _rates(net, c)
     if not latency:
-        lat_link = lat_nic = lat_nvls = h = 0.0
+        r = r._replace(lat_link=0.0, lat_nic=0.0, lat_nvls=0.0, h=0.0)
+    bulk = _protocol_s(kind, size, k, n_dom, r, net.sharp, ops, tree=True)
+    if not latency or kind in ("all_to_all", "send_recv"):
+        return bulk
+    ll = r._replace(lat_nic=r.ll_lat_nic, h=0.0, nvls=0.0, link=r.link * r.ll_fraction, b_nic=r.b_nic * r.ll_fraction)
+    return ops.minimum(bulk, _protocol_s(kind, size, k, n_dom, ll, net.sharp, ops, tree=False))
+
+
+def _protocol_s(kind: str, size, k, n_dom, r: _Rates, sharp: bool, ops, tree: bool):
+    """One protocol's time: ring, NVLS and tree as NCCL's tuner picks them (module docstring)."""
     n = k * n_dom
     across = n_dom > 1
-    link_k = link * ops.maximum(k - 1, 1) / mesh if mesh else link
-    b_ring = eta_ring * link_k
+    link_k = r.link * ops.maximum(k - 1, 1) / r.mesh if r.mesh else r.link
+    b_ring, b_nic, lat_link, lat_nic, h = r.eta_ring * link_k, r.b_nic, r.lat_link, r.lat_nic, r.h
     if kind == "send_recv":
         return ops.combine(ops.where(across, lat_nic, lat_link), size / ops.where(across, b_nic, b_ring), h)
     if kind == "all_to_all":
         t_bw = ops.maximum(size * (k - 1) / n / b_ring, size * (n - k) / n / b_nic)
         return ops.combine(ops.where(k > 1, lat_link, 0.0) + ops.where(across, lat_nic, 0.0), t_bw, h)
-    if kind not in KINDS:
-        raise ValueError(f"unknown collective {kind!r}")
     ar = kind == "all_reduce"
     mult = 2.0 if ar else 1.0
     busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * b_nic), b_ring)
@@ -149,16 +185,16 @@ def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, l
         return ops.combine((n - inter) * lat_link + inter * lat_nic, size / busbw, h)
     steps, inter = mult * (n - 1), mult * (n_dom - 1)
     t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, h)
-    if not ar:
+    if not ar or not tree:
         return t
-    b_nvls = nvls_rate * ops.maximum(k - 1, 1) / ops.maximum(k, 1)  # used only where k >= 2
-    if nvls_rate:
-        nvls = ops.combine(lat_nvls, size / b_nvls, h)
+    b_nvls = r.nvls * ops.maximum(k - 1, 1) / ops.maximum(k, 1)  # used only where k >= 2
+    if r.nvls:
+        nvls = ops.combine(r.lat_nvls, size / b_nvls, h)
         t = ops.where(ops.either(across, k < 2), t, ops.minimum(t, nvls))
-    intra = ops.where(k > 1, b_nvls if nvls_rate else eta_tree * link_k, INF)
-    scale_out = k * b_nic * (1.0 if net.sharp else ops.where(n_dom > 2, 0.5, 1.0))
-    rounds = 1 if net.sharp else ops.ceil_log2(n_dom)
-    head = lat_nvls if nvls_rate else 2 * (k - 1) * lat_link
+    intra = ops.where(k > 1, b_nvls if r.nvls else r.eta_tree * link_k, INF)
+    scale_out = k * b_nic * (1.0 if sharp else ops.where(n_dom > 2, 0.5, 1.0))
+    rounds = 1 if sharp else ops.ceil_log2(n_dom)
+    head = r.lat_nvls if r.nvls else 2 * (k - 1) * lat_link
     tree = ops.combine(head + 2 * rounds * lat_nic, size / ops.minimum(intra, scale_out), h)
     return ops.where(across, ops.minimum(t, tree), t)
 

@@ -11,7 +11,8 @@ the group (n ranks, k per node), the collective, the message size and one metric
 - ``logical``: DeepEP V2's "logical bandwidth", all bytes a rank sends to the others / t.
 
 Rows of at least 1 MiB (statements without a size: 4 GiB, the large-message regime they describe) are
-fitted and scored; 8-byte rows only give a latency floor and are reported apart (``latency_rows``).
+fitted and scored; 8-byte rows are fitted too (they pin the LL protocol's latencies: an 8-byte
+all-reduce is all latency) and reported apart (``latency_rows``).
 DeepEP's low-latency kernels (per-token RDMA writes, not an NCCL-style collective) are skipped.
 
 Fit: least squares on log(predicted / measured) with a soft-L1 loss (no record dominates), each constant
@@ -90,6 +91,9 @@ PARAMS: list[tuple[str, float, float, float]] = [
     ("nic_latency_tcpxo_s", 1e-6, 0.0, 500.0),
     ("nvls_latency_s", 1e-6, 0.0, 200.0),
     ("chunk_latency_s", 1e-6, 0.0, 200.0),
+    ("ll_nic_latency_infiniband_s", 1e-6, 0.0, 500.0),
+    ("ll_nic_latency_efa_s", 1e-6, 0.0, 500.0),
+    ("ll_nic_latency_tcpxo_s", 1e-6, 0.0, 500.0),
 ]
 
 
@@ -272,20 +276,22 @@ def fit(cases: list[CommCase], start: NetworkConstants | None = None) -> FitResu
     undetermined = tuple(n for n, f in zip(names, free, strict=True) if not f)
     bound = tuple(n for n, v, a, b, f in zip(names, x, lo, hi, free, strict=True) if f and min(v - a, b - v) <= 1e-6 * max(1.0, b - a))
     constants = constants_from(x)
-    for fabric, twin in (("tcpxo", "efa"), ("efa", "tcpxo")):  # Ethernet fabrics without rows: the other's latency
-        name = f"nic_latency_{fabric}_s"
-        if name in undetermined and f"nic_latency_{twin}_s" not in undetermined:
-            constants = replace(constants, **{name: getattr(constants, f"nic_latency_{twin}_s")})
+    for prefix in ("", "ll_"):
+        for fabric, twin in (("tcpxo", "efa"), ("efa", "tcpxo")):  # Ethernet fabrics without rows: the other's latency
+            name, other = f"{prefix}nic_latency_{fabric}_s", f"{prefix}nic_latency_{twin}_s"
+            if name in undetermined and other not in undetermined:
+                constants = replace(constants, **{name: getattr(constants, other)})
     err = float(np.mean(np.abs(residuals(_vector(constants), cases))))
     return FitResult(constants, undetermined, bound, err)
 
 
 def cross_validate(cases: list[CommCase]) -> dict[str, dict[str, Any]]:
-    """Leave one source out: fit the others from the defaults, predict the held-out source."""
+    """Leave one source out: fit the others (every row, latency rows too) from the defaults, predict the
+    held-out source's scored rows."""
     out = {}
-    for source in sorted({c.source for c in cases}):
+    for source in sorted({c.source for c in scored(cases)}):
         train = [c for c in cases if c.source != source]
-        held = [c for c in cases if c.source == source]
+        held = [c for c in scored(cases) if c.source == source]
         res = fit(train)
         out[source] = {"fit": res, "rows": [(c, c.predict(res.constants)) for c in held]}
     return out
@@ -306,7 +312,7 @@ def run_validation(path: str | Path | None = None, constants: NetworkConstants |
     cases, skips = all_cases(load_records(path))
     bandwidth = scored(cases)
     insample = [(c, c.predict(constants)) for c in bandwidth]
-    held = cross_validate(bandwidth) if cv else {}
+    held = cross_validate(cases) if cv else {}
     per_source: dict[str, Any] = defaultdict(dict)
     for source in sorted({c.source for c in bandwidth}):
         mine = [(c, p) for c, p in insample if c.source == source]
