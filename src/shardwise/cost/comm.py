@@ -159,43 +159,46 @@ def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, l
     r = _rates(net, c)
     if not latency:
         r = r._replace(lat_link=0.0, lat_nic=0.0, lat_nvls=0.0, h=0.0)
-    bulk = _protocol_s(kind, size, k, n_dom, r, net.sharp, ops, tree=True)
-    if not latency or kind in ("all_to_all", "send_recv"):
-        return bulk
-    ll = r._replace(lat_nic=r.ll_lat_nic, h=0.0, nvls=0.0, link=r.link * r.ll_fraction, b_nic=r.b_nic * r.ll_fraction)
-    return ops.minimum(bulk, _protocol_s(kind, size, k, n_dom, ll, net.sharp, ops, tree=False))
-
-
-def _protocol_s(kind: str, size, k, n_dom, r: _Rates, sharp: bool, ops, tree: bool):
-    """One protocol's time: ring, NVLS and tree as NCCL's tuner picks them (module docstring)."""
     n = k * n_dom
     across = n_dom > 1
     link_k = r.link * ops.maximum(k - 1, 1) / r.mesh if r.mesh else r.link
-    b_ring, b_nic, lat_link, lat_nic, h = r.eta_ring * link_k, r.b_nic, r.lat_link, r.lat_nic, r.h
+    b_ring = r.eta_ring * link_k
     if kind == "send_recv":
-        return ops.combine(ops.where(across, lat_nic, lat_link), size / ops.where(across, b_nic, b_ring), h)
+        return ops.combine(ops.where(across, r.lat_nic, r.lat_link), size / ops.where(across, r.b_nic, b_ring), r.h)
     if kind == "all_to_all":
-        t_bw = ops.maximum(size * (k - 1) / n / b_ring, size * (n - k) / n / b_nic)
-        return ops.combine(ops.where(k > 1, lat_link, 0.0) + ops.where(across, lat_nic, 0.0), t_bw, h)
-    ar = kind == "all_reduce"
-    mult = 2.0 if ar else 1.0
-    busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * b_nic), b_ring)
+        t_bw = ops.maximum(size * (k - 1) / n / b_ring, size * (n - k) / n / r.b_nic)
+        return ops.combine(ops.where(k > 1, r.lat_link, 0.0) + ops.where(across, r.lat_nic, 0.0), t_bw, r.h)
+    # Ring (and broadcast's chain): steps on NVLink, steps across domains, transfer at the ring's bus bandwidth.
+    busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * r.b_nic), b_ring)
     if kind == "broadcast":
         inter = ops.where(across, n_dom, 0)
-        return ops.combine((n - inter) * lat_link + inter * lat_nic, size / busbw, h)
-    steps, inter = mult * (n - 1), mult * (n_dom - 1)
-    t = ops.combine((steps - inter) * lat_link + inter * lat_nic, mult * (n - 1) / n * size / busbw, h)
-    if not ar or not tree:
+        link_steps, t_bw = n - inter, size / busbw
+    else:
+        mult = 2.0 if kind == "all_reduce" else 1.0
+        inter = mult * (n_dom - 1)
+        link_steps, t_bw = mult * (n - 1) - inter, mult * (n - 1) / n * size / busbw
+    t = ops.combine(link_steps * r.lat_link + inter * r.lat_nic, t_bw, r.h)
+    if kind == "all_reduce":
+        t = _nvls_and_tree_s(t, size, k, n_dom, link_k, r, net.sharp, ops)
+    if not latency:
         return t
+    ll = link_steps * r.lat_link + inter * r.ll_lat_nic + t_bw / r.ll_fraction  # LL: a share of the ring's rate, no handshake
+    return ops.minimum(t, ll)
+
+
+def _nvls_and_tree_s(ring, size, k, n_dom, link_k, r: _Rates, sharp: bool, ops):
+    """All-reduce: the ring's time `ring`, NVLS inside a domain and the tree across domains, the fastest."""
+    across = n_dom > 1
     b_nvls = r.nvls * ops.maximum(k - 1, 1) / ops.maximum(k, 1)  # used only where k >= 2
+    t = ring
     if r.nvls:
-        nvls = ops.combine(r.lat_nvls, size / b_nvls, h)
+        nvls = ops.combine(r.lat_nvls, size / b_nvls, r.h)
         t = ops.where(ops.either(across, k < 2), t, ops.minimum(t, nvls))
     intra = ops.where(k > 1, b_nvls if r.nvls else r.eta_tree * link_k, INF)
-    scale_out = k * b_nic * (1.0 if sharp else ops.where(n_dom > 2, 0.5, 1.0))
+    scale_out = k * r.b_nic * (1.0 if sharp else ops.where(n_dom > 2, 0.5, 1.0))
     rounds = 1 if sharp else ops.ceil_log2(n_dom)
-    head = r.lat_nvls if r.nvls else 2 * (k - 1) * lat_link
-    tree = ops.combine(head + 2 * rounds * lat_nic, size / ops.minimum(intra, scale_out), h)
+    head = r.lat_nvls if r.nvls else 2 * (k - 1) * r.lat_link
+    tree = ops.combine(head + 2 * rounds * r.lat_nic, size / ops.minimum(intra, scale_out), r.h)
     return ops.where(across, ops.minimum(t, tree), t)
 
 
