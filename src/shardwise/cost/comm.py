@@ -142,6 +142,7 @@ class _Rates(NamedTuple):
 
 @lru_cache(maxsize=256)
 def _rates(net: Network, c: NetworkConstants) -> _Rates:
+    """The network's rates and latencies under the constants (cached: a handful of networks per run)."""
     link = net.nvlink_gbyte_s * 0.5e9
     mesh = max(net.nvlink_domain - 1, 1) if net.topology == "mesh" else 0
     b_nic = c.nic_efficiency * net.nics_per_node * net.nic_gbps * 0.125e9 / net.gpus_per_node
