@@ -5,9 +5,10 @@
 
 Fits every constant of shardwise.cost.comm_fit.PARAMS on all bandwidth rows of at least 1 MiB and
 the 8-byte latency rows (soft-L1 on log ratios), runs leave-one-source-out cross-validation (each
-source scored by constants fitted on the others, from the defaults) and writes src/shardwise/data/network_constants.json with the
-fitted values, the constants the rows do not determine and the held-out error per source. The fitting
-logic lives in shardwise.cost.comm_fit, so scripts/fit_constants.py can call it too.
+source scored by constants fitted on the others, from the defaults) and writes
+src/shardwise/data/network_constants.json with the fitted values, the constants the rows do not
+determine and the held-out error per source. The fitting logic lives in shardwise.cost.comm_fit, so
+scripts/fit_constants.py can call it too.
 """
 
 from __future__ import annotations

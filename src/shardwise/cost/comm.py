@@ -149,7 +149,7 @@ def _rates(net: Network, c: NetworkConstants) -> _Rates:
     nvls = c.nvls_efficiency * NVLS_ARCH_FACTOR.get(net.link, 0.0) * link if net.nvls else 0.0
     return _Rates(link, mesh, c.ring_efficiency(net.link_family), b_nic, c.link_latency_s, c.nic_latency_s(net.fabric),
                   c.nvls_latency_s, c.chunk_latency_s, nvls, c.tree_efficiency, c.ll_bandwidth_fraction,
-                  c.ll_nic_latency_s(net.fabric))
+                  c.nic_latency_s(net.fabric, "ll_"))
 
 
 def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, latency: bool = True):

@@ -289,9 +289,10 @@ def cross_validate(cases: list[CommCase]) -> dict[str, dict[str, Any]]:
     """Leave one source out: fit the others (every row, latency rows too) from the defaults, predict the
     held-out source's scored rows."""
     out = {}
-    for source in sorted({c.source for c in scored(cases)}):
+    bandwidth = scored(cases)
+    for source in sorted({c.source for c in bandwidth}):
         train = [c for c in cases if c.source != source]
-        held = [c for c in scored(cases) if c.source == source]
+        held = [c for c in bandwidth if c.source == source]
         res = fit(train)
         out[source] = {"fit": res, "rows": [(c, c.predict(res.constants)) for c in held]}
     return out

@@ -61,19 +61,17 @@ class NetworkConstants:
     nic_latency_tcpxo_s: float = 100e-6  # fitted: same on GCP GPUDirect-TCPXO
     nvls_latency_s: float = 30e-6  # fitted: NVLS / NVLSTree fixed cost (NCCL's tuner charges 25 us, tuning.cc)
     chunk_latency_s: float = 8e-6  # fitted: per-chunk handshake h of the pipelined transfer, t = a + b + 2 sqrt(h b)
-    ll_bandwidth_fraction: float = 0.25  # fitted: LL protocol bus bandwidth / the bulk protocol's (tuning.cc: ring 1/4, tree 1/3.8)
-    ll_nic_latency_infiniband_s: float = 5e-6  # fitted: per LL step across domains, InfiniBand (RoCE uses it)
+    ll_bandwidth_fraction: float = 0.25  # cited, not fitted: LL protocol bus bandwidth / the bulk protocol's (tuning.cc's ring LL factor 1/4)
+    ll_nic_latency_infiniband_s: float = 5e-6  # fitted where rows take LL (no InfiniBand row does yet): per LL step across domains (RoCE uses it)
     ll_nic_latency_efa_s: float = 30e-6  # fitted: same on AWS EFA
     ll_nic_latency_tcpxo_s: float = 60e-6  # fitted: same on GCP GPUDirect-TCPXO
 
     def ring_efficiency(self, link_family: str) -> float:
         return getattr(self, f"ring_efficiency_{link_family}")
 
-    def nic_latency_s(self, fabric: str) -> float:
-        return getattr(self, f"nic_latency_{'infiniband' if fabric == 'roce' else fabric}_s")
-
-    def ll_nic_latency_s(self, fabric: str) -> float:
-        return getattr(self, f"ll_nic_latency_{'infiniband' if fabric == 'roce' else fabric}_s")
+    def nic_latency_s(self, fabric: str, protocol: str = "") -> float:
+        """Per-step latency across domains on `fabric`; `protocol` "ll_" for NCCL's LL protocol."""
+        return getattr(self, f"{protocol}nic_latency_{'infiniband' if fabric == 'roce' else fabric}_s")
 
 
 @lru_cache(maxsize=1)
