@@ -180,7 +180,7 @@ def _zero(par: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) ->
     if "not resharded" in fsdp:  # Llama 3: gradients and optimizer states sharded, parameters kept
         assumptions.append("zero=1: FSDP whose parameters stay unsharded through the step times like ZeRO-1")
         return 1
-    if fsdp and fsdp not in ("false", "none"):
+    if fsdp and not re.match(r"(false|none|no)\b|fsdp 0\b", fsdp):  # "FSDP 0 (no)", "none (Megatron DP)": not sharded
         return 3
     if "zero" in facts:
         return int(facts["zero"])
