@@ -65,6 +65,10 @@ class NetworkConstants:
     ll_nic_latency_infiniband_s: float = 5e-6  # fitted where rows take LL (no InfiniBand row does yet): per LL step across domains (RoCE uses it)
     ll_nic_latency_efa_s: float = 30e-6  # fitted: same on AWS EFA
     ll_nic_latency_tcpxo_s: float = 60e-6  # fitted: same on GCP GPUDirect-TCPXO
+    # fitted: per remote peer of an all-to-all. NCCL runs an all-to-all as one send and one receive per peer
+    # inside a group (nccl-tests' alltoall.cu: ncclSend/ncclRecv to every rank), so each cross-node
+    # message pays the network proxy's per-message cost; at many nodes the per-peer messages are small.
+    a2a_peer_latency_s: float = 2e-6
 
     def ring_efficiency(self, link_family: str) -> float:
         return getattr(self, f"ring_efficiency_{link_family}")
