@@ -248,7 +248,7 @@ def test_zero3_gathers_a_ranks_own_experts():
     base = {"model": "mixtral-8x7b", "gpus": 16, "tp": 2, "zero": 3, "training": {"global_batch": 16}}
     one, eight = estimate(job(ep=1, **base)), estimate(job(ep=8, **base))
     # the double-buffered gather (2 layers, 2 B, tp 2) holds 7 experts fewer
-    assert one.memory.overheads - eight.memory.overheads == pytest.approx(2 * 2 * 7 * 176_160_768 / 2, rel=1e-9)
+    assert one.memory.buffers - eight.memory.buffers == pytest.approx(2 * 2 * 7 * 176_160_768 / 2, rel=1e-9)
 
 
 def test_qwen3_235b_estimate_prints_the_all_to_all_and_the_imbalance(tmp_path, capsys):

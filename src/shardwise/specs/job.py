@@ -114,6 +114,9 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
             f"parallel.dp_shard: {p.dp_shard} does not divide the data-parallel group dp*cp = {dp * p.cp}; "
             f"use one of {_divisors(dp * p.cp)} (or leave it out to shard over the whole group)"
         )
+    if p.reshard_after_forward is not None and p.zero != 3:
+        raise ShardwiseError(f"parallel.reshard_after_forward: only ZeRO-3 / FSDP gathers parameters (zero is {p.zero}); "
+                             "set zero: 3 or leave it out")
     if p.offload != "none" and p.zero == 0:
         raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
     if training.adapter is not None:

@@ -132,6 +132,9 @@ class TrainingSpec(BaseModel):
         default="auto", description="fused attention kernel (FlashAttention 1/2/3); auto = the stack's choice for the GPU"
     )
     moe: MoeSpec = Field(default_factory=MoeSpec, description="MoE routing knobs (also written as the job file's top-level moe: section)")
+    expandable_segments: bool | None = Field(
+        default=None, description="PyTorch caching allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True): less reserved-but-unused memory; None = the stack's default")
 
     @model_validator(mode="after")
     def _check_recipe(self) -> TrainingSpec:
@@ -231,6 +234,15 @@ class TrainPlan(BaseModel):
         description="ranks of the data-parallel group that shard ZeRO/FSDP states (hybrid sharding, HSDP); None = all",
     )
     offload: Offload = Field(default="none", description="model states kept in host memory (ZeRO-Offload)")
+    reshard_after_forward: bool | None = Field(
+        default=None, description="zero 3: free each layer's gathered parameters after its forward (true: gathered "
+        "again for the backward and every micro-batch) or keep them for the step (false: FSDP2 "
+        "reshard_after_forward=False; under pipeline parallelism the gradients then accumulate unsharded until the "
+        "last micro-batch); None = the stack's rule (torchtitan: false with pp > 1)")
+    microbatch_group: int | None = Field(
+        default=None, gt=0, description="interleaved schedules: micro-batches run through one model chunk before the "
+        "next (N; Megatron-LM --microbatch-group-size-per-virtual-pipeline-stage, Llama 3's tunable N); fewer keeps "
+        "fewer activations in flight, more hides the point-to-point waits; None = pp (Megatron-LM's default)")
 
     @property
     def sp(self) -> bool:

@@ -33,7 +33,8 @@ from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import device, job_device, low_precision
 from shardwise.cost.layer import PassCost, cp_comm_s
 from shardwise.cost.overlap import exposed_layer_comm
-from shardwise.cost.stack import attention_kernel, stack_profile
+from shardwise.cost.allocator import fragmentation_share
+from shardwise.cost.stack import attention_kernel, expandable_segments, stack_profile
 from shardwise.cost.step import host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.pipeline.schedule_info import StepTime
@@ -250,7 +251,7 @@ def screen(
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
-    mc = consts.memory
+    frag = fragmentation_share(consts.memory, expandable_segments(training, stack))
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
     p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
     gk, ginv = unique_rows([c[k] for k in ("rcp", "pp", "vpp", "sched", "tp", "ep")])
@@ -265,7 +266,7 @@ def screen(
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
                          dp_shard=dp * cp if dp_shard is None else dp_shard, offload=offload, overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
                          p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp,
-                         etp=r["etp"])
+                         etp=r["etp"], keep_unsharded=r["keep"], unsharded_grads=r["keep"])
         rows_total = len(cp)
         states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
         dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
@@ -273,13 +274,13 @@ def screen(
         for idx, shape, rank_kind, pipe_lb, pipe, activations, _, _ in batch:
             rows = slice(offset, offset + shape[0] * shape[1])
             offset = rows.stop
-            total = states[rows].reshape(shape)[rank_kind] + activations * (1 + mc.fragmentation)
+            total = states[rows].reshape(shape)[rank_kind] + activations * (1 + frag)
             opt_rest = opt_s[rows].reshape(shape).max(axis=0)
             if paged:  # adapter jobs: the optimizer states take what room is left (cost/adapters.py)
                 per_rank = [np.broadcast_to(x, (rows_total,))[rows].reshape(shape)[rank_kind]
                             for x in (tail.states.weights + tail.states.grads, tail.states.optimizer, tail.fixed_bytes)]
                 total, _resident, paging_s = paged_optimizer(ModelStateBytes(per_rank[0], 0.0, per_rank[1]), per_rank[2],
-                                                             activations * (1 + mc.fragmentation),
+                                                             activations * (1 + frag),
                                                              cluster.usable_memory_bytes, consts, gpu.arch)
                 opt_rest = (opt_s[rows].reshape(shape)[rank_kind] + paging_s).max(axis=0)
             rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + host_overhead_s(consts, stack.host_step_overhead)
@@ -324,6 +325,8 @@ def screen(
             "m": np.broadcast_to(m, shape), "p_dense": np.broadcast_to(kinds[:, 4:5], shape),
             "p_exp": np.broadcast_to(kinds[:, 5:6], shape), "fwd": kind_fiw[:, 0], "bwd": kind_fiw[:, 1] + kind_fiw[:, 2],
             "layers": np.broadcast_to(kinds[:, :2].sum(axis=1, keepdims=True), shape),
+            # ZeRO-3 under PP on stacks that keep the stage gathered (cost/stack.py keeps_unsharded)
+            "keep": np.broadcast_to((c["zero"][idx] == 3) & (pp > 1) & stack.fsdp_unsharded_with_pp, shape),
         }
         groups.append((idx, shape, rank_kind.ravel(), pipe_lb, pipe, activations, {k: np.ravel(v) for k, v in ranks.items()}, rcp))
         pending += shape[0] * shape[1]

@@ -44,7 +44,7 @@ FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "uly", "ep", "etp", "zero", "sp", "rc"
 FIXED_AXES = ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ulysses", "ep", "etp", "zero", "sequence_parallel", "recompute",
               "micro_batch", "schedule")
 #: job-file plan fields every searched plan carries as given (TrainPlan's other fields)
-EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload")
+EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload", "reshard_after_forward", "microbatch_group")
 assert set(FIXED_AXES) | set(EVERY_PLAN) == set(TrainPlan.model_fields), "a TrainPlan field the planner would ignore"
 DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 

@@ -188,7 +188,8 @@ function plot(target, traces, layout) {
 }
 
 const MEMORY_PARTS = [["params", "weights", "#2f6db5"], ["grads", "gradients", "#8fb8e8"], ["optimizer", "optimizer", "#d9762b"],
-  ["activations", "activations", "#3c9a4a"], ["overheads", "overheads", "#9aa3b2"]];
+  ["activations", "activations", "#3c9a4a"], ["buffers", "buffers", "#b9a6d6"], ["fragmentation", "allocator fragmentation", "#e3c26b"],
+  ["runtime", "CUDA context + NCCL", "#9aa3b2"]];
 
 function memoryChart(target, e) {
   const parts = e.memory_per_rank_parts_gib && e.memory_per_rank_parts_gib.length
@@ -374,7 +375,8 @@ function estimateCards(e) {
     card("step time", `${fmt.sig(e.step_time_s, 4)} s`, `${e.microbatches} micro-batches`, "", "step_time_s", e.step_time_s),
     card("tokens/s per GPU", fmt.num(e.tokens_per_s_per_gpu), `${fmt.sig(e.model_tflops_per_gpu, 4)} model TFLOP/s`, "", "tokens_per_s_per_gpu", e.tokens_per_s_per_gpu),
     card("MFU", fmt.pct(e.mfu), `causal ${fmt.pct(e.mfu_causal)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu", e.mfu),
-    card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`, e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
+    card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, (e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`)
+      + (e.peak_reserved_gib !== undefined ? `; allocated ${fmt.num(e.peak_allocated_gib, 1)}, reserved ${fmt.num(e.peak_reserved_gib, 1)} GiB` : ""), e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
     card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan", "", "bubble_fraction", e.bubble_fraction),
     e.days_to_train !== null && e.days_to_train !== undefined ? card("days to train", fmt.num(e.days_to_train, 1), e.cost_usd ? fmt.usd(e.cost_usd) : null, "", "days_to_train", e.days_to_train) : null,
   ];
