@@ -15,6 +15,8 @@ Stacks that do not fuse these kernels move `stack.elementwise_traffic` times the
 `stack.kernels_per_layer` kernels (:mod:`shardwise.cost.stack`). Selective recomputation repeats
 the core attention when it is not fused (Megatron-LM) and `stack.selective_recompute_gemms` of the
 forward GEMMs with their elementwise work (op-level SAC in torchtitan, block-level AC elsewhere).
+
+Tensor-parallel communication is returned *exposed*, by the plan's overlap mode (:func:`tp_exposed_s`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,41 @@ class Groups:
 
 def _gemm(dev: Device, tokens: float, n_out: float, k_in: float, count: int = 1, lowp: bool = False) -> float:
     return float(dev.gemm_s(tokens, n_out, k_in, count, lowp=lowp))
+
+
+#: Tensor-parallel communication overlap modes (TrainPlan.tp_overlap), from least to most overlapped.
+TP_OVERLAP_MODES = ("none", "bulk", "pipelined", "async")
+#: Share of a GEMM's speed lost while TP collectives run beside it on the GPU's SMs (derived: NeMo's
+#: userbuffers configuration for Llama 3.1 405B on H100 gives the overlapped collectives 1-24 of the 132 SMs,
+#: ~10 on average over the ten overlapped GEMMs: nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py).
+TP_OVERLAP_SM_SHARE = 10.0 / 132.0
+
+
+def tp_exposed_s(mode: str, comm_f: float, comm_b: float, gemm_f: float, gemm_b: float, chunks: int,
+                 share: float) -> tuple[float, float]:
+    """(exposed forward, exposed backward) TP communication of one layer pass, beside GEMMs of `gemm_f`
+    (forward) and `gemm_b` (each backward pass: input- and weight-gradient GEMMs take as long as it).
+
+    - none: forward collectives exposed (each GEMM waits for its input); a share `share` of the backward
+      hides under the weight-gradient GEMMs (Megatron-LM's asynchronous input-gradient all-reduce;
+      Korthikanti et al. 2022 Sec. 6.2; the stack's fitted tp_comm_overlap);
+    - bulk: the backward collectives run beside the independent weight-gradient GEMMs (Transformer Engine
+      userbuffers "bulk" overlap of the dgrad all-gather and reduce-scatter): exposed beyond them;
+    - pipelined: also the forward: each all-gather + GEMM and GEMM + reduce-scatter split in `chunks` (tp:
+      Transformer Engine's ring exchange, one step per rank; Megatron-LM --tp-comm-overlap; Wang et al. 2022,
+      "Overlap communication with dependent computation via decomposition"): one chunk's transfer waits,
+      the rest hides under the other chunks' GEMMs: exposed C/n + (n-1)/n max(0, C - G);
+    - async: the same decomposition in the forward and the backward (torchtitan's async TP: micro-pipelined
+      all-gather-matmul and matmul-reduce-scatter over symmetric memory)."""
+    if mode == "none":
+        return comm_f, comm_b * (1.0 - share)
+
+    def split(c: float, g: float) -> float:
+        return c / chunks + max(0.0, c - g) * (chunks - 1) / chunks
+
+    fwd = split(comm_f, gemm_f) if mode in ("pipelined", "async") else comm_f
+    bwd = split(comm_b, gemm_b) if mode == "async" else max(0.0, comm_b - gemm_b)
+    return fwd, bwd
 
 
 def expert_rows(model: ModelSpec, tokens: float, groups: Groups, moe: MoeSpec, tile: float) -> float:
@@ -174,10 +211,12 @@ def transformer_layer(
     lowp: LowPrecision = NO_LOWP,
     moe: MoeSpec = DEFAULT_MOE,
     moe_consts: MoeConstants = DEFAULT_MOE_CONSTANTS,
+    tp_overlap: str = "none",
 ) -> PassCost:
     """One transformer layer, one micro-batch of `tokens` local tokens (b*s/cp) attending to `seq_kv` keys.
     `lowp`: the low-precision recipe (block linears in FP8/FP4, plus their casts; :mod:`shardwise.cost.lowp`);
-    `moe`: how an MoE layer routes its tokens."""
+    `moe`: how an MoE layer routes its tokens; `tp_overlap`: how TP communication overlaps the GEMMs
+    (:func:`tp_exposed_s`)."""
     tp = groups.tp
     h, heads = model.hidden, model.heads / tp
     # --- block linears (m, n, k, count, speed); each has a dgrad and a wgrad twin of equal FLOPs ---
@@ -234,8 +273,21 @@ def transformer_layer(
     tp_one = collective_s("all_reduce", activation, tp, groups.tp_tier)
     dispatched = moe_layer and groups.ep > 1 and not model.shared_experts
     tp_pass = tp_one * (1 if dispatched else 2)
+    # The GEMMs next to the TP collectives (the attention projections, and the MLP's unless the dispatcher
+    # carries its tokens) are what an overlap hides them under; split in tp chunks they run at chunk shapes.
+    tp_linears = linears[:2] if dispatched else linears[:2] + linears[2:4]
+    gemm_tp = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in tp_linears)
     cp_pass, cp_overlapped = cp_comm_s(model, tokens, groups, act_bytes)
     ep_pass = 2 * dispatch  # dispatch + combine
+    mode = tp_overlap if tp > 1 else "none"
+    split_fwd = mode in ("pipelined", "async")
+    # Split in tp chunks, the overlapped GEMMs run at chunk shapes (tokens / tp rows, tp of them) and lose
+    # TP_OVERLAP_SM_SHARE of their speed to the communication kernels beside them.
+    chunked = (sum(tp * _gemm(dev, m / tp, n, k, c, lowp.active) / speed for m, n, k, c, speed in tp_linears) - gemm_tp
+               if split_fwd else 0.0)
+    tp_f, tp_b = tp_exposed_s(mode, tp_pass, tp_pass, gemm_tp, gemm_tp, tp, stack.tp_comm_overlap)
+    fwd_extra = chunked + TP_OVERLAP_SM_SHARE * gemm_tp if split_fwd else 0.0
+    bwd_extra = (TP_OVERLAP_SM_SHARE * gemm_tp if mode != "none" else 0.0) + (chunked if mode == "async" else 0.0)
     # --- recomputation ----------------------------------------------------------------------------
     forward = gemm + attn_f + elem_f
     if recompute == "full":
@@ -246,13 +298,15 @@ def transformer_layer(
         tp_recompute = share * tp_pass
     else:
         recompute_s, tp_recompute = 0.0, 0.0
+    # The recomputed forward's collectives overlap as the forward's do (without an overlap mode, as the backward's).
+    tp_recompute *= (1.0 - stack.tp_comm_overlap) if mode == "none" else (tp_f / tp_pass if tp_pass else 0.0)
     return PassCost(
-        f_s=forward,
-        i_s=gemm + attn_b + elem_b,
+        f_s=forward + fwd_extra,
+        i_s=gemm + attn_b + elem_b + bwd_extra,
         w_s=gemm,
         recompute_s=recompute_s,
-        tp_fwd_s=tp_pass,
-        tp_bwd_s=tp_pass + tp_recompute,
+        tp_fwd_s=tp_f,
+        tp_bwd_s=tp_b + tp_recompute,
         cp_fwd_s=cp_pass,
         cp_bwd_s=cp_pass,
         ep_fwd_s=ep_pass,
@@ -271,7 +325,8 @@ def lm_head(model: ModelSpec, tokens: float, sp: bool, dev: Device, groups: Grou
     ce_b = dev.memory_s(logits * (8.0 + act_bytes), 2)
     norm = dev.memory_s(tokens * model.hidden * 2 * act_bytes / (tp if sp else 1))
     gather = collective_s("all_gather", tokens * model.hidden * act_bytes, tp, groups.tp_tier) if sp else 0.0
-    return PassCost(f_s=head + ce_f + norm, i_s=head + ce_b + 2 * norm, w_s=head, tp_fwd_s=gather, tp_bwd_s=gather)
+    return PassCost(f_s=head + ce_f + norm, i_s=head + ce_b + 2 * norm, w_s=head, tp_fwd_s=gather,
+                    tp_bwd_s=gather * (1.0 - stack.tp_comm_overlap))
 
 
 @lru_cache(maxsize=1024)

@@ -2,9 +2,10 @@
 software stack (:mod:`shardwise.cost.stack`). Every function accepts numbers or numpy arrays (one plan
 per element).
 
-- TP: forward collectives are exposed (each GEMM waits for its input); a share `tp_comm_overlap` of the
-  backward ones hides under the weight-gradient GEMMs (Megatron-LM overlaps the input-gradient
-  all-reduce with the wgrad GEMM; Korthikanti et al. 2022 Sec. 6.2).
+- TP: exposed by the plan's overlap mode (:func:`shardwise.cost.layer.tp_exposed_s`): without one, forward
+  collectives are exposed and a share `tp_comm_overlap` of the backward ones hides under the weight-gradient
+  GEMMs (Megatron-LM overlaps the input-gradient all-reduce with the wgrad GEMM; Korthikanti et al. 2022
+  Sec. 6.2).
 - CP: the K/V all-gather hides under the attention of the blocks already received (Liu et al. 2023,
   Ring Attention): exposed = max(0, comm - attention time) (backward: twice the attention time).
 - EP: token all-to-alls are exposed (dispatch and combine sit between the router and the experts).
@@ -36,10 +37,11 @@ from shardwise.cost.numeric import ceil, maximum, minimum, where
 from shardwise.specs.hardware import Cluster
 
 
-def exposed_layer_comm(cost, tp_overlap: float):
+def exposed_layer_comm(cost):
     """(F, I, W, exposed tp, exposed cp, exposed ep) seconds of one micro-batch of a block whose
-    :class:`~shardwise.cost.layer.PassCost` (or arrays with the same fields) is `cost`."""
-    tp_bwd = cost.tp_bwd_s * (1.0 - tp_overlap)
+    :class:`~shardwise.cost.layer.PassCost` (or arrays with the same fields) is `cost`; its TP communication
+    is already what the plan's overlap mode leaves exposed (:func:`shardwise.cost.layer.tp_exposed_s`)."""
+    tp_bwd = cost.tp_bwd_s
     cp_fwd = maximum(0.0, cost.cp_fwd_s - cost.attention_s)
     cp_bwd = maximum(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s)
     f = cost.f_s + cost.tp_fwd_s + cp_fwd + cost.ep_fwd_s

@@ -41,6 +41,7 @@ class StackProfile:
     mx_cast_per_layout: bool = False  # MX operands quantised once per layout (two passes), not both in one
     host_step_overhead: bool = True  # the host's per-step work (optimizer launch, logging syncs) is exposed
     expandable_segments: bool = False  # the caching allocator runs with expandable segments by default
+    tp_overlap_modes: tuple[str, ...] = ("none",)  # TP overlap modes the stack runs; the first is its default
     fsdp_unsharded_with_pp: bool = False  # ZeRO-3 under PP keeps gathered parameters and unsharded gradients
 
     def knobs(self) -> dict[str, Any]:
@@ -98,6 +99,7 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
         mx_cast_per_layout=bool(raw.get("mx_cast_per_layout", False)),
         host_step_overhead=bool(raw.get("host_step_overhead", True)),
         expandable_segments=bool(raw.get("expandable_segments", False)),
+        tp_overlap_modes=tuple(raw.get("tp_overlap_modes") or ("none",)),
         fsdp_unsharded_with_pp=bool(raw.get("fsdp_unsharded_with_pp", False)),
         **{k: float(raw[k]) for k in FITTED_KNOBS},
     )
@@ -125,3 +127,19 @@ def keeps_unsharded(plan, stack: StackProfile) -> bool:
     if plan.reshard_after_forward is not None:
         return not plan.reshard_after_forward
     return stack.fsdp_unsharded_with_pp and plan.pp > 1
+
+
+def tp_overlap_mode(plan, stack: StackProfile) -> str:
+    """The plan's tensor-parallel overlap mode (auto: the stack's default); a mode the stack does not run, or
+    a split mode without sequence parallelism (Megatron-LM validate_args: 'Tensor parallel communication/GEMM
+    overlap can happen only when sequence parallelism is enabled'; torchtitan's async TP works on the
+    sequence-parallel all-gathers and reduce-scatters), is a ShardwiseError."""
+    mode = stack.tp_overlap_modes[0] if plan.tp_overlap == "auto" else plan.tp_overlap
+    if plan.tp == 1 or mode == "none":
+        return "none"
+    if mode not in stack.tp_overlap_modes:
+        raise ShardwiseError(f"parallel.tp_overlap: {stack.name} does not run {mode!r} overlap; use one of "
+                             f"{', '.join(stack.tp_overlap_modes)} (or auto)")
+    if not plan.sp:
+        raise ShardwiseError(f"parallel.tp_overlap: {mode} overlap needs sequence parallelism; set sequence_parallel: true")
+    return mode

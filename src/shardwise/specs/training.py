@@ -239,6 +239,11 @@ class TrainPlan(BaseModel):
         "again for the backward and every micro-batch) or keep them for the step (false: FSDP2 "
         "reshard_after_forward=False; under pipeline parallelism the gradients then accumulate unsharded until the "
         "last micro-batch); None = the stack's rule (torchtitan: false with pp > 1)")
+    tp_overlap: Literal["auto", "none", "bulk", "pipelined", "async"] = Field(
+        default="auto", description="tensor-parallel communication overlap: none (the backward's default share only), "
+        "bulk (backward collectives beside the independent GEMMs), pipelined (also the forward, split in tp chunks: "
+        "Megatron-LM --tp-comm-overlap), async (forward and backward split: torchtitan async TP); auto = the stack's "
+        "default (data/stacks.yaml)")
     microbatch_group: int | None = Field(
         default=None, gt=0, description="interleaved schedules: micro-batches run through one model chunk before the "
         "next (N; Megatron-LM --microbatch-group-size-per-virtual-pipeline-stage, Llama 3's tunable N); fewer keeps "

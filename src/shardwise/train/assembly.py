@@ -67,17 +67,21 @@ def layer_groups(cluster: Cluster, tp: int, cp: int, ep: int, etp: int | None = 
 
 def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Device, stack: StackProfile,
            tp: int, cp: int, ep: int, sp: bool, recompute: str, flash: bool, micro_batch: int,
-           lowp: LowPrecision = NO_LOWP, groups: Groups | None = None, moe_consts: MoeConstants | None = None) -> Blocks:
+           lowp: LowPrecision = NO_LOWP, groups: Groups | None = None, moe_consts: MoeConstants | None = None,
+           tp_overlap: str = "none") -> Blocks:
     """`groups` (default: :func:`layer_groups` of tp, cp, ep) carries etp and the CP scheme; `lowp` the
-    low-precision recipe; `moe_consts` the MoE constants (default: the cited/assumed ones)."""
+    low-precision recipe; `moe_consts` the MoE constants (default: the cited/assumed ones); `tp_overlap` the
+    resolved TP overlap mode (:func:`shardwise.cost.stack.tp_overlap_mode`)."""
     seq, ab = training.seq_len, training.activation_bytes
     tokens = micro_batch * seq / cp
     groups = groups or layer_groups(cluster, tp, cp, ep)
     mc = moe_consts or MoeConstants()
     # Dense blocks do not talk over the expert groups: one cache entry serves every ep and etp.
     dense_groups = replace(groups, ep=1, etp=0, ep_tier=groups.tp_tier)
-    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups, stack, ab, lowp)
-    moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc)
+    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups, stack, ab, lowp,
+                              tp_overlap=tp_overlap)
+    moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc,
+                             tp_overlap)
            if model.is_moe else dense)
     share = stack.selective_recompute_gemms  # what `selective` repeats also goes unstored (cost/activations.py)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab, share)
@@ -110,15 +114,15 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
     )
 
 
-def stage_work(b: Blocks, st: StageContent, tp_overlap: float):
+def stage_work(b: Blocks, st: StageContent):
     """One micro-batch through one virtual stage: (F, I, W, (compute, exposed TP, CP, EP), activation
-    bytes it keeps), the layer-like blocks of `st` costed by `b` with what TP comm stays exposed."""
+    bytes it keeps), the layer-like blocks of `st` costed by `b` (their TP communication as exposed)."""
     cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
     if st.embedding:
         cost = cost + b.embedding
     if st.lm_head:
         cost = cost + b.head
-    f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, tp_overlap)
+    f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost)
     act = st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0)
     return f, i, w, (cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep), act
 

@@ -14,7 +14,7 @@ from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.allocator import fragmentation_share, runtime_bytes
-from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile
+from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile, tp_overlap_mode
 from shardwise.cost.step import host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
@@ -40,12 +40,14 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     seq, sp, rc, flash = training.seq_len, plan.sp, plan.recompute, plan.flash_attention
     groups = layer_groups(cluster, tp, cp, ep, plan.expert_tp, plan.cp_comm, plan.cp_a2a)
-    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch, lowp, groups, consts.moe)
+    tpo = tp_overlap_mode(plan, stack)
+    plan = plan.model_copy(update={"tp_overlap": tpo})  # reported as resolved
+    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch, lowp, groups, consts.moe, tpo)
 
     stages = stage_contents(model, pp * vpp)
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
     for st in stages:
-        f, i, w, parts, act = stage_work(b, st, stack.tp_comm_overlap)
+        f, i, w, parts, act = stage_work(b, st)
         f_s.append(f)
         i_s.append(i)
         w_s.append(w)

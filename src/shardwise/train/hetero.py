@@ -33,7 +33,7 @@ from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
-from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile
+from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile, tp_overlap_mode
 from shardwise.cost.step import host_overhead_s, model_states, optimizer_step_s, straggler_factor
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
@@ -65,7 +65,7 @@ class GroupCost:
     @property
     def layer_s(self) -> float:
         """F + I + W of one micro-batch through one dense layer (TP/CP communication included)."""
-        f, i, w, _, _ = stage_work(self.blocks, StageContent(0, 1, 0, False, False), self.stack.tp_comm_overlap)
+        f, i, w, _, _ = stage_work(self.blocks, StageContent(0, 1, 0, False, False))
         return f + i + w
 
 
@@ -75,7 +75,7 @@ def group_cost(job: HeteroJob, name: str, plan: TrainPlan, consts: Constants) ->
     stack = stack_profile(training.framework, cluster.gpu.arch, training.compile, consts)
     dev = Device.of(cluster.gpu, training.precision, consts.compute_for(cluster.gpu.name), attention_kernel(training, stack))
     b = blocks(job.model, training, cluster, dev, stack, plan.tp, plan.cp, plan.ep, plan.sp, plan.recompute,
-               plan.flash_attention, plan.micro_batch)
+               plan.flash_attention, plan.micro_batch, tp_overlap=tp_overlap_mode(plan, stack))
     return GroupCost(name, cluster, dev, stack, b)
 
 
@@ -148,7 +148,7 @@ def default_layer_split(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost],
         e = 0.0
         for s, head in ((0, False), (len(s2r) - 1, True)):
             if s2r[s] == r:
-                f, i, w, _, _ = stage_work(c.blocks, StageContent(s, 0, 0, not head, head), c.stack.tp_comm_overlap)
+                f, i, w, _, _ = stage_work(c.blocks, StageContent(s, 0, 0, not head, head))
                 e += f + i + w
         fixed.append(e)
     cap = layer_caps(job, plan, costs, s2r, m, (plan.dp or 1) * plan.cp, consts)
@@ -177,7 +177,7 @@ def _stages(model: ModelSpec, plan: TrainPlan, costs: list[GroupCost], contents:
     pipe = _Pipeline([], [], [], [], [], [[s for s in range(len(s2r)) if s2r[s] == r] for r in range(plan.pp)], contents)
     for s, st in enumerate(contents):
         c = costs[s2r[s]]
-        f, i, w, parts, act = stage_work(c.blocks, st, c.stack.tp_comm_overlap)
+        f, i, w, parts, act = stage_work(c.blocks, st)
         pipe.f.append(f)
         pipe.i.append(i)
         pipe.w.append(w)

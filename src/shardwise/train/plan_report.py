@@ -115,6 +115,10 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
         parts.append(f"rc={p['recompute']}")
     if p["sequence_parallel"] and p["tp"] > 1:
         parts.append("sp")
+    if p.get("tp_overlap", "none") not in ("none", "auto") and p["tp"] > 1:
+        parts.append(f"tpo={p['tp_overlap']}")
+    if p.get("microbatch_group"):
+        parts.append(f"N{p['microbatch_group']}")
     return " ".join(parts)
 
 

@@ -150,7 +150,7 @@ def plan_search(
         progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     flash = extra.get("flash_attention", True)
     cands.keep(~dominated_cp_schemes(cands, model, cluster, training), "dominated")
-    table = layer_table(cands, model, cluster, training, constants, flash)
+    table = layer_table(cands, model, cluster, training, constants, flash, fixed.get("tp_overlap"), runnable_on)
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")
     scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster),

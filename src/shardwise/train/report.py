@@ -36,6 +36,10 @@ def _plan_text(e: Estimate) -> str:
     parts += [f"zero{p['zero']}", f"mb{p['micro_batch']}", p["schedule"], f"recompute={p['recompute']}"]
     if p["sequence_parallel"] and p["tp"] > 1:
         parts.append("sp")
+    if p.get("tp_overlap", "none") not in ("none", "auto") and p["tp"] > 1:
+        parts.append(f"tp_overlap={p['tp_overlap']}")
+    if p.get("microbatch_group"):
+        parts.append(f"microbatch_group={p['microbatch_group']}")
     return " ".join(parts)
 
 

@@ -31,7 +31,7 @@ from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import device, job_device, low_precision
-from shardwise.cost.layer import PassCost, cp_comm_s
+from shardwise.cost.layer import TP_OVERLAP_MODES, PassCost, cp_comm_s
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.allocator import fragmentation_share
 from shardwise.cost.stack import attention_kernel, expandable_segments, stack_profile
@@ -99,16 +99,20 @@ class LayerTable:
     fiw: np.ndarray
     act: np.ndarray
     tail: np.ndarray
+    modes: np.ndarray  # per key: the TP overlap mode chosen (index into TP_OVERLAP_MODES)
 
     def subset(self, mask: np.ndarray) -> LayerTable:
         """The table of the plans where `mask` is true (as :meth:`Candidates.keep` keeps them)."""
-        return LayerTable(self.keys, self.inv[mask], self.fiw, self.act, self.tail)
+        return LayerTable(self.keys, self.inv[mask], self.fiw, self.act, self.tail, self.modes)
 
 
 def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None,
-                flash_attention: bool = True) -> LayerTable:
+                flash_attention: bool = True, tp_overlap: str | None = None, engines: tuple[str, ...] = ()) -> LayerTable:
     """The per-layer costs of the candidates: :func:`shardwise.train.assembly.blocks` once per distinct
-    (tp, cp, cp_comm, all-to-all ranks of cp, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher)."""
+    (tp, cp, cp_comm, all-to-all ranks of cp, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher),
+    each at the TP overlap mode that makes its layers fastest among those the stack runs (`tp_overlap`: the
+    job's fixed mode; `engines`: only modes each of these engines runs). The mode changes no memory and only the per-layer F, I and W, so the fastest layers
+    are the fastest step but for the data-parallel window a slower backward widens."""
     consts = constants or default_constants()
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     sp = ((c["sp"] == 1) & (c["tp"] > 1)).astype(np.int64)
@@ -120,19 +124,34 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
 
     routed = [training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": d})}) for d in c.dispatchers]
 
+    modes = (tp_overlap,) if tp_overlap and tp_overlap != "auto" else stack.tp_overlap_modes
+    if engines:
+        from shardwise.engines.support import ENGINE_TP_OVERLAP
+
+        modes = tuple(m for m in modes if all(m in ENGINE_TP_OVERLAP.get(e, ("none",)) for e in engines)) or ("none",)
+    counts = np.array([model.layers - model.moe_layers, model.moe_layers], dtype=float)
+
     def key_blocks(tp, cp, cpc, uly, ep, etp, sp_, rc, mb, rcp, disp):
         dev, lowp = recipes[rcp]
         groups = groups_of(tp, cp, cpc, uly, ep, etp)
-        return blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
-                      flash_attention, mb, lowp, groups, consts.moe)
+        best = None
+        for mode in (modes if tp > 1 and sp_ else ("none",)):
+            b = blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
+                       flash_attention, mb, lowp, groups, consts.moe, mode)
+            busy = sum(n * sum(exposed_layer_comm(x)[:3]) for n, x in zip(counts, (b.dense, b.moe), strict=True))
+            if best is None or busy < best[0]:
+                best = (busy, TP_OVERLAP_MODES.index(mode), b)
+        return best[1], best[2]
 
-    per_key = [key_blocks(*k) for k in uniq.tolist()]
+    chosen = [key_blocks(*k) for k in uniq.tolist()]
+    per_key = [b for _, b in chosen]
     parts = ([b.dense for b in per_key], [b.moe for b in per_key], [b.embedding for b in per_key], [b.head for b in per_key])
-    fiw = np.stack([np.stack(exposed_layer_comm(_stack(x), stack.tp_comm_overlap)[:3]) for x in parts]) if per_key else np.zeros((4, 3, 0))
+    fiw = np.stack([np.stack(exposed_layer_comm(_stack(x))[:3]) for x in parts]) if per_key else np.zeros((4, 3, 0))
     act = np.array([(b.act_dense, b.act_moe, b.act_embedding, b.act_output, b.act_recompute) for b in per_key]).reshape(-1, 5)
     tails = np.array([(lp.cast_bytes * lp.weights_per_step, lp.cast_kernels * lp.weights_per_step, lp.gather_bytes,
                        lp.weight_copy_bytes) for _, lp in recipes])
-    return LayerTable(uniq, inv, fiw, act, tails[uniq[:, LAYER_KEY.index("rcp")]].reshape(-1, 4))
+    return LayerTable(uniq, inv, fiw, act, tails[uniq[:, LAYER_KEY.index("rcp")]].reshape(-1, 4),
+                      np.array([m for m, _ in chosen], dtype=np.int64))
 
 
 #: the choices :func:`dominated` compares (the rest of a layer key stays the same)
@@ -239,12 +258,13 @@ def screen(
     offload: str = "none",
 ) -> dict[str, np.ndarray]:
     """Arrays (one per plan): step_lb_s, step_s (approximation) and memory_bytes (peak per GPU, as the
-    estimate counts it); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
+    estimate counts it); sets each plan's TP overlap mode (the array `tpo` of `c`); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
     and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp)."""
     consts = constants or default_constants()
     gpu = cluster.gpu
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     table = table or layer_table(c, model, cluster, training, consts, flash_attention)
+    c.arrays["tpo"] = table.modes[table.inv]  # each plan's TP overlap mode: the fastest for its layers (layer_table)
     n = len(c)
     fiw = [f[:, table.inv] for f in table.fiw]  # 4 x (3, n)
     act = table.act[table.inv]  # (n, 5)

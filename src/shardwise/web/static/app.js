@@ -337,6 +337,8 @@ function planLabel(p, recipe = p.fp8_recipe, dispatcher = p.moe_dispatcher) {  /
   parts.push(`z${p.zero}`, `mb${p.micro_batch}`, p.schedule);
   if (p.recompute !== "none") parts.push(`rc=${p.recompute}`);
   if (p.sequence_parallel && p.tp > 1) parts.push("sp");
+  if (p.tp_overlap && !["none", "auto"].includes(p.tp_overlap) && p.tp > 1) parts.push(`tpo=${p.tp_overlap}`);
+  if (p.microbatch_group) parts.push(`N${p.microbatch_group}`);
   return parts.join(" ");
 }
 
@@ -361,6 +363,7 @@ function trainJob() {
     tp: numberOr(v.tp, v.tp), pp: numberOr(v.pp, v.pp), vpp: numberOr(v.vpp, v.vpp), cp: numberOr(v.cp, v.cp),
     ep: numberOr(v.ep, v.ep), dp: !v.dp || v.dp === "auto" ? "auto" : numberOr(v.dp, v.dp), zero: Number(v.zero),
     sequence_parallel: v.sp === "1", recompute: v.recompute, micro_batch: numberOr(v.micro_batch, v.micro_batch), schedule: v.schedule,
+    tp_overlap: v.tp_overlap || "auto",
   };
   return { model, cluster, training, parallel };
 }
@@ -553,6 +556,7 @@ function loadPlanIntoForm(e) {
   set("#train-tp", p.tp); set("#train-pp", p.pp); set("#train-vpp", p.vpp); set("#train-cp", p.cp); set("#train-ep", p.ep);
   set("#train-dp", "auto"); set("#train-zero", p.zero); set("#train-mb", p.micro_batch); set("#train-recompute", p.recompute);
   set("#train-schedule", p.schedule); $("#train-sp").checked = !!p.sequence_parallel;
+  set("#train-tp-overlap", p.tp_overlap || "auto");
   $("#train-parallel-box").open = true;
   runEstimate();
 }
