@@ -290,7 +290,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         flash_attention=bool(facts.get("flash_attention", True)), dp_shard=dp_shard,
         offload=offload if offload in ("none", "optimizer", "optimizer+params") else "none",
         overlap_grad_reduce=bool(facts.get("overlap_grad_reduce", "do not use any overlapping" not in record.get("notes", ""))),
-        cp_comm=facts.get("cp_comm", "p2p"),
+        cp_comm=facts.get("cp_comm", "p2p"), tp_overlap=facts.get("tp_overlap", "auto") if tp > 1 and sp else "auto",
     )
     gbps = facts.get("inter_node_gbps")
     cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps, power_limit_w=c.get("power_limit_w"))
@@ -301,7 +301,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         seq_len=seq, global_batch=int(gb), precision=precision, fp8_recipe=recipe,
         framework=facts.get("framework", "megatron"), compile=facts.get("compile"),
         attention_kernel=facts.get("attention", "auto"), moe=MoeSpec(**facts.get("moe", {})),
-        expandable_segments=facts.get("expandable_segments"),
+        expandable_segments=facts.get("expandable_segments"), grad_dtype=facts.get("grad_dtype", "fp32"),
     )
     plan = check_plan(model, cluster, training, plan)
     return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=record["id"])
