@@ -6,8 +6,8 @@ per element).
   collectives are exposed and a share `tp_comm_overlap` of the backward ones hides under the weight-gradient
   GEMMs (Megatron-LM overlaps the input-gradient all-reduce with the wgrad GEMM; Korthikanti et al. 2022
   Sec. 6.2).
-- CP: the K/V all-gather hides under the attention of the blocks already received (Liu et al. 2023,
-  Ring Attention): exposed = max(0, comm - attention time) (backward: twice the attention time).
+- CP: exposed as the scheme's kernels leave it (:func:`shardwise.cost.layer.attention_pass`: a ring's
+  transfers beside its steps, a gather or all-to-all before the attention).
 - EP: token all-to-alls are exposed (dispatch and combine sit between the router and the experts).
 - DP: states are sharded over groups of `shard` ranks (hybrid sharding / HSDP when `shard` is smaller
   than the data-parallel group; Zhao et al. 2023, PyTorch FSDP Sec. 3.2.2) and replicated across the
@@ -42,8 +42,7 @@ def exposed_layer_comm(cost):
     :class:`~shardwise.cost.layer.PassCost` (or arrays with the same fields) is `cost`; its TP communication
     is already what the plan's overlap mode leaves exposed (:func:`shardwise.cost.layer.tp_exposed_s`)."""
     tp_bwd = cost.tp_bwd_s
-    cp_fwd = maximum(0.0, cost.cp_fwd_s - cost.attention_s)
-    cp_bwd = maximum(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s)
+    cp_fwd, cp_bwd = cost.cp_fwd_s, cost.cp_bwd_s
     f = cost.f_s + cost.tp_fwd_s + cp_fwd + cost.ep_fwd_s
     i = cost.i_s + cost.recompute_s + tp_bwd + cp_bwd + cost.ep_bwd_s
     return f, i, cost.w_s, cost.tp_fwd_s + tp_bwd, cp_fwd + cp_bwd, cost.ep_fwd_s + cost.ep_bwd_s

@@ -93,6 +93,12 @@ class MoeSpec(BaseModel):
     dispatcher: Dispatcher = Field(
         default="alltoall", description="token dispatcher: alltoall (Megatron-Core), allgather (tokens gathered over "
         "the expert group) or deepep (DeepEP: one copy per destination node, fp8 dispatch in fp8 recipes)")
+    grouped_gemm: bool = Field(
+        default=True, description="the local experts' GEMMs as one grouped GEMM (Megatron-Core --moe-grouped-gemm, "
+        "torchtitan's grouped_mm); false: one GEMM per expert in a loop (Megatron-Core's SequentialMLP)")
+    overlap_a2a: bool | None = Field(
+        default=None, description="the expert-parallel all-to-alls hidden under another micro-batch's compute "
+        "(Megatron-Core --overlap-moe-expert-parallel-comm; DualPipe does it by design); None = the stack's share")
 
     @property
     def load_factor(self) -> float:

@@ -3,9 +3,9 @@
 Three stages (deterministic: ties break on enumeration order):
 1. enumerate every distinct plan and drop those that cannot run, counted by reason
    (:mod:`shardwise.train.search_space`), and those whose recipe another recipe beats on every term
-   (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed), whose CP scheme another
-   moves less and hides no less (:func:`shardwise.train.screen.dominated_cp_schemes`, also before), or whose etp, cp_comm,
-   recipe or dispatcher another choice beats on every layer (:func:`shardwise.train.screen.dominated`);
+   (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed), or whose etp, cp_comm,
+   recipe or dispatcher another choice beats on every layer (:func:`shardwise.train.screen.dominated`; each
+   layer configuration at the fastest TP overlap mode its stack runs);
 2. screen all of them at once with numpy (:mod:`shardwise.train.screen`): a lower bound and an
    approximation of the step time, and the peak memory; drop plans that do not fit;
 3. run the exact estimate (with the schedule simulator) in order of the approximation, keeping the
@@ -36,7 +36,7 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import dominated, dominated_cp_schemes, drop_dominated_recipes, layer_table, screen
+from shardwise.train.screen import dominated, drop_dominated_recipes, layer_table, screen
 from shardwise.train.search_space import EVERY_PLAN, REASONS, Candidates, enumerate_plans
 
 if TYPE_CHECKING:
@@ -149,7 +149,6 @@ def plan_search(
     if callable(progress):
         progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     flash = extra.get("flash_attention", True)
-    cands.keep(~dominated_cp_schemes(cands, model, cluster, training), "dominated")
     table = layer_table(cands, model, cluster, training, constants, flash, fixed.get("tp_overlap"), runnable_on)
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")

@@ -31,7 +31,7 @@ from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import device, job_device, low_precision
-from shardwise.cost.layer import TP_OVERLAP_MODES, PassCost, cp_comm_s
+from shardwise.cost.layer import TP_OVERLAP_MODES, PassCost
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.allocator import fragmentation_share
 from shardwise.cost.stack import attention_kernel, expandable_segments, stack_profile
@@ -186,32 +186,6 @@ def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
         np.fill_diagonal(dom, False)
         out[opts] = dom.any(axis=0)
     return out[table.inv]
-
-
-def dominated_cp_schemes(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> np.ndarray:
-    """Per plan: True where another CP scheme (cp_comm with its all-to-all ranks) of the same (tp, cp,
-    micro-batch), used by some candidate, moves no more context-parallel time per attention pass and hides it
-    under no less of the attention, without costing any layer. The scheme enters a layer's cost only
-    through that pass and whether the attention overlaps it (:func:`shardwise.cost.layer.cp_comm_s`: p2p
-    only), and the exposed time grows with the pass and shrinks with the window
-    (:func:`shardwise.cost.overlap.exposed_layer_comm`), so such a plan is one :func:`dominated` would drop
-    (ties keep the first scheme in search order, as there)."""
-    keys, inv = unique_rows([c["tp"], c["cp"], c["mb"], c["cpc"], c["uly"]])
-    out = np.zeros(len(keys), dtype=bool)
-    if len(keys) < 2:
-        return out[inv]
-    cost = np.array([cp_comm_s(model, mb * training.seq_len / cp, layer_groups(cluster, tp, cp, 1, tp, CP_COMMS[cpc], uly),
-                               training.activation_bytes) for tp, cp, mb, cpc, uly in keys.tolist()])
-    pass_s, hidden = cost[:, 0], cost[:, 1].astype(bool)
-    _, base_of = unique_rows([keys[:, 0], keys[:, 1], keys[:, 2]])  # keys are sorted: each base's schemes in order
-    same = base_of[:, None] == base_of[None, :]
-    no_worse = same & (pass_s[:, None] <= pass_s[None, :]) & (hidden[:, None] | ~hidden[None, :])  # [a, b]: a no worse than b
-    better = (pass_s[:, None] < pass_s[None, :]) | (hidden[:, None] & ~hidden[None, :])
-    first = np.arange(len(keys))[:, None] < np.arange(len(keys))[None, :]
-    dom = no_worse & (better | first)
-    np.fill_diagonal(dom, False)
-    out = dom.any(axis=0)
-    return out[inv]
 
 
 def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None) -> list[int]:
