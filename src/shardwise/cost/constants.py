@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 
+from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.specs._loading import data_path
 
 GIB = 2**30
@@ -29,6 +30,8 @@ class ComputeConstants:
     gemm_overhead_s: float = 5e-6  # fitted: fixed time per GEMM (launch)
     gemm_dim_offset: float = 0.0  # fitted: a GEMM's short-dimension cost, as elements added to each dimension (cost/device.py)
     kernel_overhead_s: float = 4e-6  # assumed: per-kernel launch gap on the GPU (a few us: CUDA C Best Practices Guide)
+    # the attention kernels' forward asymptote at head dim 128 (cost/attention.py), fitted per GPU family on the
+    # kernel benchmarks (scripts/fit_attention.py); the starting values:
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
     fa3_attention_efficiency: float = 0.75  # cited: FlashAttention-3 bf16 forward on H100, 740 of 989 TFLOP/s (Shah et al. 2024)
     memory_efficiency: float = 0.72  # assumed (the serving fit's start value); fitted per GPU family on the serving runs (decode streams the weights), kept for families without serving runs
@@ -238,11 +241,9 @@ def default_constants() -> Constants:
     # The network's constants have their own fit and file (fitted_network_constants); a "network"
     # section here is ignored.
     fitted = Constants.from_dict({k: v for k, v in data.items() if k in {f.name for f in fields(Constants)} - {"network"}})
-    return replace(
-        fitted,
-        per_gpu=_merge_per_gpu(CITED_PER_GPU, fitted.per_gpu),
-        families={**DEFAULT_FAMILIES, **fitted.families},
-    )
+    # The attention kernels' asymptotes come from their own fit on kernel benchmarks (scripts/fit_attention.py).
+    per_gpu = _merge_per_gpu(_merge_per_gpu(CITED_PER_GPU, fitted.per_gpu), fitted_attention_efficiency())
+    return replace(fitted, per_gpu=per_gpu, families={**DEFAULT_FAMILIES, **fitted.families})
 
 
 def network_constants(constants: Constants | None = None) -> NetworkConstants:

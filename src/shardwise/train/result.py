@@ -11,6 +11,16 @@ from shardwise.errors import ShardwiseError
 GIB = 2**30
 
 
+#: What each utilisation figure counts (the same words in tables, JSON and CSV).
+FLOP_CONVENTIONS = {
+    "mfu": "model FLOPs: 6 x active parameters + attention over the full sequence (PaLM App. B, the non-causal "
+           "convention most papers and Meta report), recompute excluded, over the dense BF16 peak",
+    "mfu_causal": "the same with the causal half of the attention (Megatron-LM since 2025, MaxText), recompute excluded",
+    "hfu": "FLOPs the GPUs execute: causal attention as computed, recomputed forwards included",
+    "model_tflops_per_gpu": "the mfu convention's FLOPs per second per GPU",
+}
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes on one GPU at its peak, as the engines report them (:mod:`shardwise.cost.allocator`): tensors
@@ -156,6 +166,7 @@ class Estimate:
             "mfu": self.mfu,
             "mfu_causal": self.mfu_causal,
             "hfu": self.hfu,
+            "flop_conventions": FLOP_CONVENTIONS,
             "peak_memory_gib": self.peak_memory_gib,
             "peak_allocated_gib": self.peak_allocated_gib,
             "peak_reserved_gib": self.peak_reserved_gib,
