@@ -6,7 +6,7 @@
 Fits shardwise.calibration.attention_fit on src/shardwise/data/calibration/attention-kernels.yaml (the
 FlashAttention-2/-3 papers' kernel figures), runs leave-one-source-out cross-validation and writes
 src/shardwise/data/attention_constants.json: per GPU family the kernels' forward asymptotes (ComputeConstants
-attention_efficiency / fa3_attention_efficiency) and per kernel the tile-loop constants (AttentionShape).
+attention_efficiency, fa3_attention_efficiency, cudnn_attention_efficiency) and per kernel the tile-loop constants (AttentionShape).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from shardwise.calibration.attention_fit import errors, fit, leave_one_source_ou
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "shardwise" / "data" / "attention_constants.json"
-ETA_FIELD = {"fa2": "attention_efficiency", "fa3": "fa3_attention_efficiency"}
+ETA_FIELD = {"fa2": "attention_efficiency", "fa3": "fa3_attention_efficiency", "cudnn": "cudnn_attention_efficiency"}
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ by timing the kernel the benchmark ran (batch = tokens / seq_len, heads = hidden
 the benchmark's FLOP count by it, so conventions cancel.
 
 Fitted: per (GPU family, kernel class) the forward asymptote eta at head dim 128 (ComputeConstants
-attention_efficiency for fa2, fa3_attention_efficiency for fa3/cuDNN), and per kernel class the tile-loop
-overheads c0 (forward, backward), the backward/forward rate ratio and the head-dim half point d_half
+attention_efficiency, fa3_attention_efficiency, cudnn_attention_efficiency), and per kernel the tile-loop
+overheads c0 (forward, backward), the backward/forward rate ratio and the head-dim factors at 64 and 256
 (:class:`shardwise.cost.attention.AttentionShape`). Least squares on log(predicted / measured), soft-L1,
 bounded; leave-one-source-out reports the error on each source from the others' fit.
 """
@@ -29,14 +29,14 @@ from shardwise.specs._loading import data_path, load_yaml
 from shardwise.specs.hardware import get_gpu
 
 #: Kernel names in the data -> the kernel class whose constants time them ("standard" and "triton" are not modelled).
-KERNEL_CLASS = {"fa2": "fa2", "fa3": "fa3", "cudnn": "fa3"}
+KERNEL_CLASS = {"fa2": "fa2", "fa3": "fa3", "cudnn": "cudnn"}
 FAMILY = {"H100-SXM": "H100-SXM", "A100-80GB": "A100-80GB", "A100-40GB": "A100-80GB"}
-SHAPE_BOUNDS = {"c0_fwd": (0.0, 16.0), "c0_bwd": (0.0, 16.0), "bwd_ratio": (0.3, 1.2), "d_half": (0.0, 512.0)}
+SHAPE_BOUNDS = {"c0_fwd": (0.0, 16.0), "c0_bwd": (0.0, 16.0), "bwd_ratio": (0.3, 1.2), "d64": (0.3, 1.5), "d256": (0.3, 1.5)}
 ETA_BOUNDS = (0.1, 0.95)
 # A weak prior at the starting values, so constants no row depends on (a pass or head dim not benchmarked) stay.
 PRIOR_WEIGHT = 0.05
 ETA_PRIOR_WIDTH = 0.15
-SHAPE_PRIOR_WIDTH = {"c0_fwd": 2.0, "c0_bwd": 2.0, "bwd_ratio": 0.15, "d_half": 32.0}
+SHAPE_PRIOR_WIDTH = {"c0_fwd": 2.0, "c0_bwd": 2.0, "bwd_ratio": 0.15, "d64": 0.2, "d256": 0.2}
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class KernelCase:
 
     source: str
     gpu: str  # catalog name
-    kernel: str  # class: fa2 | fa3
+    kernel: str  # fa2 | fa3 | cudnn
     backward: bool
     causal: bool
     head_dim: int

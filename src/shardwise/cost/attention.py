@@ -10,14 +10,14 @@ head, tile of TILE keys) in the backward; each loops over the tiles of the other
 - CTAs run one per SM at a time, in waves: fewer CTAs than SMs leave SMs idle, and the longest CTA bounds
   the kernel;
 - one tile step runs at the kernel's asymptotic rate for head dimension 128, eta x peak / SMs per SM,
-  scaled by d / (d + d_half) / (128 / (128 + d_half)) for other head dimensions (small heads do little
-  math per byte loaded);
+  times a factor for other head dimensions, linear in log2(d) between the kernel's factors at 64 and 256
+  (small heads do little math per byte loaded; large ones shrink the tiles to fit shared memory);
 - useful FLOPs: forward 4 s_q s_k d per (batch, head) (QK^T and PV; d the mean of the QK and V head
   dimensions), about half under a causal mask; backward 2.5x the forward (FlashAttention-2 Sec. 3: five
   matmuls against two), at `bwd_ratio` of the forward's rate.
 
 The kernel constants (eta per GPU family in :class:`shardwise.cost.constants.ComputeConstants`; bwd_ratio,
-c0 and d_half per kernel in :class:`AttentionShape`) are fitted by ``scripts/fit_attention.py`` on the
+c0 and the head-dim factors per kernel in :class:`AttentionShape`) are fitted by ``scripts/fit_attention.py`` on the
 kernel benchmarks in ``data/calibration/attention-kernels.yaml`` (FlashAttention-2 and -3 papers' figures).
 Every argument may be a number; the result is seconds.
 """
@@ -41,7 +41,14 @@ class AttentionShape:
     c0_fwd: float = 1.9  # derived: FA3 forward on H100 at head dim 128 (pytorch/benchmark ff65cb6) as a saturation in s
     c0_bwd: float = 1.9  # assumed: as the forward until fitted
     bwd_ratio: float = 63.0 / 73.0  # cited: FlashAttention-2 Sec. 4.1 (A100): backward 63% vs forward 73% of peak
-    d_half: float = 32.0  # assumed: head dim at which a tile runs at half its large-head rate
+    d64: float = 0.8  # assumed: rate at head dim 64 over head dim 128's
+    d256: float = 1.0  # assumed: rate at head dim 256 over head dim 128's
+
+    def head_dim_factor(self, d: float) -> float:
+        """Rate at head dimension `d` over head dim 128's: linear in log2(d) through (64, d64), (128, 1),
+        (256, d256), held beyond the ends."""
+        x = min(max(math.log2(max(d, 1.0)), 6.0), 8.0) - 7.0
+        return 1.0 + x * ((1.0 - self.d64) if x < 0 else (self.d256 - 1.0))
 
 
 def _tiles(s: float) -> int:
@@ -84,13 +91,13 @@ def fused_attention_s(bh: float, s_q: float, s_k: float, d: float, causal: bool,
     steps, ctas, longest = tile_steps(s_q, s_k, causal, backward, c0)
     total_ctas = bh * ctas
     waves = max(math.ceil(total_ctas / sms) * steps / ctas, longest)  # balanced waves, bounded by the longest CTA
-    rate = eta * (shape.bwd_ratio if backward else 1.0) * (d / (d + shape.d_half)) / (TILE / (TILE + shape.d_half))
+    rate = eta * (shape.bwd_ratio if backward else 1.0) * shape.head_dim_factor(d)
     per_step = 4.0 * TILE * TILE * d * (2.5 if backward else 1.0) * sms / (peak_flops * rate)
     return max(waves * per_step, bytes_moved / hbm_rate) + launch_s
 
 
 ATTENTION_CONSTANTS_FILE = "attention_constants.json"
-KERNELS = ("fa2", "fa3")  # FlashAttention-2 (also SDPA's flash backend); FlashAttention-3 / cuDNN (Hopper+)
+KERNELS = ("fa2", "fa3", "cudnn")  # FlashAttention-2 (also SDPA's flash backend); FlashAttention-3; cuDNN (TE, XLA)
 
 
 @lru_cache(maxsize=1)

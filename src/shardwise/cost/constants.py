@@ -34,6 +34,7 @@ class ComputeConstants:
     # kernel benchmarks (scripts/fit_attention.py); the starting values:
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
     fa3_attention_efficiency: float = 0.75  # cited: FlashAttention-3 bf16 forward on H100, 740 of 989 TFLOP/s (Shah et al. 2024)
+    cudnn_attention_efficiency: float = 0.62  # assumed: cuDNN fused attention (Transformer Engine, XLA) near FA3's (Shah et al. 2024 Fig. 5)
     memory_efficiency: float = 0.72  # assumed (the serving fit's start value); fitted per GPU family on the serving runs (decode streams the weights), kept for families without serving runs
     fp8_gemm_efficiency: float = 0.70  # fitted per GPU family: large FP8 GEMMs (per-tensor scales) / FP8 peak
     fp4_gemm_efficiency: float = 0.70  # fitted per GPU family: large NVFP4/MXFP4 GEMMs / FP4 peak
@@ -217,7 +218,7 @@ CITED_PER_GPU: dict[str, dict[str, float]] = {
     # Assumed until measured: cuDNN fused attention on B200 like FA3 on H100; FA2 as on H100.
     "B200": {"attention_efficiency": 0.35},
     # Assumed: Composable Kernel flash attention on MI300X ~40% of peak (ROCm blog figures are for inference).
-    "MI300X": {"attention_efficiency": 0.40, "fa3_attention_efficiency": 0.40},
+    "MI300X": {"attention_efficiency": 0.40, "fa3_attention_efficiency": 0.40, "cudnn_attention_efficiency": 0.40},
 }
 
 

@@ -31,7 +31,7 @@ from shardwise.specs.hardware import GPU
 # FlashAttention-1 reached 25-40% of A100 peak where FlashAttention-2 reaches 50-73% (Dao 2023, Sec. 1):
 # its efficiency relative to FA2's, at the top of both ranges (derived).
 FA1_RATIO = 40.0 / 73.0
-FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused attention kernels exist
+FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused attention kernels for them
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,14 @@ class Device:
     @classmethod
     def of(cls, gpu: GPU, precision: str, constants: ComputeConstants, attention_kernel: str = "fa2",
            lowp_flops: float = 0.0, lowp_bytes: float = 2.0) -> Device:
-        """`attention_kernel`: "fa3" (FlashAttention-3 / cuDNN, Hopper and later; FA2 elsewhere), "fa2"
+        """`attention_kernel`: "fa3" (FlashAttention-3) or "cudnn" (cuDNN fused attention: Transformer Engine,
+        XLA), both Hopper and later (FA2 elsewhere), "fa2"
         or "fa1". fp8/fp4 jobs run their 16-bit GEMMs at the BF16 peak and their block linears at
         `lowp_flops` (:func:`shardwise.cost.lowp.device`)."""
-        fa3 = attention_kernel == "fa3" and gpu.arch in FA3_ARCHS
-        attention = constants.fa3_attention_efficiency if fa3 else constants.attention_efficiency
-        shape = fitted_attention_shapes()["fa3" if fa3 else "fa2"]
+        kernel = attention_kernel if attention_kernel in ("fa3", "cudnn") and gpu.arch in FA3_ARCHS else "fa2"
+        attention = {"fa2": constants.attention_efficiency, "fa3": constants.fa3_attention_efficiency,
+                     "cudnn": constants.cudnn_attention_efficiency}[kernel]
+        shape = fitted_attention_shapes()[kernel]
         if attention_kernel == "fa1":
             attention *= FA1_RATIO
         sixteen = "bf16" if precision in ("fp8", "fp4") else precision

@@ -134,7 +134,7 @@ class TrainingSpec(BaseModel):
         description="software stack that runs the job: its kernels, fusion and overlap (data/stacks.yaml)",
     )
     compile: bool | None = Field(default=None, description="torch.compile / XLA fusion; None = the stack's default")
-    attention_kernel: Literal["auto", "fa1", "fa2", "fa3"] = Field(
+    attention_kernel: Literal["auto", "fa1", "fa2", "fa3", "cudnn"] = Field(
         default="auto", description="fused attention kernel (FlashAttention 1/2/3); auto = the stack's choice for the GPU"
     )
     moe: MoeSpec = Field(default_factory=MoeSpec, description="MoE routing knobs (also written as the job file's top-level moe: section)")
