@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from shardwise.train.goodput_report import goodput_rows
 from shardwise.train.result import Estimate
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def estimate_table(e: Estimate) -> Group:
                                 f"{1 - e.usable_memory_gib / e.gpu_memory_gib:.0%} headroom; pipeline rank {e.peak_memory_rank})"),
         ("fits", fits),
     ]
-    rows += run_cost_rows(e)
+    rows += run_cost_rows(e) + goodput_rows(e)
     for k, v in rows:
         head.add_row(k, v)
 
