@@ -143,6 +143,9 @@ class Goodput:
     failure_free: dict[str, float | None]
 
     def to_dict(self) -> dict[str, Any]:
+        return _finite(self._dict())
+
+    def _dict(self) -> dict[str, Any]:
         s, t = self.size, self.times
         return {
             "ettr": self.ettr,
@@ -166,6 +169,15 @@ class Goodput:
             "spares": self.spares,
             "lost_share": self.losses,
         }
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: an interval or MTTF without failures is null."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def goodput(job: TrainJob, est: Estimate, res: Resilience | None = None, constants: Constants | None = None) -> Goodput | None:
@@ -266,3 +278,30 @@ def estimate_with_goodput(job: Any) -> Any:
     if isinstance(job, HeteroJob):
         return hetero_estimate(job)
     return with_goodput(job, estimate(job))
+
+
+def ettr_of(e: Estimate) -> float:
+    """The estimate's effective training time ratio (1 without goodput attached or failures off)."""
+    return e.goodput["ettr"] if e.goodput else 1.0
+
+
+def effective_step_s(e: Estimate) -> float:
+    """Wall seconds per step once failures, checkpoints and restarts are paid: step / ETTR (what the
+    planner's goodput objective minimises)."""
+    return e.step_time_s / ettr_of(e)
+
+
+def ettr_bound(cluster: Any, res: Resilience) -> float:
+    """The most ETTR any plan on `cluster` reaches: free, instant checkpoints (tau -> 0 in the renewal formula:
+    M / (M + D)) and a restart without a checkpoint load; bounds the planner's search."""
+    rel = res.reliability
+    if not rel.failures:
+        return 1.0
+    nodes = cluster.nodes
+    rates = rates_of(res)
+    lam = rates.per_job_s(cluster.num_gpus, nodes, nodes * cluster.network.nics_per_node)
+    restart = _or(rel.relaunch_s, "relaunch_s") + rendezvous_s(cluster.num_gpus, _or(rel.rendezvous_s_per_rank, "rendezvous_s_per_rank"))
+    run = RunModel(mttf_s(lam), 0.0, 0.0, restart, _or(rel.detect_s, "detect_s"), 0.0, rates.planned_per_job_s(nodes), restart)
+    if math.isinf(run.mttf_s):
+        return 1.0 / (1.0 + run.planned_rate_s * run.planned_cost_s)
+    return run.mttf_s / (run.mttf_s + run.downtime_s) / (1.0 + run.planned_rate_s * run.planned_cost_s)

@@ -131,6 +131,10 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
         t.add_column("days", justify="right")
         if with_cost:
             t.add_column("$", justify="right")
+    goodput = objective == "goodput" and any(e.goodput for e in top)
+    if goodput:  # what the ranking assumes: the checkpoint interval and the hot spares (train/goodput.py)
+        for col in ("ETTR", "ckpt every", "spares", "days w/ failures"):
+            t.add_column(col, justify="right")
     if runs_on is not None:
         t.add_column("runs on", justify="left")
     for rank, e in enumerate(top, 1):
@@ -142,6 +146,13 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
             row.append(f"{e.days_to_train:,.1f}")
             if with_cost:
                 row.append("-" if e.cost_usd is None else f"{e.cost_usd:,.0f}")
+        if goodput:
+            g = e.goodput or {}
+            ck = g.get("checkpoint", {})
+            days = g.get("days_to_train")
+            row += ["-", "-", "-", "-"] if not g else [
+                f"{g['ettr']:.1%}", f"{ck['interval_steps']:,} steps", f"{g['spares']['nodes']:,} nodes",
+                "-" if days is None else f"{days:,.1f}"]
         if runs_on is not None:
             row.append(runs_on[rank - 1])
         t.add_row(*row)
