@@ -75,7 +75,7 @@ def goodput_cmd(
 
     Examples:
 
-      shardwise train goodput examples/llama3-405b-16k-goodput.yaml --plot risk.png
+      shardwise train goodput examples/goodput-llama3-405b-16k.yaml --plot risk.png
 
       shardwise train goodput examples/llama3.1-70b-64xh100.yaml --format json
     """
@@ -103,7 +103,7 @@ def goodput_cmd(
         e = e.__class__(**{**e.__dict__, "goodput": g.to_dict()})
         wi = what_ifs(j, e, g)
         sim = sim_d = None
-        if runs and e.days_to_train is not None:
+        if runs and e.days_to_train is not None and g.ettr > 0 and g.run.mttf_s < float("inf"):
             work = work_seconds(e)
             sim = run_simulation(g, work, runs, seed)
             sim_d = simulation_dict(sim, g, work)

@@ -32,6 +32,13 @@ from dataclasses import dataclass
 
 from scipy.optimize import minimize_scalar
 
+# Past e^700 a float overflows; a run whose restarts or segments are that many MTTFs long never finishes.
+MAX_EXPONENT = 700.0
+
+
+def _expm1(x: float) -> float:
+    return math.expm1(min(x, MAX_EXPONENT))
+
 
 @dataclass(frozen=True)
 class RunModel:
@@ -50,7 +57,7 @@ class RunModel:
     def downtime_s(self) -> float:
         """D: mean downtime after an unexpected interruption (module docstring)."""
         m = self.mttf_s
-        restart = 0.0 if math.isinf(m) else m * math.expm1(self.restart_s / m)
+        restart = 0.0 if math.isinf(m) else m * _expm1(self.restart_s / m)
         return self.detect_s + self.wait_s + restart
 
 
@@ -80,7 +87,9 @@ def ettr(run: RunModel, tau_s: float) -> float:
         base = tau_s / (tau_s + b)
     else:
         a = run.durable_s - b
-        base = tau_s * math.exp(-a / m) / (math.expm1((tau_s + b) / m) * (m + run.downtime_s))
+        if max((tau_s + b) / m, run.restart_s / m) >= MAX_EXPONENT:
+            return 0.0
+        base = tau_s * math.exp(-a / m) / (_expm1((tau_s + b) / m) * (m + run.downtime_s))
     return base / (1.0 + run.planned_rate_s * run.planned_cost_s)
 
 
@@ -102,5 +111,5 @@ def expected_interruptions(run: RunModel, wall_s: float) -> tuple[float, float]:
     m = run.mttf_s
     planned_share = run.planned_rate_s * run.planned_cost_s
     running = wall_s / (1.0 + planned_share)
-    unexpected = 0.0 if math.isinf(m) else running * math.exp(run.restart_s / m) / (m + run.downtime_s)
+    unexpected = 0.0 if math.isinf(m) else running * (1.0 + _expm1(run.restart_s / m)) / (m + run.downtime_s)
     return unexpected, run.planned_rate_s * running

@@ -50,6 +50,9 @@ from shardwise.train.result import GIB, Estimate
 from shardwise.train.stages import stage_contents, stage_params
 
 
+TINY = 1e-300  # an ETTR of 0 (a run that never finishes) ranks last instead of dividing by zero
+
+
 @dataclass(frozen=True)
 class CheckpointSize:
     """Bytes of one checkpoint: in total, written by the busiest GPU and node (replicas de-duplicated), and
@@ -216,13 +219,13 @@ def goodput(job: TrainJob, est: Estimate, res: Resilience | None = None, constan
     tau = ck.every_steps * step if ck.every_steps else optimal_interval_s(runs[0], step)  # the wait does not move it
     ratios = [ettr(r, tau) if math.isfinite(tau) else 1.0 for r in runs]
     # spares: as given, or the count that spends the fewest GPU-hours per unit of work (spares are paid for)
-    spares = len(runs) - 1 if fixed else min(range(len(runs)), key=lambda s: (n + s * gpn) / ratios[s])
+    spares = len(runs) - 1 if fixed else min(range(len(runs)), key=lambda s: (n + s * gpn) / max(ratios[s], TINY))
     run, ratio = runs[spares], ratios[spares]
     wait = run.wait_s
     finite_m = math.isfinite(run.mttf_s)
     days = cost = spare_cost = counts = None
     if est.days_to_train is not None:
-        wall = est.days_to_train * DAY_S / ratio
+        wall = est.days_to_train * DAY_S / ratio if ratio > 0 else math.inf  # inf: never finishes (null in JSON)
         days = wall / DAY_S
         price = cluster.price_usd_per_gpu_hour
         if price is not None:
@@ -288,7 +291,7 @@ def ettr_of(e: Estimate) -> float:
 def effective_step_s(e: Estimate) -> float:
     """Wall seconds per step once failures, checkpoints and restarts are paid: step / ETTR (what the
     planner's goodput objective minimises)."""
-    return e.step_time_s / ettr_of(e)
+    return e.step_time_s / max(ettr_of(e), TINY)
 
 
 def ettr_bound(cluster: Any, res: Resilience) -> float:

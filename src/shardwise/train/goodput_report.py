@@ -31,6 +31,11 @@ def goodput_rows(e: Any) -> list[tuple[str, str]]:
     if not g:
         return []
     ck, lost = g["checkpoint"], g["lost_share"]
+    if g["mttf_h"] is None:
+        return [("effective training time", f"{_pct(g['ettr'])}: no interruptions at these failure rates")]
+    if not g["ettr"]:
+        return [("effective training time", f"0: an interruption every {g['mttf_h'] * 3600:.3g} s, restarts of "
+                 f"{g['restart_s']['total']:.0f} s; the run never finishes (fewer GPUs, faster restarts)")]
     rows = [("effective training time", f"{_pct(g['ettr'])} (lost: " +
              ", ".join(f"{LOSS_NAMES[k]} {_pct(v)}" for k, v in lost.items() if v >= 0.0005) + ")"),
             ("goodput", f"{g['goodput_tokens_per_s']:,.0f} tokens/s ({e.tokens_per_s_per_gpu * e.num_gpus:,.0f} failure-free)"),
@@ -73,6 +78,8 @@ def goodput_tables(e: Any, g: Goodput, what_if: list[dict[str, Any]], sim: dict[
     head.add_column()
     for k, v in goodput_rows(e):
         head.add_row(k, v)
+    if d["mttf_h"] is None or not d["ettr"]:
+        return Group(head)
     ck = d["checkpoint"]
     parts = Table(title="checkpoint and restart", show_header=False, title_justify="left")
     parts.add_column(style="bold")
