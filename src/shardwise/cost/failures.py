@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from scipy.special import gammaln
 from scipy.stats import poisson
 
 from shardwise.errors import ShardwiseError
@@ -110,20 +111,44 @@ def rendezvous_s(ranks: int, per_rank_s: float) -> float:
     return ranks * per_rank_s
 
 
-def waits_by_spares(rho: float, repair_s: float, most: int) -> np.ndarray:
-    """Mean wait for a healthy node after a swap failure with s = 0..most hot spares and a fixed repair time
+def _poisson_pmf(rho: float, k: np.ndarray) -> np.ndarray:
+    return np.exp(k * math.log(rho) - rho - gammaln(k + 1))
+
+
+def wait_for_node_s(spares: int, rho: float, repair_s: float) -> float:
+    """Mean wait for a healthy node after a swap failure with `spares` hot spares and a fixed repair time
     (derived): k nodes already in repair (Poisson(rho), PASTA) have residual repair times uniform on
     [0, repair] (M/D/inf), and the job restarts when k + 1 - s of them are back, the j-th of k uniform order
     statistics having mean j repair / (k + 1). No spares: the job waits for its own node."""
-    waits = np.zeros(most + 1)
-    waits[0] = repair_s
-    if rho <= 0 or most < 1:
+    if spares <= 0:
+        return repair_s
+    if rho <= 0:
+        return 0.0
+    k = np.arange(spares, max(spares, rho + 12.0 * math.sqrt(rho) + 30.0) + 1)  # the tail beyond: < 1e-12
+    return float(np.sum(_poisson_pmf(rho, k) * (k + 1 - spares) / (k + 1))) * repair_s
+
+
+def waits_by_spares(fail_s: float, swap_s: float, repair_s: float, other_down_s: float, counts: list[int]) -> np.ndarray:
+    """Mean wait for a node per unexpected interruption, for each count of hot spares. Failures arrive only
+    while the job is up, a share M / (M + D) of the wall clock in which repairs run, and D includes the
+    wait: rho = swap rate x repair x M / (M + D), solved by fixed-point iteration (derived).
+    `fail_s`, `swap_s`: interruptions and node swaps per second of up time; `other_down_s`: the rest of D."""
+    share = swap_s / fail_s if fail_s > 0 else 0.0
+    waits = np.zeros(len(counts))
+    if swap_s <= 0:
         return waits
-    k = np.arange(int(poisson.ppf(1 - 1e-12, rho)) + most + 2)
-    pmf = poisson.pmf(k, rho)
-    for s in range(1, most + 1):
-        tail = k >= s
-        waits[s] = float(np.sum(pmf[tail] * (k[tail] + 1 - s) / (k[tail] + 1))) * repair_s
+    m = 1.0 / fail_s
+    for i, s in enumerate(counts):
+        wait = 0.0
+        for _ in range(50):
+            rho = swap_s * repair_s * m / (m + other_down_s + wait)
+            new = share * wait_for_node_s(s, rho, repair_s)
+            if abs(new - wait) <= 1e-6 * max(1.0, new):
+                break
+            wait = new
+        waits[i] = new
+        if s > 0 and new < 1e-3:  # more spares cannot shorten a wait of a millisecond
+            return waits[: i + 1]
     return waits
 
 

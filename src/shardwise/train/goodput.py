@@ -49,7 +49,6 @@ from shardwise.train.pipeline_timing import plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.stages import stage_contents, stage_params
 
-
 TINY = 1e-300  # an ETTR of 0 (a run that never finishes) ranks last instead of dividing by zero
 
 
@@ -210,20 +209,22 @@ def goodput(job: TrainJob, est: Estimate, res: Resilience | None = None, constan
     rendezvous = rendezvous_s(n, _or(rel.rendezvous_s_per_rank, "rendezvous_s_per_rank"))
     detect = _or(rel.detect_s, "detect_s")
     restart = relaunch + rendezvous + times.load_s
-    swap_share = lam_swap / lam if lam > 0 else 0.0
     fixed = rel.spare_nodes != "auto"
-    waits = waits_by_spares(rho, repair, int(rel.spare_nodes) if fixed else spare_candidates(rho)) * swap_share
-    runs = [RunModel(mttf_s(lam), times.blocking_s, times.durable_s, restart, detect, float(w),
-                     rates.planned_per_job_s(nodes), restart + times.durable_s) for w in waits]
+    base = RunModel(mttf_s(lam), times.blocking_s, times.durable_s, restart, detect, 0.0, rates.planned_per_job_s(nodes),
+                    restart + times.durable_s)
+    counts = [int(rel.spare_nodes)] if fixed else list(range(spare_candidates(rho) + 1))
+    waits = waits_by_spares(lam, lam_swap, repair, base.downtime_s, counts)
+    counts = counts[: len(waits)]
+    runs = [dataclasses.replace(base, wait_s=float(w)) for w in waits]
     step = est.step_time_s
     tau = ck.every_steps * step if ck.every_steps else optimal_interval_s(runs[0], step)  # the wait does not move it
     ratios = [ettr(r, tau) if math.isfinite(tau) else 1.0 for r in runs]
     # spares: as given, or the count that spends the fewest GPU-hours per unit of work (spares are paid for)
-    spares = len(runs) - 1 if fixed else min(range(len(runs)), key=lambda s: (n + s * gpn) / max(ratios[s], TINY))
-    run, ratio = runs[spares], ratios[spares]
+    pick = min(range(len(runs)), key=lambda i: (n + counts[i] * gpn) / max(ratios[i], TINY))
+    spares, run, ratio = counts[pick], runs[pick], ratios[pick]
     wait = run.wait_s
     finite_m = math.isfinite(run.mttf_s)
-    days = cost = spare_cost = counts = None
+    days = cost = spare_cost = interruptions = None
     if est.days_to_train is not None:
         wall = est.days_to_train * DAY_S / ratio if ratio > 0 else math.inf  # inf: never finishes (null in JSON)
         days = wall / DAY_S
@@ -232,7 +233,7 @@ def goodput(job: TrainJob, est: Estimate, res: Resilience | None = None, constan
             spare_cost = spares * gpn * price * wall / 3600
             cost = wall / 3600 * n * price + spare_cost
         u, p = expected_interruptions(run, wall)
-        counts = {"unexpected": u, "planned": p}
+        interruptions = {"unexpected": u, "planned": p}
     return Goodput(
         ettr=ratio, goodput_tokens_per_s=est.tokens_per_s_per_gpu * n * ratio, interval_s=tau,
         interval_steps=round(tau / step) if math.isfinite(tau) else 0,
@@ -241,9 +242,10 @@ def goodput(job: TrainJob, est: Estimate, res: Resilience | None = None, constan
         run=run, size=size, times=times, mode=ck.mode, tier=tier.name,
         rates={"unexpected": lam * DAY_S, "node_swaps": lam_swap * DAY_S, "planned": run.planned_rate_s * DAY_S},
         restart={"detect": detect, "relaunch": relaunch, "rendezvous": rendezvous, "load": times.load_s, "total": detect + restart},
-        spares={"nodes": spares, "repair_h": repair / 3600, "in_repair_mean": rho, "wait_s_per_interruption": wait},
+        spares={"nodes": spares, "repair_h": repair / 3600, "wait_s_per_interruption": wait,
+                "in_repair_mean": rho * run.mttf_s / (run.mttf_s + run.downtime_s) if finite_m else 0.0},
         losses=lost_shares(run, tau, ratio), days_to_train=days, cost_usd=cost, spare_cost_usd=spare_cost,
-        interruptions=counts, failure_free={"days_to_train": est.days_to_train, "cost_usd": est.cost_usd},
+        interruptions=interruptions, failure_free={"days_to_train": est.days_to_train, "cost_usd": est.cost_usd},
     )
 
 
