@@ -296,3 +296,19 @@ def test_cli_estimate_and_goodput(tmp_path, capsys):
     mc = doc["monte_carlo"]
     assert mc["mean_days"] == pytest.approx(mc["closed_form_days"], rel=0.02)
     assert {r["policy"] for r in doc["what_if"]} >= {"no spares: wait for repair"}
+
+
+def test_plan_from_a_job_keeps_its_failures_storage_and_checkpoint():
+    """`train plan JOB`: the top plans' goodput uses the job's sections, and the job each row reproduces
+    carries them (a job file `train estimate` reads back to the same goodput)."""
+    from shardwise.train.plan_inputs import plan_inputs, run_plan
+    from shardwise.train.plan_report import plan_json
+
+    doc = {**BASE_JOB, "parallel": {}, "checkpoint": {"mode": "async"},
+           "cluster": {"gpu": "h100", "gpus": 64, "reliability": {"fleet": "rsc1"}, "storage": {"tier": "object_store"}}}
+    inputs = plan_inputs(doc)
+    results, top, fronts = run_plan(inputs, "goodput", top=1, exact_budget=16)
+    row = plan_json("goodput", results, top, fronts, inputs)["top"][0]
+    assert row["goodput"]["checkpoint"]["mode"] == "async" and row["goodput"]["checkpoint"]["tier"] == "object_store"
+    again = job_from_mapping(row["job"])
+    assert goodput(again, estimate(again)).ettr == pytest.approx(row["goodput"]["ettr"], rel=1e-9)
