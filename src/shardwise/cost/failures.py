@@ -131,24 +131,28 @@ def wait_for_node_s(spares: int, rho: float, repair_s: float) -> float:
 def waits_by_spares(fail_s: float, swap_s: float, repair_s: float, other_down_s: float, counts: list[int]) -> np.ndarray:
     """Mean wait for a node per unexpected interruption, for each count of hot spares. Failures arrive only
     while the job is up, a share M / (M + D) of the wall clock in which repairs run, and D includes the
-    wait: rho = swap rate x repair x M / (M + D), solved by fixed-point iteration (derived).
-    `fail_s`, `swap_s`: interruptions and node swaps per second of up time; `other_down_s`: the rest of D."""
+    wait: rho = swap rate x repair x M / (M + D), the fixed point found by secant steps (derived; the map
+    decreases in the wait, so the point is unique). `fail_s`, `swap_s`: interruptions and node swaps per
+    second of up time; `other_down_s`: the rest of D."""
     share = swap_s / fail_s if fail_s > 0 else 0.0
     waits = np.zeros(len(counts))
     if swap_s <= 0:
         return waits
     m = 1.0 / fail_s
+
+    def excess(s: int, wait: float) -> float:  # F(wait) - wait
+        rho = swap_s * repair_s * m / (m + other_down_s + wait)
+        return share * wait_for_node_s(s, rho, repair_s) - wait
+
     for i, s in enumerate(counts):
-        wait = 0.0
+        w0, f0 = 0.0, excess(s, 0.0)
+        w1 = f0
         for _ in range(50):
-            rho = swap_s * repair_s * m / (m + other_down_s + wait)
-            new = share * wait_for_node_s(s, rho, repair_s)
-            if abs(new - wait) <= 1e-6 * max(1.0, new):
+            f1 = excess(s, w1)
+            if abs(f1) <= 1e-6 * max(1.0, w1) or f1 == f0:
                 break
-            wait = new
-        waits[i] = new
-        if s > 0 and new < 1e-3:  # more spares cannot shorten a wait of a millisecond
-            return waits[: i + 1]
+            w0, w1, f0 = w1, max(0.0, w1 - f1 * (w1 - w0) / (f1 - f0)), f1
+        waits[i] = w1
     return waits
 
 

@@ -212,16 +212,21 @@ def goodput(job: TrainJob, est: Estimate, res: Resilience | None = None, constan
     fixed = rel.spare_nodes != "auto"
     base = RunModel(mttf_s(lam), times.blocking_s, times.durable_s, restart, detect, 0.0, rates.planned_per_job_s(nodes),
                     restart + times.durable_s)
-    counts = [int(rel.spare_nodes)] if fixed else list(range(spare_candidates(rho) + 1))
-    waits = waits_by_spares(lam, lam_swap, repair, base.downtime_s, counts)
-    counts = counts[: len(waits)]
-    runs = [dataclasses.replace(base, wait_s=float(w)) for w in waits]
     step = est.step_time_s
-    tau = ck.every_steps * step if ck.every_steps else optimal_interval_s(runs[0], step)  # the wait does not move it
-    ratios = [ettr(r, tau) if math.isfinite(tau) else 1.0 for r in runs]
-    # spares: as given, or the count that spends the fewest GPU-hours per unit of work (spares are paid for)
-    pick = min(range(len(runs)), key=lambda i: (n + counts[i] * gpn) / max(ratios[i], TINY))
-    spares, run, ratio = counts[pick], runs[pick], ratios[pick]
+    tau = ck.every_steps * step if ck.every_steps else optimal_interval_s(base, step)  # the wait does not move it
+    # spares: as given, or the count that spends the fewest GPU-hours per unit of work (spares are paid for;
+    # the cost falls, then rises with the count: the scan stops three counts past the best)
+    best: tuple[float, int, RunModel, float] | None = None
+    for s in [int(rel.spare_nodes)] if fixed else range(spare_candidates(rho) + 1):
+        run = dataclasses.replace(base, wait_s=float(waits_by_spares(lam, lam_swap, repair, base.downtime_s, [s])[0]))
+        ratio = ettr(run, tau) if math.isfinite(tau) else 1.0
+        spent = (n + s * gpn) / max(ratio, TINY)
+        if best is None or spent < best[0]:
+            best = (spent, s, run, ratio)
+        elif s > best[1] + 2:
+            break
+    assert best is not None
+    _, spares, run, ratio = best
     wait = run.wait_s
     finite_m = math.isfinite(run.mttf_s)
     days = cost = spare_cost = interruptions = None
