@@ -312,3 +312,19 @@ def test_plan_from_a_job_keeps_its_failures_storage_and_checkpoint():
     assert row["goodput"]["checkpoint"]["mode"] == "async" and row["goodput"]["checkpoint"]["tier"] == "object_store"
     again = job_from_mapping(row["job"])
     assert goodput(again, estimate(again)).ettr == pytest.approx(row["goodput"]["ettr"], rel=1e-9)
+
+
+def test_the_default_jobs_days_and_dollars_change_with_failures_and_say_by_how_much(capsys):
+    """`make run`'s job: the failure-free figures stay as they were; the goodput ones are larger, and the
+    table prints the difference."""
+    from shardwise.cli.main import main
+
+    path = ROOT / "examples" / "llama3.1-70b-64xh100.yaml"
+    job = load_jobs(path)[0]
+    est = estimate(job)
+    g = with_goodput(job, est).goodput
+    assert g["failure_free"] == {"days_to_train": est.days_to_train, "cost_usd": est.cost_usd}
+    assert g["days_to_train"] > est.days_to_train and g["cost_usd"] > est.cost_usd
+    main(["train", "estimate", str(path)])
+    out = capsys.readouterr().out
+    assert f"({g['days_to_train'] / est.days_to_train - 1:+.1%})" in out
