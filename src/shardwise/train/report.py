@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from shardwise.train.goodput_report import goodput_rows
 from shardwise.train.result import Estimate
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def estimate_table(e: Estimate) -> Group:
                                  "max_memory_reserved; the device adds the CUDA context and NCCL buffers)"),
         ("fits", fits),
     ]
-    rows += run_cost_rows(e)
+    rows += run_cost_rows(e) + goodput_rows(e)
     for k, v in rows:
         head.add_row(k, v)
 

@@ -112,6 +112,8 @@ class Estimate:
     fp8_recipe: str | None = None
     #: the MoE token dispatcher (None: a dense model)
     moe_dispatcher: str | None = None
+    #: failures, checkpoints and restarts (train/goodput.py), attached on request; None: not asked or failures off
+    goodput: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
@@ -187,4 +189,5 @@ class Estimate:
             "notes": list(self.notes),
             "stack": dict(self.stack),
             "error_band": self.error_band,
+            "goodput": self.goodput,
         }

@@ -382,7 +382,14 @@ function estimateCards(e) {
       + (e.peak_reserved_gib !== undefined ? `; allocated ${fmt.num(e.peak_allocated_gib, 1)}, reserved ${fmt.num(e.peak_reserved_gib, 1)} GiB` : ""), e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
     card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan", "", "bubble_fraction", e.bubble_fraction),
     e.days_to_train !== null && e.days_to_train !== undefined ? card("days to train", fmt.num(e.days_to_train, 1), e.cost_usd ? fmt.usd(e.cost_usd) : null, "", "days_to_train", e.days_to_train) : null,
+    e.goodput ? card("effective training time", fmt.pct(e.goodput.ettr), goodputLine(e.goodput), "", "ettr", e.goodput.ettr) : null,
   ];
+}
+
+function goodputLine(g) {  // failures, checkpoints and restarts (docs/goodput.md)
+  const ck = g.checkpoint;
+  const days = g.days_to_train !== null ? `${fmt.num(g.days_to_train, 1)} days with failures` + (g.cost_usd ? ` · ${fmt.usd(g.cost_usd)}` : "") + " · " : "";
+  return `${days}MTTF ${fmt.sig(g.mttf_h, 3)} h · checkpoint every ${fmt.num(ck.interval_steps)} steps (${ck.mode}, ${fmt.sig(ck.blocking_s, 3)} s) · ${g.spares.nodes} spare nodes`;
 }
 
 async function planTimeline(host, e) {
