@@ -1,8 +1,8 @@
 """Validation against the calibration data: per-source errors, formula reproductions, the fit machinery."""
 
 import json
-from dataclasses import replace
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
