@@ -50,3 +50,53 @@ def estimate(
     print_estimate(result)
     if export is not None:
         typer.echo("phase jobs written: " + ", ".join(str(p) for p in written))
+
+
+@app.command()
+def plan(
+    job: Path = typer.Argument(..., help="RL job file; its placement, rollout tp/pp and parallel are searched."),
+    format: Format = format_option(),
+    top: int = typer.Option(5, "--top", help="Candidates shown."),
+    off_policy_min_gain: float = typer.Option(None, "--off-policy-min-gain", help="Share by which an off-policy mode "
+                                              "must beat the best on-policy candidate to be chosen (default: the job's "
+                                              "algorithm.off_policy_min_gain, 0.25)."),
+    max_staleness: int = typer.Option(None, "--max-staleness", help="Policy versions a response may lag (default: the "
+                                      "job's algorithm.max_staleness)."),
+) -> None:
+    """Search colocated vs split (and the rollout pool's size), the rollout TP, the training plan and the mode;
+    rank by samples/s and $ per sample; say why the rest were rejected.
+
+    Examples:
+
+      shardwise rl plan examples/rl-grpo-llama3.1-8b-64xh100.yaml
+
+      shardwise rl plan examples/rl-grpo-llama3.1-70b-256xh100.yaml --max-staleness 0 --format json
+    """
+    from shardwise.console import watch
+    from shardwise.errors import ShardwiseError
+    from shardwise.rl.planner import plan_rl
+    from shardwise.rl.report import print_plan
+    from shardwise.rl.spec import load_rl_job
+
+    if top < 1:
+        raise ShardwiseError(f"--top must be >= 1, got {top}")
+    spec = load_rl_job(job)
+    change = {k: v for k, v in (("off_policy_min_gain", off_policy_min_gain), ("max_staleness", max_staleness)) if v is not None}
+    if change:
+        from shardwise.rl.spec import AlgorithmSpec, RLJob
+        from shardwise.serve.config import parse_block
+
+        algo = parse_block(AlgorithmSpec, {**spec.algorithm.model_dump(), **change}, "options")
+        spec = RLJob(spec.name, spec.policy, spec.reference, spec.reward, spec.critic, spec.spec.model_copy(update={"algorithm": algo}),
+                     spec.cluster, spec.plan, spec.engine)
+    done = [0.0]
+
+    def report(message: str, fraction: float) -> None:
+        done[0] = 100.0 * fraction
+
+    with watch("rl plan: searching (%)", lambda: done[0], total=100):
+        result = plan_rl(spec, top, progress=report)
+    if format is Format.json:
+        echo_json(result.to_dict(top))
+        return
+    print_plan(result, top)

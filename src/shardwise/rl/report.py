@@ -11,6 +11,7 @@ from rich.table import Table
 
 from shardwise.console import make_console
 from shardwise.rl.batch import draw_batch
+from shardwise.rl.planner import RLPlanResult, placement_block
 from shardwise.rl.spec import RLJob
 from shardwise.rl.step import RLEstimate
 from shardwise.specs.model import preset_names
@@ -125,3 +126,40 @@ def write_phase_jobs(job: RLJob, est: RLEstimate, out: Path) -> list[Path]:
         path.write_text(body if isinstance(body, str) else yaml.safe_dump(body, sort_keys=False))
         written.append(path)
     return written
+
+
+def plan_tables(res: RLPlanResult, top: int) -> list[Table]:
+    """The ranked candidates (the chosen one first) and the rejections by reason."""
+    t = Table(title=f"rl plan: {res.considered} candidates, {len(res.ranked)} run, in {res.seconds:.1f} s", title_justify="left")
+    for col in ("", "placement", "mode", "rollout", "train plan", "iteration (s)", "samples/s", "gen tok/s", "$/1k samples",
+                "idle", "rollout drain idle"):
+        t.add_column(col, justify="right" if col in ("iteration (s)", "samples/s", "gen tok/s", "$/1k samples", "idle",
+                                                     "rollout drain idle") else "left")
+    for k, e in enumerate(res.ranked[:top]):
+        p = e.placement
+        pools = "+".join(str(v) for v in e.pools.values())
+        mode = p["mode"] + (f" (staleness {p['staleness']})" if p["mode"] == "async" else "")
+        kind = p["kind"] + (" offload" if p.get("offload") else "")
+        cost = "" if e.usd_per_1k_samples is None else f"${e.usd_per_1k_samples:,.3f}"
+        idle = ", ".join(f"{v:.0%}" for v in e.idle().values())
+        t.add_row("chosen" if k == 0 else "", f"{kind} {pools}", mode, f"tp{p['rollout_tp']} pp{p['rollout_pp']}", p["train_plan"],
+                  _s(e.period_s), _s(e.samples_per_s), f"{e.generated_tokens_per_s:,.0f}", cost, idle,
+                  f"{e.rollout.drain.batch_idle_fraction:.0%}")
+    rej = Table(title="rejected", title_justify="left")
+    rej.add_column("candidate")
+    rej.add_column("why")
+    for c, r in res.rejected[:12]:
+        rej.add_row(c, r)
+    if len(res.rejected) > 12:
+        rej.add_row(f"... {len(res.rejected) - 12} more", "; ".join(f"{k}: {v}" for k, v in res.rejected_by_reason().items()))
+    return [t, rej] if res.rejected else [t]
+
+
+def print_plan(res: RLPlanResult, top: int) -> None:
+    console = make_console()
+    for t in plan_tables(res, top):
+        console.print(t)
+    console.print("chosen, as job-file sections: " + yaml.safe_dump(placement_block(res.best), default_flow_style=True,
+                                                                     sort_keys=False).strip())
+    for note in res.notes:
+        console.print(f"note: {note}")

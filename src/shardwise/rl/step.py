@@ -45,7 +45,9 @@ from shardwise.rl.phases import (
     weight_sync_s,
 )
 from shardwise.rl.spec import RLJob
+from shardwise.serve.config import ServeJob
 from shardwise.serve.memory import weight_bytes_per_gpu
+from shardwise.serve.workload import Requests
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainPlan
@@ -239,29 +241,37 @@ def estimate_rl(job: RLJob) -> RLEstimate:
     engine_w = weight_bytes_per_gpu(job.policy, r.tp, r.pp, 1.0 if r.precision == "fp8" else 2.0)
     memory: dict[str, Any] = {}
     offload = False
-    if p.kind == "colocated":
-        resident = sum(side.resident.values())
-        keep_mem = _train_memory(side, usable, False, engine_w)
-        share = util - resident / hbm
-        offload = p.offload == "all" or (p.offload == "auto" and (not keep_mem["fits"] or share < MIN_ENGINE_SHARE))
-        if not offload and share < MIN_ENGINE_SHARE:
-            raise ShardwiseError(f"placement.offload none: the training states ({gib(resident):.1f} GiB per GPU) leave "
-                                 f"the engine {share:.0%} of GPU memory; use offload: all or auto")
-        if not offload:
-            engine_knobs["gpu_memory_utilization"] = round(share, 6)
-        memory["rollout"] = {"resident_gib": 0.0 if offload else gib(resident), "engine_share": engine_knobs.get("gpu_memory_utilization", util)}
-        memory["train"] = _train_memory(side, usable, offload, 0.0 if offload else engine_w)
-    else:
-        memory["rollout"] = {"resident_gib": 0.0, "engine_share": util}
-        memory["train"] = _train_memory(side, usable, False, 0.0)
+    price = cluster.price_usd_per_gpu_hour
+    choices = [False, True] if p.kind == "colocated" and p.offload == "auto" else [p.kind == "colocated" and p.offload == "all"]
+    for k, offload in enumerate(choices):
+        knobs = dict(engine_knobs)
+        if p.kind == "colocated":
+            resident = sum(side.resident.values())
+            share = util - resident / hbm
+            if not offload and share < MIN_ENGINE_SHARE and len(choices) == 1:
+                raise ShardwiseError(f"placement.offload none: the training states ({gib(resident):.1f} GiB per GPU) leave "
+                                     f"the engine {share:.0%} of GPU memory; use offload: all or auto")
+            if not offload:
+                knobs["gpu_memory_utilization"] = round(share, 6)
+            memory["rollout"] = {"resident_gib": 0.0 if offload else gib(resident), "engine_share": knobs.get("gpu_memory_utilization", util)}
+            memory["train"] = _train_memory(side, usable, offload, 0.0 if offload else engine_w)
+            if k + 1 < len(choices) and (share < MIN_ENGINE_SHARE or not memory["train"]["fits"]):
+                continue  # auto: keeping the states does not fit; offload
+        else:
+            memory["rollout"] = {"resident_gib": 0.0, "engine_share": util}
+            memory["train"] = _train_memory(side, usable, False, 0.0)
+        serve = rollout_serve_job(job.policy, cluster.gpu.name, g_r, r.tp, r.pp, r.precision, knobs, price, job.name)
+        key = (job.policy, cluster.gpu.name, g_r, r.tp, r.pp, r.precision, tuple(sorted(knobs.items())), price,
+               r.input_len.model_dump_json(), r.output_len.model_dump_json(), r.seed, a.prompts_per_step, a.group_size)
+        try:
+            rollout = _rollout(key, serve, requests)
+        except ShardwiseError:
+            if k + 1 < len(choices):
+                continue  # auto: the engine does not fit beside the kept states; offload
+            raise
+        break
     memory["offload"] = offload
     memory["fits"] = memory["train"]["fits"]
-    price = cluster.price_usd_per_gpu_hour
-    serve = rollout_serve_job(job.policy, cluster.gpu.name, g_r, r.tp, r.pp, r.precision, engine_knobs, price, job.name)
-    try:
-        rollout = run_rollout(serve, requests)
-    except ShardwiseError as exc:
-        raise ShardwiseError(f"rollout phase: {exc}") from None
     memory["rollout"].update({"kv_capacity_tokens": rollout.kv_capacity_tokens,
                               "kv_gib_per_gpu": float(rollout.sim.pools[0].capacity.kv_gib)})
     window = None
@@ -269,7 +279,7 @@ def estimate_rl(job: RLJob) -> RLEstimate:
     if p.kind == "split" and p.mode == "async":
         eta = p.staleness
         more = draw_batch(r.input_len, r.output_len, a.prompts_per_step * (eta + 1), a.group_size, r.seed, job.engine.max_model_len)
-        window = run_rollout(serve, more)
+        window = _rollout((*key, "window", eta), serve, more)
         rollout_s = min(rollout_s, window.time_s / (eta + 1))
     sync = weight_sync_s(job.policy, 2.0, train_cluster, _plan(side), rollout_cluster, r.tp, r.pp, rollout.replicas)
     reward_cpu = math.ceil(requests.output_len.size / job.spec.reward.cpu_workers) * job.spec.reward.cpu_s_per_sample
@@ -319,6 +329,21 @@ def estimate_rl(job: RLJob) -> RLEstimate:
                  (1 if p.mode == "one_step_off" else 0), "train_plan": _plan_text(side.actor.plan)}
     return RLEstimate(job.name, placement, requests.output_len.size, period, phases, rollout, batch, side.steps, side.actor,
                       sync, memory, timeline, pools, None if price is None else price * n_all, notes, window)
+
+
+_ROLLOUTS: dict[tuple, Rollout] = {}
+
+
+def _rollout(key: tuple, serve: ServeJob, requests: Requests) -> Rollout:
+    """The rollout phase, simulated once per pool, engine and batch (the planner asks again under other modes)."""
+    if key not in _ROLLOUTS:
+        if len(_ROLLOUTS) > 256:
+            _ROLLOUTS.clear()
+        try:
+            _ROLLOUTS[key] = run_rollout(serve, requests)
+        except ShardwiseError as exc:
+            raise ShardwiseError(f"rollout phase: {exc}") from None
+    return _ROLLOUTS[key]
 
 
 def _plan(side: TrainSide) -> TrainPlan:
