@@ -151,7 +151,7 @@ def test_ppo_adds_critic_passes():
 @pytest.mark.parametrize("change, words", [
     ({"placement": {"kind": "colocated", "mode": "async"}}, "colocated GPUs cannot"),
     ({"placement": {"kind": "split"}}, "needs rollout_gpus"),
-    ({"placement": {"kind": "split", "rollout_gpus": 4}}, "whole number"),
+    ({"placement": {"kind": "split", "rollout_gpus": 3}}, "whole number"),
     ({"placement": {"kind": "split", "rollout_gpus": 16}}, "leaves no training GPUs"),
     ({"placement": {"kind": "split", "rollout_gpus": 8, "mode": "async", "staleness": 3}}, "exceeds algorithm.max_staleness"),
     ({"critic": True}, "GRPO has no value model"),

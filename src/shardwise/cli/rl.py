@@ -100,3 +100,46 @@ def plan(
         echo_json(result.to_dict(top))
         return
     print_plan(result, top)
+
+
+@app.command()
+def validate(format: Format = format_option()) -> None:
+    """Compare `rl estimate` with published RL runs (data/rl_measurements.yaml): per-phase and step seconds, the
+    error per record and per source (+ means the estimate takes longer), and the error at other response-length
+    medians (the sources do not state their mean response length). Nothing is fitted on these rows.
+
+    Examples:
+
+      shardwise rl validate
+
+      shardwise rl validate --format json
+    """
+    from rich.table import Table
+
+    from shardwise.console import make_console
+    from shardwise.rl.validate import FIGURES, run_validation
+
+    result = run_validation()
+    if format is Format.json:
+        echo_json(result)
+        return
+    console = make_console()
+    table = Table(title="rl estimate vs published runs: seconds per iteration, estimated / measured (error)", title_justify="left")
+    table.add_column("record")
+    for key in FIGURES:
+        table.add_column(key, justify="right")
+    table.add_column("step error at other medians", justify="right")
+    for row in result["rows"]:
+        cells = [f"{f['estimated']:.0f} / {f['measured']:.0f} ({f['error']:+.0%})" if (f := row["figures"].get(k)) else "-" for k in FIGURES]
+        sens = ", ".join(f"{m}: {d['step_s']:+.0%}" for m, d in row["sensitivity"].items() if "step_s" in d)
+        table.add_row(f"{row['id']} (median {row['output_median']})", *cells, sens or "-")
+    console.print(table)
+    per = Table(title="mean absolute error per source", title_justify="left")
+    per.add_column("source")
+    for key in FIGURES:
+        per.add_column(key, justify="right")
+    for src, errs in result["per_source"].items():
+        per.add_row(src, *[f"{errs[k]:.0%}" if k in errs else "-" for k in FIGURES])
+    console.print(per)
+    for src, text in result["sources"].items():
+        typer.echo(f"{src}: {text}")

@@ -33,7 +33,7 @@ from shardwise.rl.batch import TrainBatch
 from shardwise.serve.config import DeploymentSpec, ServeJob
 from shardwise.serve.simulate import SimResult, simulate
 from shardwise.serve.workload import Requests, WorkloadSpec
-from shardwise.specs.hardware import Cluster
+from shardwise.specs.hardware import Cluster, get_gpu
 from shardwise.specs.job import TrainJob, check_plan
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
@@ -45,7 +45,10 @@ from shardwise.train.result import GIB, Estimate
 
 def rollout_serve_job(policy: ModelSpec, gpu: str, gpus: int, tp: int, pp: int, precision: str, engine: dict[str, Any],
                       price: float | None, name: str) -> ServeJob:
-    """The serve job the rollout phase simulates: `gpus` / (tp pp) replicas of the policy."""
+    """The serve job the rollout phase simulates: `gpus` / (tp pp) replicas of the policy. A GPU without a list
+    price is simulated at $0/GPU-h (the rollout's time does not depend on it; the RL cost is then unknown)."""
+    if price is None and get_gpu(gpu).price_usd_per_hour is None:
+        price = 0.0
     if gpus % (tp * pp):
         raise ShardwiseError(f"rollout: {gpus} GPUs are not a whole number of tp{tp} x pp{pp} replicas; "
                              f"use a rollout tp*pp dividing {gpus}")
@@ -132,9 +135,13 @@ def run_rollout(job: ServeJob, requests: Requests) -> Rollout:
 
 
 def pool_cluster(cluster: Cluster, gpus: int) -> Cluster:
-    """The cluster's GPUs and network, `gpus` of them (a pool of a split placement)."""
+    """The cluster's GPUs and network, `gpus` of them (a pool of a split placement): whole nodes, or the same
+    share of every node (verl's split with trainer.nnodes = rollout.nnodes, GPUs per node divided between them)."""
     if gpus == cluster.num_gpus:
         return cluster
+    per, nodes = cluster.gpus_per_node, max(1, cluster.num_gpus // cluster.gpus_per_node)
+    if gpus % per and nodes > 1:
+        return cluster.model_copy(update={"num_gpus": gpus, "gpus_per_node": gpus // nodes})
     return cluster.model_copy(update={"num_gpus": gpus})
 
 
@@ -219,7 +226,8 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def nodes_ok(cluster: Cluster, gpus: int) -> bool:
-    """A pool takes whole nodes (or part of a single-node cluster)."""
+    """A pool takes whole nodes, part of a single-node cluster, or the same share of every node."""
     per = cluster.gpus_per_node
-    return gpus % per == 0 or cluster.num_gpus <= per
+    nodes = cluster.num_gpus // per
+    return gpus % per == 0 or cluster.num_gpus <= per or (gpus % nodes == 0 and (per - gpus // nodes) > 0)
 

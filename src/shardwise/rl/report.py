@@ -106,6 +106,8 @@ def phase_jobs(job: RLJob, est: RLEstimate) -> dict[str, Any]:
              "workload": {"arrival": "trace", "path": "rollout.csv"}}
     if job.spec.cluster.get("price_usd_per_gpu_hour") is not None:
         serve["deployment"]["price_usd_per_gpu_hour"] = job.spec.cluster["price_usd_per_gpu_hour"]
+    elif job.cluster.gpu.price_usd_per_hour is None:
+        serve["deployment"]["price_usd_per_gpu_hour"] = 0.0  # as the rollout phase simulated it (no list price)
     t = est.train_estimate
     plan = {k: v for k, v in t.plan.items() if v is not None and k != "tp_overlap"}
     train = {"model": model, "cluster": {**job.spec.cluster, "gpus": pools.get("train", pools.get("all"))},

@@ -223,7 +223,8 @@ def estimate_rl(job: RLJob) -> RLEstimate:
         for what, g in (("rollout_gpus", g_r), ("training GPUs", g_t)):
             if not nodes_ok(cluster, g):
                 raise ShardwiseError(f"placement.{what if what == 'rollout_gpus' else 'rollout_gpus'}: {what} {g} is not a "
-                                     f"whole number of {cluster.gpus_per_node}-GPU nodes; pools take whole nodes")
+                                     f"whole number of {cluster.gpus_per_node}-GPU nodes nor the same share of each node; pools take whole nodes or "
+                                     "an equal share of every node")
         train_cluster, rollout_cluster = pool_cluster(cluster, g_t), pool_cluster(cluster, g_r)
         pools = {"rollout": g_r, "train": g_t}
     else:
