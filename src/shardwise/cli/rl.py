@@ -57,9 +57,6 @@ def plan(
     job: Path = typer.Argument(..., help="RL job file; its placement, rollout tp/pp and parallel are searched."),
     format: Format = format_option(),
     top: int = typer.Option(5, "--top", help="Candidates shown."),
-    off_policy_min_gain: float = typer.Option(None, "--off-policy-min-gain", help="Share by which an off-policy mode "
-                                              "must beat the best on-policy candidate to be chosen (default: the job's "
-                                              "algorithm.off_policy_min_gain, 0.25)."),
     max_staleness: int = typer.Option(None, "--max-staleness", help="Policy versions a response may lag (default: the "
                                       "job's algorithm.max_staleness)."),
 ) -> None:
@@ -81,7 +78,7 @@ def plan(
     if top < 1:
         raise ShardwiseError(f"--top must be >= 1, got {top}")
     spec = load_rl_job(job)
-    change = {k: v for k, v in (("off_policy_min_gain", off_policy_min_gain), ("max_staleness", max_staleness)) if v is not None}
+    change = {k: v for k, v in (("max_staleness", max_staleness),) if v is not None}
     if change:
         from shardwise.rl.spec import AlgorithmSpec, RLJob
         from shardwise.serve.config import parse_block

@@ -62,11 +62,6 @@ class AlgorithmSpec(BaseModel):
     max_staleness: int = Field(default=1, ge=0, le=64, description="policy versions a response may lag behind the "
                                "trainer (0: on-policy only; one_step_off needs 1; async needs placement.staleness <= this)")
 
-    off_policy_min_gain: float = Field(default=0.25, ge=0, le=100, description="rl plan: an off-policy mode "
-                                       "(one_step_off, async) is chosen over the best on-policy candidate only when "
-                                       "its samples/s is higher by at least this share (staleness costs sample "
-                                       "efficiency that samples/s does not show)")
-
     @property
     def group_size(self) -> int:
         return self.responses_per_prompt or (8 if self.name == "grpo" else 1)
