@@ -426,3 +426,9 @@ def embedding(model: ModelSpec, tokens: float, sp: bool, dev: Device, groups: Gr
     kind = "reduce_scatter" if sp else "all_reduce"
     comm = collective_s(kind, rows, groups.tp, groups.tp_tier)
     return PassCost(f_s=dev.memory_s(2 * rows), w_s=dev.memory_s(2 * rows), tp_fwd_s=comm, tp_bwd_s=0.0)
+
+
+def clear_caches() -> None:
+    """Empty the layer-cost caches (benchmarks time a cold estimate with them)."""
+    for f in (_layer_core, _with_tp_overlap, lm_head, embedding):
+        f.cache_clear()
