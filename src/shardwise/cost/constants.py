@@ -17,6 +17,7 @@ from typing import Any
 
 from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.specs._loading import data_path
+from shardwise.specs.hardware import catalog_families
 
 GIB = 2**30
 FITTED_FILE = "fitted_constants.json"
@@ -192,25 +193,6 @@ class Constants:
         return replace(base, **kwargs)
 
 
-# GPU families: parts without their own measurements borrow the values of the closest measured part
-# (same silicon where possible: Hopper parts share GH100; H20 is a cut-down GH100).
-DEFAULT_FAMILIES = {
-    "A100-40GB": "A100-80GB",
-    "A10G": "A100-80GB",
-    "RTX-4090": "A100-80GB",
-    "L40S": "A100-80GB",
-    "L4": "A100-80GB",
-    "H100-PCIe": "H100-SXM",
-    "H200": "H100-SXM",
-    "H800": "H100-SXM",
-    "H20": "H100-SXM",
-    "A800-80GB": "A100-80GB",
-    "H100-SXM-96GB": "H100-SXM",
-    "H100-NVL": "H100-SXM",
-    "GB200": "B200",
-    "MI325X": "MI300X",
-}
-
 # Cited per-family starting values (fitted ones are overlaid from data/fitted_constants.json).
 CITED_PER_GPU: dict[str, dict[str, float]] = {
     # FlashAttention-2 reaches ~35% of H100 peak (Shah et al. 2024, FlashAttention-3 Sec. 1).
@@ -244,7 +226,7 @@ def default_constants() -> Constants:
     fitted = Constants.from_dict({k: v for k, v in data.items() if k in {f.name for f in fields(Constants)} - {"network"}})
     # The attention kernels' asymptotes come from their own fit on kernel benchmarks (scripts/fit_attention.py).
     per_gpu = _merge_per_gpu(_merge_per_gpu(CITED_PER_GPU, fitted.per_gpu), fitted_attention_efficiency())
-    return replace(fitted, per_gpu=per_gpu, families={**DEFAULT_FAMILIES, **fitted.families})
+    return replace(fitted, per_gpu=per_gpu, families=catalog_families())  # the catalog names each GPU's family
 
 
 def network_constants(constants: Constants | None = None) -> NetworkConstants:
