@@ -30,7 +30,7 @@ class ComputeConstants:
     gemm_efficiency: float = 0.70  # fitted per GPU family: asymptotic achieved/peak of large 16-bit GEMMs
     gemm_overhead_s: float = 5e-6  # fitted: fixed time per GEMM (launch)
     gemm_dim_offset: float = 0.0  # fitted: a GEMM's short-dimension cost, as elements added to each dimension (cost/device.py)
-    kernel_overhead_s: float = 4e-6  # assumed: per-kernel launch gap on the GPU (a few us: CUDA C Best Practices Guide)
+    kernel_overhead_s: float = 4e-6  # fitted: per-kernel launch gap on the GPU (start: a few us, CUDA C Best Practices Guide)
     # the attention kernels' forward asymptote at head dim 128 (cost/attention.py), fitted per GPU family on the
     # kernel benchmarks (scripts/fit_attention.py); the starting values:
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
