@@ -21,6 +21,7 @@ from shardwise.specs.hardware import catalog_families
 
 GIB = 2**30
 FITTED_FILE = "fitted_constants.json"
+FIT_CV_FILE = "fit_cv.json"  # the cross-validation report, apart from the constants
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,13 @@ def _merge_per_gpu(base: dict[str, dict[str, float]], over: dict[str, dict[str, 
     for k, v in over.items():
         out.setdefault(k, {}).update(v)
     return out
+
+
+def fit_cv_data() -> dict[str, Any]:
+    """The training fit's cross-validation (data/fit_cv.json: ``cv``, each held-out source's rows, and the
+    ``error_bands`` drawn from them; {} before the fit script has written it)."""
+    path = data_path(FIT_CV_FILE)
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def fitted_data() -> dict[str, Any]:
