@@ -30,6 +30,10 @@ def megatron_view(checkout: str, argv: list[str], world_size: int, env: dict[str
     import megatron.training.arguments as margs
 
     margs.get_device_arch_version = lambda: device_arch
+    # validate_args asks torch for the device's capability where the plan uses grouped GEMMs (every MoE
+    # export: --moe-grouped-gemm); on a CPU build torch.cuda has no device, so tell it the plan GPU's.
+    cuda = margs.torch.cuda
+    asked, cuda.get_device_capability = cuda.get_device_capability, lambda *_a, **_k: (device_arch, 0)
     from megatron.training.arguments import parse_args, validate_args
     from megatron.training.theoretical_memory_usage import (
         compute_activation_memory,
@@ -38,7 +42,10 @@ def megatron_view(checkout: str, argv: list[str], world_size: int, env: dict[str
     )
     from megatron.training.vocab_utils import calculate_padded_vocab_size
 
-    args = validate_args(parse_args())
+    try:
+        args = validate_args(parse_args())
+    finally:
+        cuda.get_device_capability = asked
     keys = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
             "context_parallel_size", "expert_model_parallel_size", "data_parallel_size", "micro_batch_size",
             "global_batch_size", "recompute_granularity", "sequence_parallel", "use_distributed_optimizer",
