@@ -23,8 +23,10 @@ ENGINE_ABBREV = {"torch": "T", "torchtitan": "tt", "megatron": "M", "deepspeed":
 
 
 def engine_verdicts(e: Estimate, model: ModelSpec, training: TrainingSpec) -> dict[str, Verdict]:
-    """Which engines run the estimated plan as is (:mod:`shardwise.engines.support`)."""
-    return verdicts(TrainPlan(**e.plan), model, training)
+    """Which engines run the estimated plan as is, with the recipe and stack it was costed with (the
+    engine-rules table, :mod:`shardwise.engines.table`)."""
+    costed = training.model_copy(update={"framework": e.stack.get("name", training.framework)})
+    return verdicts(TrainPlan(**e.plan), model, costed, recipe=e.fp8_recipe or "none")
 
 
 def runs_on_label(v: dict[str, Verdict]) -> str:
