@@ -137,7 +137,7 @@ def plan_cmd(
     console.print(top_table(results, best, objective, labels))
     if note:
         console.print(f"[bold yellow]note:[/bold yellow] {note}")
-    title = "Pareto front: throughput vs $/M tokens" if len(results) > 1 else "Pareto front: throughput vs peak memory"
+    title = "Pareto front: throughput vs $/M tokens" if len({r.gpu for r in results}) > 1 else "Pareto front: throughput vs peak memory"
     console.print(front_table(fronts, title))
     console.print(summary_text(results))
     if plot:
