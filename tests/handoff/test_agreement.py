@@ -94,3 +94,36 @@ def test_planner_label_exporter_and_engine_agree(case, engine, tmp_path):
         else:
             with pytest.raises(ShardwiseError, match="cannot run this plan"):
                 _engine_accepts(engine, job, tmp_path)
+
+
+TOP_CASES = {"llama70b-64xh100": "bf16", "llama70b-64xh100-fp8": "fp8"}
+
+
+@pytest.mark.parametrize("case", list(TOP_CASES))
+def test_top_picks_run_on_every_engine_they_are_labelled_for(case, tmp_path):
+    """The 70B / 64 H100 top picks (the default search and each engine's own search, bf16 and fp8) export
+    to every engine whose label they carry, and the engine's own code accepts the export."""
+    from shardwise.engines.support import runnable_on
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.plan_report import engine_verdicts, job_mapping
+    from shardwise.train.planner import plan_search
+
+    model, cluster = load_model("llama-3.1-70b"), make_cluster("h100", 64)
+    training = TrainingSpec(seq_len=8192, global_batch=128, precision=TOP_CASES[case])
+    picks = plan_search(model, cluster, training, top_k=2, max_exact=16).top
+    for engine in ("torchtitan", "megatron", "deepspeed"):
+        try:
+            picks += plan_search(model, cluster, training, top_k=1, max_exact=16, runnable_on=(engine,)).top
+        except ShardwiseError as exc:  # nothing it runs: DeepSpeed has no fp8 switch
+            assert engine == "deepspeed" and training.precision == "fp8", exc
+    checked = 0
+    for e in picks:
+        job = job_from_mapping(job_mapping(e, model, training, [cluster]))
+        labels = [k for k, v in engine_verdicts(e, model, training).items() if v.runnable]
+        assert labels == runnable_on(job.plan, job.model, job.training, recipe=e.fp8_recipe or "none",
+                                     arch=cluster.gpu.arch)
+        for engine in labels:
+            if engine != "torch":  # train run builds the model for real: the agreement test's tiny case
+                _engine_accepts(engine, job, tmp_path)
+                checked += 1
+    assert checked >= 2  # at least each engine's own pick (DeepSpeed has none in fp8)

@@ -393,6 +393,14 @@ def knob_words(engine: str, job: TrainJob, version: str | None = None) -> list[s
     return out
 
 
+def runs_values(field: str, engine: str, version: str | None = None) -> tuple[str, ...] | None:
+    """The values of knob ``field`` that ``engine`` runs (None: every value)."""
+    for k in KNOBS:
+        if k.field == field and engine in k.runs and k.rule(engine).holds(engine, version):
+            return k.runs[engine]
+    return None
+
+
 def tp_overlap_modes(engine: str) -> tuple[str, ...]:
     """The TP overlap modes ``engine`` runs (what the planner may choose for it)."""
     return next(k.runs[engine] for k in KNOBS if k.field == "tp_overlap")

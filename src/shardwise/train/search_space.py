@@ -201,6 +201,11 @@ def enumerate_plans(
         raise ShardwiseError("--schedules: give at least one schedule")
     n = cluster.num_gpus
     recipe_names = searched_recipes(training, recipes)
+    if runnable_on and recipes is None and len(recipe_names) > 1:  # search only recipes one of the engines runs
+        from shardwise.engines.table import runs_values
+
+        ran = [runs_values("recipe", e) for e in runnable_on]
+        recipe_names = tuple(r for r in recipe_names if any(x is None or r in x for x in ran)) or recipe_names
     dispatcher_names = searched_dispatchers(model, training, dispatchers)
     tps = _powers_of_two(max_tp or cluster.gpus_per_node)
     axes: dict[str, list[int]] = {
