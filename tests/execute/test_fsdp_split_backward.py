@@ -26,8 +26,7 @@ def _worker(rank, port, schedule, reshard, queue):
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining import PipelineStage, schedules
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=4)

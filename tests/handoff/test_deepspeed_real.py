@@ -11,8 +11,8 @@ from tests.handoff.engine_checks import deepspeed_accepts
 
 pytest.importorskip("deepspeed.runtime.config", reason="deepspeed 0.19.8 not installed")
 
-from shardwise.handoff import export_train  # noqa: E402
-from shardwise.specs.job import job_from_mapping  # noqa: E402
+from shardwise.handoff import export_train
+from shardwise.specs.job import job_from_mapping
 
 
 def _check(job):
