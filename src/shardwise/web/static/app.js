@@ -647,7 +647,7 @@ async function runServePlan() {
   let inp;
   try { inp = serveInputs(); } catch (err) { return showError("serve", err); }
   const { v, rate, workload, slo } = inp;
-  const body = { model: v.model, precision: v.precision, rate, gpus: v.gpus, workload,
+  const body = { model: v.model, precision: v.precision, rate, gpu_mix: v.gpu_mix, workload,
     slo_ttft_ms: slo.ttft_ms, slo_tpot_ms: slo.tpot_ms, attainment: slo.attainment,
     disaggregation: v.disagg === "1", mix: v.mix === "1" };
   if (traceText !== null) body.trace_csv = traceText;
