@@ -62,3 +62,13 @@ def test_train_plan_export_prints_the_launch_script_raw_and_writes_it_with_o(cap
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     assert main(args + ["-o", str(tmp_path / "launch.sh")]) == 0
     assert (tmp_path / "launch.sh").read_text() == script
+
+
+def test_the_sweep_example_loads_and_the_readme_documents_every_field():
+    from shardwise.train.sweep import SweepSpec, load_sweep
+
+    jobs = load_sweep(ROOT / "examples" / "sweep.yaml")
+    assert len(jobs) == 8 and {j["cluster"]["gpu"] for j in jobs} == {"h100", "a100-80gb"}
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Sweep files"):]
+    assert all(f"| `{name}` |" in section for name in SweepSpec.model_fields)

@@ -32,16 +32,21 @@ COLUMNS = ("job", "model", "gpu", "gpus", "seq_len", "global_batch", "tp", "pp",
 
 
 class SweepSpec(BaseModel):
+    """A sweep file (`train sweep SWEEP`): one planning job per (model, cluster, seq_len, global_batch) of the
+    lists' product, each searched as `train plan` does; examples/sweep.yaml shows every field."""
+
     model_config = ConfigDict(extra="forbid")
 
-    models: list[str | dict[str, Any]] = Field(min_length=1)
-    clusters: list[ClusterSpec] = Field(min_length=1)
-    seq_lens: list[int] = Field(min_length=1)
-    global_batches: list[int] = Field(min_length=1)
-    objective: str = "throughput"
-    schedules: list[str] | None = None
-    max_memory_gib: float | None = None
-    precision: str = "bf16"
+    models: list[str | dict[str, Any]] = Field(min_length=1, description="presets, config.json paths or inline model "
+                                                "mappings (as a job file's model)")
+    clusters: list[ClusterSpec] = Field(min_length=1, description="clusters, each as a job file's cluster "
+                                        "(gpu, gpus, gpus_per_node, ...)")
+    seq_lens: list[int] = Field(min_length=1, description="sequence lengths (tokens)")
+    global_batches: list[int] = Field(min_length=1, description="global batches (sequences per step)")
+    objective: str = Field(default="throughput", description="throughput | cost | memory | goodput (as --objective)")
+    schedules: list[str] | None = Field(default=None, description="schedules to search (default: the planner's)")
+    max_memory_gib: float | None = Field(default=None, description="reject plans above this peak per GPU")
+    precision: str = Field(default="bf16", description="bf16 | fp16 | fp8 | fp4 | fp32 for every job")
 
 
 def load_sweep(path: str | Path) -> list[dict[str, Any]]:
