@@ -72,3 +72,17 @@ def test_the_sweep_example_loads_and_the_readme_documents_every_field():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("### Sweep files"):]
     assert all(f"| `{name}` |" in section for name in SweepSpec.model_fields)
+
+
+def test_the_api_example_prints_plans_as_the_cli_does(capsys):
+    """examples/api.py prints the best plan in the table's compact form (the same words as `train plan`)."""
+    import re
+    import runpy
+
+    runpy.run_path(str(ROOT / "examples" / "api.py"))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("best plan: "))
+    label = line.removeprefix("best plan: ").split(" -> ")[0]
+    assert re.fullmatch(r"tp\d+ pp\d+( v\d+)? dp\d+ .*z\d mb\d+ \S+.*", label), label
+    assert main(["train", "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096",
+                 "--global-batch", "64", "--runnable-on", "megatron", "--top", "1", "--no-progress"]) == 0
+    assert label in capsys.readouterr().out
