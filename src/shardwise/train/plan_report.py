@@ -17,7 +17,7 @@ from shardwise.specs.model import ModelSpec
 from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.planner import PlanResult, searched_fields
-from shardwise.train.result import GIB, Estimate
+from shardwise.train.result import GIB, MFU_LABELS, Estimate
 
 #: Short engine names for the table's "runs on" column.
 ENGINE_ABBREV = {"torch": "T", "torchtitan": "tt", "megatron": "M", "deepspeed": "DS"}
@@ -153,7 +153,7 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
     t = Table(title=f"Best plans ({objective})", title_justify="left",
               caption="runs on: T = shardwise train run (torch), tt = torchtitan, M = Megatron-LM, DS = DeepSpeed"
               if runs_on is not None else None, caption_justify="left")
-    for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", "MFU (causal)", "peak GiB", "bubble s"]:
+    for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", MFU_LABELS["mfu_causal"], "peak GiB", "bubble s"]:
         t.add_column(col, justify="left" if col in ("plan", "gpu") else "right")
     with_cost = any(e.cost_usd is not None for e in top)
     if top and top[0].days_to_train is not None:

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shardwise.train.goodput_report import goodput_rows
-from shardwise.train.result import Estimate
+from shardwise.train.result import MFU_LABELS, Estimate
 
 if TYPE_CHECKING:
     from shardwise.train.hetero_result import HeteroEstimate
@@ -81,8 +81,8 @@ def estimate_table(e: Estimate) -> Group:
         ("error band", _band_text(e)),
         ("tokens/s per GPU", f"{e.tokens_per_s_per_gpu:,.0f}"),
         ("model TFLOP/s per GPU", f"{e.model_tflops_per_gpu:.1f}"),
-        ("MFU (causal)", f"{e.mfu_causal:.1%}  ({CAUSAL_MFU})"),
-        ("non-causal MFU / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included, causal)"),
+        (MFU_LABELS["mfu_causal"], f"{e.mfu_causal:.1%}  ({CAUSAL_MFU})"),
+        (f"{MFU_LABELS['mfu']} / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included, causal)"),
         ("peak memory per GPU", f"{e.peak_memory_gib:.1f} GiB of {e.usable_memory_gib:.1f} usable ({e.gpu_memory_gib:.0f} less "
                                 f"{1 - e.usable_memory_gib / e.gpu_memory_gib:.0%} headroom; pipeline rank {e.peak_memory_rank})"),
         ("allocated / reserved", f"{e.peak_allocated_gib:.1f} / {e.peak_reserved_gib:.1f} GiB (torch max_memory_allocated / "

@@ -26,9 +26,10 @@ from shardwise.specs.job import ClusterSpec
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+#: The CSV/Parquet columns; ``mfu`` and ``mfu_causal`` as the Estimate JSON names them (FLOP_CONVENTIONS).
 COLUMNS = ("job", "model", "gpu", "gpus", "seq_len", "global_batch", "tp", "pp", "vpp", "dp", "cp", "ep", "zero",
            "sequence_parallel", "recompute", "micro_batch", "schedule", "step_time_s", "tokens_per_s_per_gpu", "mfu",
-           "peak_memory_gib", "considered", "feasible", "error")
+           "mfu_causal", "peak_memory_gib", "considered", "feasible", "error")
 
 
 class SweepSpec(BaseModel):
@@ -88,7 +89,7 @@ def plan_one(job: dict[str, Any]) -> dict[str, Any]:
     plan = {k: best.plan[k] for k in ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ep", "etp", "zero", "sequence_parallel", "recompute",
                                       "micro_batch", "schedule")} | {"fp8_recipe": best.fp8_recipe, "moe_dispatcher": best.moe_dispatcher}
     return row | {"gpu": cluster.gpu.name} | plan | {
-        "step_time_s": best.step_time_s, "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu,
+        "step_time_s": best.step_time_s, "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu, "mfu_causal": best.mfu_causal,
         "peak_memory_gib": best.peak_memory_gib, "considered": res.considered, "feasible": res.feasible_screened, "error": None}
 
 

@@ -377,7 +377,7 @@ function estimateCards(e) {
   return [
     card("step time", `${fmt.sig(e.step_time_s, 4)} s`, `${e.microbatches} micro-batches`, "", "step_time_s", e.step_time_s),
     card("tokens/s per GPU", fmt.num(e.tokens_per_s_per_gpu), `${fmt.sig(e.model_tflops_per_gpu, 4)} model TFLOP/s`, "", "tokens_per_s_per_gpu", e.tokens_per_s_per_gpu),
-    card("MFU", fmt.pct(e.mfu), `causal ${fmt.pct(e.mfu_causal)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu", e.mfu),
+    card("MFU (causal)", fmt.pct(e.mfu_causal), `MFU (non-causal) ${fmt.pct(e.mfu)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu_causal", e.mfu_causal),
     card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, (e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`)
       + (e.peak_reserved_gib !== undefined ? `; allocated ${fmt.num(e.peak_allocated_gib, 1)}, reserved ${fmt.num(e.peak_reserved_gib, 1)} GiB` : ""), e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
     card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan", "", "bubble_fraction", e.bubble_fraction),
@@ -451,7 +451,7 @@ function renderPlan(out, body) {
   const s = out.searches;
   $("#train-plan-summary").textContent = s.map((r) => `${r.gpu} × ${r.num_gpus}: ${fmt.num(r.considered)} plans, ${fmt.num(r.feasible_after_screen)} fit, ${r.exact_evaluations} estimated exactly in ${fmt.sig(r.seconds.total, 3)} s`).join(" · ") + ` · objective ${out.objective}`;
   const withDays = out.top.some((e) => e.days_to_train !== null && e.days_to_train !== undefined);
-  const head = ["#", ...(multi ? ["GPU"] : []), "plan", "step s", "tokens/s/GPU", "MFU", "peak GiB", "bubble s", ...(withDays ? ["days", "$"] : []), "runs on"];
+  const head = ["#", ...(multi ? ["GPU"] : []), "plan", "step s", "tokens/s/GPU", "MFU (causal)", "peak GiB", "bubble s", ...(withDays ? ["days", "$"] : []), "runs on"];
   const table = $("#train-top-plans");
   table.replaceChildren(el("thead", {}, el("tr", {}, head.map((h) => el("th", { class: h === "plan" || h === "GPU" ? "l" : "", text: h })))));
   const tbody = el("tbody");
@@ -459,7 +459,7 @@ function renderPlan(out, body) {
     const tr = el("tr", { "data-rank": k + 1, "data-step": String(e.step_time_s), onclick: () => selectPlan(e, k + 1, tr) },
       el("td", { text: k + 1 }), multi ? el("td", { class: "l", text: e.gpu }) : null,
       el("td", { class: "l plan", text: planLabel(e.plan, e.fp8_recipe, e.moe_dispatcher) }), el("td", { text: fmt.sig(e.step_time_s, 4) }),
-      el("td", { text: fmt.num(e.tokens_per_s_per_gpu) }), el("td", { text: fmt.pct(e.mfu) }),
+      el("td", { text: fmt.num(e.tokens_per_s_per_gpu) }), el("td", { text: fmt.pct(e.mfu_causal) }),
       el("td", { text: fmt.num(e.peak_memory_gib, 1) }), el("td", { text: fmt.sig(e.time_s.bubble, 3) }),
       withDays ? el("td", { text: fmt.num(e.days_to_train, 1) }) : null, withDays ? el("td", { text: fmt.usd(e.cost_usd) }) : null,
       el("td", { class: "l", text: (e.runnable_on || []).join(", ") || "none as is" }));
