@@ -40,6 +40,7 @@ _I = typer.Option("1", "--i", help="Input-gradient (I) time of a rank's slice (a
 _W = typer.Option("1", "--w", help="Weight-gradient (W) time of a rank's slice (as --f).")
 _COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + bytes/bandwidth).")
 _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
+_PLACE = typer.Option(None, "--placement", help="auto: loop or v (default: v with --vpp 2, else loop).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
 _TRACE = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON; times taken as seconds).")
 
@@ -76,12 +77,12 @@ def _print_result(res: SimResult, console: Console) -> None:
 
 def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
                          comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: Format,
-                         plot: Path | None, trace: Path | None) -> None:
+                         plot: Path | None, trace: Path | None, placement: str | None = None) -> None:
     from shardwise.pipeline import load_csv, simulate
     from shardwise.pipeline.options import build_schedule
 
     imported = load_csv(from_csv) if from_csv is not None else None
-    sched, times = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported)
+    sched, times = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported, placement)
     res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)  # options.simulate_options, keeping sched
     if plot is not None:
         from shardwise.pipeline.plot import plot_timeline
@@ -126,7 +127,7 @@ def list_cmd() -> None:
 def simulate_cmd(
     schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: int | None = _VPP,
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: float | None = _CAP,
-    w_retained: float = _RHO,
+    w_retained: float = _RHO, placement: str | None = _PLACE,
     from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
     format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
@@ -143,7 +144,7 @@ def simulate_cmd(
       shardwise schedule simulate --schedule auto --pp 8 --microbatches 32 --mem-cap 8
     """
     _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot,
-                         trace)
+                         trace, placement)
 
 
 @app.command("import")
@@ -227,10 +228,11 @@ def compare_cmd(
                 "stage_bubble_ratio", "peak act. (rank mb)"):
         table.add_column(col, justify="left" if col == "schedule" else "right")
     for row in rows:
+        vpp_text = str(row["vpp"]) + (f" ({row['placement']})" if "placement" in row else "")
         if "error" in row:
-            table.add_row(row["schedule"], str(row["vpp"]), "[dim]n/a: " + row["error"][:60] + "[/dim]")
+            table.add_row(row["schedule"], vpp_text, "[dim]n/a: " + row["error"][:60] + "[/dim]")
             continue
-        table.add_row(row["schedule"], str(row["vpp"]), f"{row['makespan']:.6g}", f"{row['stage_span']:.6g}",
+        table.add_row(row["schedule"], vpp_text, f"{row['makespan']:.6g}", f"{row['stage_span']:.6g}",
                       f"{row['bubble_fraction']:.4f}", f"{row['bubble_ratio']:.4f}",
                       f"{row['stage_bubble_ratio']:.4f}", f"{row['peak_activation_rank_microbatches']:.3g}")
     _console().print(table)

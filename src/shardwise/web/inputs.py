@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -158,6 +158,7 @@ class ScheduleSimulateBody(_Body):
     w: Times = Field(default=1.0, description="weight-gradient (W) time per stage")
     comm: float = Field(default=0.0, description="time per cross-rank hop")
     mem_cap: float | None = Field(default=None, description="auto: per-rank activation cap in micro-batches")
+    placement: Literal["loop", "v"] | None = Field(default=None, description="auto: loop or v (default: v with vpp 2, else loop)")
     w_retained: float = Field(default=1.0, description="fraction of a micro-batch's activations held from I to W")
     csv: str | None = Field(default=None, max_length=MAX_TRACE_BYTES, description="a schedule CSV in PyTorch's layout (replaces schedule, pp, microbatches, vpp)")
 

@@ -126,7 +126,8 @@ def schedule_simulate(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
     imported = read_csv_text(o.csv, name="uploaded") if o.csv is not None else None
     if imported is not None:
         check_cells(imported.num_stages * imported.microbatches, MAX_TIMELINE_CELLS, "csv")
-    res = simulate_options(o.schedule, o.pp, o.microbatches, o.vpp, o.f, o.i, o.w, o.comm, o.mem_cap, o.w_retained, imported)
+    res = simulate_options(o.schedule, o.pp, o.microbatches, o.vpp, o.f, o.i, o.w, o.comm, o.mem_cap, o.w_retained, imported,
+                           o.placement)
     return res.to_dict()
 
 

@@ -605,9 +605,9 @@ async function runSchedules() {
     const ok = rows.filter((r) => !r.error);
     const sims = await Promise.all(ok.map((r) => {
       const info = CATALOG.schedules.find((s) => s.name === r.schedule);
-      const tv = (x) => stageTimes(timesOf(x), body.pp, r.vpp, info.placement);
+      const tv = (x) => stageTimes(timesOf(x), body.pp, r.vpp, r.placement || info.placement);
       return post("/api/schedule/simulate", { schedule: r.schedule, pp: body.pp, microbatches: body.microbatches, vpp: r.vpp,
-        f: tv(v.f), i: tv(v.i), w: tv(v.w), comm: body.comm });
+        f: tv(v.f), i: tv(v.i), w: tv(v.w), comm: body.comm, ...(r.placement ? { placement: r.placement } : {}) });
     }));
     $("#sched-empty").hidden = true; $("#sched-out").hidden = false;
     $("#sched-legend").replaceWith(Object.assign(legend(), { id: "sched-legend" }));
