@@ -19,21 +19,25 @@ from shardwise.train.planner import job_from_plan
 from shardwise.train.search_space import engine_view, enumerate_plans
 
 TINY = ModelSpec(name="tiny", layers=8, hidden=64, heads=8, kv_heads=4, ffn=128, vocab=256)
-CASES = {  # model, gpus, seq_len, global batch, precision
+CASES = {  # model, gpus, seq_len, global batch, precision[, training knobs]
     "llama8b-dense": ("llama-3.1-8b", 16, 4096, 64, "bf16"),
     "llama8b-fp8": ("llama-3.1-8b", 16, 4096, 64, "fp8"),
     "mixtral": ("mixtral-8x7b", 16, 4096, 64, "bf16"),
     "qwen3-30b-a3b": ("qwen3-30b-a3b", 16, 4096, 64, "bf16"),
     "deepseek-v3": ("deepseek-v3", 64, 4096, 256, "bf16"),
+    # the job-level MoE knobs: experts looped (no grouped GEMM), the all-to-alls overlapped, expandable segments
+    "qwen3-30b-a3b-knobs": ("qwen3-30b-a3b", 16, 4096, 64, "bf16",
+                            {"moe": {"grouped_gemm": False, "overlap_a2a": True}, "expandable_segments": True}),
     "tiny": (TINY, 8, 64, 16, "fp32"),
 }
 PER_SIDE = 8  # plans drawn on each side (runnable, refused) per case and engine
 
 
 def _space(case):
-    name, gpus, seq, batch, precision = CASES[case]
+    name, gpus, seq, batch, precision, *knobs = CASES[case]
     model = name if isinstance(name, ModelSpec) else load_model(name)
-    cluster, training = make_cluster("h100", gpus), TrainingSpec(seq_len=seq, global_batch=batch, precision=precision)
+    cluster = make_cluster("h100", gpus)
+    training = TrainingSpec(seq_len=seq, global_batch=batch, precision=precision, **(knobs[0] if knobs else {}))
     cands = enumerate_plans(model, cluster, training)
     return model, cluster, training, cands
 

@@ -75,6 +75,9 @@ class PlanView:
     reshard_after_forward: bool | None = None
     offload: str = "none"
     dp_shard: int | None = None
+    grouped_gemm: str = "on"  # moe.grouped_gemm: on | off
+    overlap_a2a: str = "default"  # moe.overlap_a2a: default (unset: the stack's share) | on | off
+    expandable_segments: str = "off"  # the allocator the estimate costed: on | off
 
     def __post_init__(self) -> None:
         zeros = np.zeros(len(self.tp), dtype=np.int64)
@@ -122,11 +125,25 @@ class PlanView:
                    training.precision, plan.flash_attention, training.method, etp=one(plan.expert_tp),
                    cpc=one(CP_COMMS.index(plan.cp_comm)), rcp=one(0), recipes=(recipe,), disp=one(0),
                    dispatchers=(training.moe.dispatcher,), tp_overlap=mode, microbatch_group=plan.microbatch_group,
-                   reshard_after_forward=plan.reshard_after_forward, offload=plan.offload, dp_shard=plan.dp_shard)
+                   reshard_after_forward=plan.reshard_after_forward, offload=plan.offload, dp_shard=plan.dp_shard,
+                   **training_knobs(training))
 
     @classmethod
     def of_job(cls, job: TrainJob, recipe: str | None = None) -> PlanView:
         return cls.of(job.plan, job.model, job.training, recipe, job.cluster.gpu.arch)
+
+
+def training_knobs(training: TrainingSpec) -> dict[str, str]:
+    """The job-level choices the table reads, as values of its knobs: MoE grouped GEMMs, the expert
+    all-to-all overlap, and the allocator's expandable segments as the estimate costs them (the job's
+    setting, else its stack's default)."""
+    from shardwise.cost.stack import expandable_segments, stack_profile
+
+    onoff = lambda x: "on" if x else "off"  # noqa: E731
+    moe = training.moe
+    return {"grouped_gemm": onoff(moe.grouped_gemm),
+            "overlap_a2a": "default" if moe.overlap_a2a is None else onoff(moe.overlap_a2a),
+            "expandable_segments": onoff(expandable_segments(training, stack_profile(training.framework, "hopper")))}
 
 
 def _costed_recipe(training: TrainingSpec, arch: str | None) -> str:

@@ -8,7 +8,7 @@ each ranked plan, the estimate's notes, every exporter and ``train run``. An ent
   one plan or millions), the one-line reason, what would run instead, and the source (a file of the
   engine at the pinned version, with a link); or
 - a :class:`Knob`: one costed choice of the plan (a field of the view), the values each engine runs and
-  the words each engine's launch writes for a value. Its refusals are derived (a value an engine does not
+  the words (arguments, environment) each engine's launch writes for a value. Its refusals are derived (a value an engine does not
   run is refused with the knob's reason), and exporters take the words from it, so adding a knob to the
   hand-off is one entry here.
 
@@ -88,14 +88,16 @@ class Rule:
 
 
 Words = Callable[[Any, "TrainJob"], list[str]]
+Env = Callable[[Any, "TrainJob"], dict[str, str]]
 
 
 @dataclass(frozen=True)
 class Knob:
     """A costed choice: ``field`` of the view holds its value (a name, or per plan an index into the
     view's ``names[field]``); ``runs[engine]`` the values the engine runs (missing: every value);
-    ``words[engine](value, job)`` what the engine's launch writes for it; ``matters(view)`` where the
-    choice applies (elsewhere any value runs)."""
+    ``words[engine](value, job)`` the arguments the engine's launch writes for it and ``env[engine](value,
+    job)`` the environment; ``matters(view)`` where the choice applies (elsewhere any value runs);
+    ``instead``: what would run (default: the values the engine runs)."""
 
     field: str
     runs: dict[str, tuple[str, ...]]
@@ -104,11 +106,14 @@ class Knob:
     source: dict[str, str]
     matters: Callable[[PlanView], Any] = lambda v: np.ones(len(v.tp), dtype=bool)
     versions: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    env: dict[str, Env] = field(default_factory=dict)
+    instead: str = ""
 
     def rule(self, engine: str) -> Rule:
         ok = self.runs[engine]
         return Rule((engine,), lambda v: self.matters(v) & ~v.value_in(self.field, ok),
-                    self.reason.format(engine=engine, values=", ".join(ok)), f"{self.field} " + " or ".join(ok),
+                    self.reason.format(engine=engine, values=", ".join(ok)),
+                    self.instead or f"{self.field} " + " or ".join(ok),
                     self.source.get(engine, ""), self.versions.get(engine, (None, None)))
 
 
@@ -139,6 +144,15 @@ def _split(v: PlanView) -> np.ndarray:
     return v.split()
 
 
+def _moe(v: PlanView) -> np.ndarray:
+    return _model(v, lambda m, _: m.is_moe)
+
+
+def _a2a_overlap(v: PlanView) -> np.ndarray:
+    """Megatron's expert all-to-all overlap is asked for (moe.overlap_a2a true) and applies (ep > 1)."""
+    return (v.ep > 1) & v.value_in("overlap_a2a", ("on",))
+
+
 def _reshards_after_forward(v: PlanView, keeps_with_pp: bool) -> np.ndarray:
     """ZeRO-3 (FSDP2) that frees the gathered parameters after each forward: the plan's
     reshard_after_forward, else the engine's default (torchtitan: kept under PP; the executor: freed)."""
@@ -167,6 +181,9 @@ def _fsdp_split_rule(engines: tuple[str, ...], keeps_with_pp: bool, instead: str
                 "weight gradients in torch's pipeline runtime (W runs on parameters FSDP2 has already freed)",
                 instead, _PT + "torch/distributed/pipelining/_backward.py (" + FSDP_SPLIT + ")")
 
+
+RECOMPUTE_FULL = 2  # index of "full" in engines.support.RECOMPUTE (none, selective, full)
+_A2A_SRC = "megatron/core/transformer/transformer_config.py (overlap_moe_expert_parallel_comm asserts)"
 
 RULES: tuple[Rule, ...] = (
     ADAPTERS,
@@ -249,6 +266,18 @@ RULES: tuple[Rule, ...] = (
          & (np.asarray(v.microbatch_group or 0) < v.pp),
          "Megatron-LM's interleaved schedule needs pp <= microbatch_group <= micro-batches", "microbatch_group >= pp",
          _MG + "megatron/core/pipeline_parallel/schedules.py"),
+    # Megatron-LM's expert all-to-all overlap (--overlap-moe-expert-parallel-comm): TransformerConfig's asserts
+    Rule(("megatron",), lambda v: _a2a_overlap(v) & ~v.value_in("dispatcher", ("alltoall", "deepep")),
+         "Megatron-LM overlaps the expert all-to-alls with the alltoall or flex (DeepEP) dispatcher only",
+         "moe.dispatcher alltoall or deepep", _MG + _A2A_SRC),
+    Rule(("megatron",), lambda v: _a2a_overlap(v) & (v.rc == RECOMPUTE_FULL),
+         "Megatron-LM's expert all-to-all overlap refuses full recompute", "recompute selective or none",
+         _MG + _A2A_SRC),
+    Rule(("megatron",), lambda v: _a2a_overlap(v) & (v.pp > 1) & (v.vpp == 1),
+         "Megatron-LM's expert all-to-all overlap with pipeline parallelism needs a virtual pipeline (interleaved "
+         "1F1B)", "schedule interleaved with vpp > 1, or moe.overlap_a2a unset", _MG + _A2A_SRC),
+    Rule(("megatron",), lambda v: _a2a_overlap(v) & np.full(len(v.tp), v.precision == "fp32"),
+         "Megatron-LM's expert all-to-all overlap needs a bf16 or fp16 model", "precision bf16", _MG + _A2A_SRC),
     # DeepSpeed
     Rule(("deepspeed",), lambda v: np.full(len(v.tp), v.precision in ("fp8", "fp4")),
          "DeepSpeed has no fp8/fp4 training switch in ds_config (low-precision GEMMs come from the model code, e.g. "
@@ -325,6 +354,20 @@ def _microbatch_group(n: Any, job: TrainJob) -> list[str]:
     return [] if n in (None, "none") or job.plan.pp == 1 else ["--microbatch-group-size-per-virtual-pipeline-stage", str(n)]
 
 
+def _megatron_grouped_gemm(value: str, job: TrainJob) -> list[str]:
+    return ["--moe-grouped-gemm"] if value == "on" and job.model.is_moe else []  # off: SequentialMLP, a loop
+
+
+def _megatron_a2a_overlap(value: str, job: TrainJob) -> list[str]:
+    return ["--overlap-moe-expert-parallel-comm"] if value == "on" and job.plan.ep > 1 else []
+
+
+def _allocator_env(name: str) -> Env:
+    """The caching allocator's expandable segments, in the variable ``name`` (torch reads PYTORCH_ALLOC_CONF,
+    and still the older PYTORCH_CUDA_ALLOC_CONF, which the releases before it read)."""
+    return lambda value, job: {name: "expandable_segments:True"} if value == "on" else {}
+
+
 def _megatron_dispatcher(name: str, job: TrainJob) -> list[str]:
     if not job.model.is_moe:
         return []
@@ -371,6 +414,26 @@ KNOBS: tuple[Knob, ...] = (
           "megatron": _MG + "megatron/training/arguments.py (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend)",
           "deepspeed": _DS + "deepspeed/module_inject/auto_ep_config.py (comm_backend)"},
          matters=lambda v: v.ep > 1),
+    Knob("grouped_gemm", {"torch": ("on", "off"), "torchtitan": ("on",), "megatron": ("on", "off"),
+                          "deepspeed": ("on", "off")},
+         {"megatron": _megatron_grouped_gemm},  # DeepSpeed: expert_parallel.use_grouped_mm in ds_config
+         "{engine} runs the experts' GEMMs as grouped GEMMs only (no per-expert loop)",
+         {"torchtitan": _TT + "torchtitan/models/common/moe.py (GroupedExperts: torch._grouped_mm)",
+          "megatron": _MG + "megatron/training/arguments.py (--moe-grouped-gemm; without it SequentialMLP)",
+          "deepspeed": _DS + "deepspeed/module_inject/auto_ep_config.py (use_grouped_mm)"},
+         matters=_moe, instead="moe.grouped_gemm true"),
+    Knob("overlap_a2a", {"torch": ("default", "on", "off"), "torchtitan": ("default", "off"),
+                         "megatron": ("default", "on", "off"), "deepspeed": ("default", "off")},
+         {"megatron": _megatron_a2a_overlap},
+         "{engine} has no switch that hides the expert all-to-alls under another micro-batch's compute",
+         {"torchtitan": _TT + "torchtitan/models/common/token_dispatcher.py (the all-to-alls run inside the layer, no cross-micro-batch overlap)",
+          "megatron": _MG + "megatron/training/arguments.py (--overlap-moe-expert-parallel-comm)",
+          "deepspeed": _DS + "deepspeed/module_inject/auto_ep_config.py (no overlap setting)"},
+         matters=lambda v: v.ep > 1, instead="moe.overlap_a2a unset or false"),
+    Knob("expandable_segments", {e: ("on", "off") for e in ENGINES}, {},
+         "{engine} runs the caching allocator either way", {}, env={
+             "torchtitan": _allocator_env("PYTORCH_ALLOC_CONF"),  # as torchtitan's run_train.sh exports it
+             "megatron": _allocator_env("PYTORCH_CUDA_ALLOC_CONF"), "deepspeed": _allocator_env("PYTORCH_CUDA_ALLOC_CONF")}),
 )
 
 
@@ -390,6 +453,18 @@ def knob_words(engine: str, job: TrainJob, version: str | None = None) -> list[s
     for k in KNOBS:
         if engine in k.words and (engine not in k.runs or k.rule(engine).holds(engine, version)):
             out += k.words[engine](view.scalar(k.field), job)
+    return out
+
+
+def knob_env(engine: str, job: TrainJob, version: str | None = None) -> dict[str, str]:
+    """The environment ``engine``'s launch sets for the plan's costed choices (expandable segments)."""
+    from shardwise.engines.support import PlanView
+
+    view = PlanView.of_job(job)
+    out: dict[str, str] = {}
+    for k in KNOBS:
+        if engine in k.env and (engine not in k.runs or k.rule(engine).holds(engine, version)):
+            out |= k.env[engine](view.scalar(k.field), job)
     return out
 
 

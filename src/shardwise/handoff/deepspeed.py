@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from shardwise.engines.table import DEEPSPEED_AUTOEP
+from shardwise.engines.table import DEEPSPEED_AUTOEP, knob_env
 from shardwise.handoff.common import Export
 from shardwise.specs.job import TrainJob
 from shardwise.specs.model import load_model
@@ -61,6 +61,8 @@ def ds_config(job: TrainJob) -> dict:
     if job.model.is_moe and p.ep > 1:
         cfg["expert_parallel"] = {"enabled": True, "autoep_size": p.ep, "preset_model": autoep_preset(job),
                                   "comm_backend": "deepep" if tr.moe.dispatcher == "deepep" else "comm"}
+        if not tr.moe.grouped_gemm:  # the sequential expert loop (auto_ep_config.py use_grouped_mm)
+            cfg["expert_parallel"]["use_grouped_mm"] = False
     if p.recompute == "full":
         cfg["activation_checkpointing"] = {"partition_activations": p.tp > 1, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False}
@@ -93,5 +95,9 @@ def export_deepspeed(job: TrainJob, version: str = VERSION) -> Export:
     if job.cluster.nodes > 1:
         launcher += ["--hostfile", "${HOSTFILE:-hostfile}"]
     launcher.append("${TRAIN_SCRIPT:-train.py}")
-    return Export("deepspeed", version, ["--deepspeed", "--deepspeed_config", "ds_config.json"], launcher, {},
-                  {}, ("ds_config.json", text), notes, title=job.name)
+    env = knob_env("deepspeed", job, version)
+    files = {}
+    if env and job.cluster.nodes > 1:  # the launcher ships .deepspeed_env to every node (launcher/runner.py)
+        files[".deepspeed_env"] = "".join(f"{k}={v}\n" for k, v in env.items())
+    return Export("deepspeed", version, ["--deepspeed", "--deepspeed_config", "ds_config.json"], launcher, env,
+                  files, ("ds_config.json", text), notes, title=job.name)

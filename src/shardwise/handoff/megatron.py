@@ -16,7 +16,7 @@ command runs before a dataset is prepared (replace with ``--data-path`` and a to
 
 from __future__ import annotations
 
-from shardwise.engines.table import knob_words
+from shardwise.engines.table import knob_env, knob_words
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve
 from shardwise.specs.job import TrainJob
@@ -49,7 +49,7 @@ def model_args(m: ModelSpec, seq_len: int) -> list[str]:
         a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     if m.is_moe:
         a += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k),
-              "--moe-ffn-hidden-size", str(m.d_expert), "--moe-grouped-gemm"]
+              "--moe-ffn-hidden-size", str(m.d_expert)]  # --moe-grouped-gemm: the table's grouped_gemm knob
         if m.shared_experts:
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.d_expert)]
         if m.dense_layers:
@@ -110,7 +110,8 @@ def parallel_args(job: TrainJob) -> list[str]:
         a.append("--fp16")
     if tr.low_precision:
         a += ["--transformer-impl", "transformer_engine"]
-    a += knob_words("megatron", job)  # fp8/fp4 recipe, TP overlap, micro-batch groups, MoE dispatcher
+    a += knob_words("megatron", job)  # fp8/fp4 recipe, TP overlap, micro-batch groups, MoE dispatcher, grouped
+    # GEMMs, expert all-to-all overlap
     if not p.flash_attention:
         a += ["--attention-backend", "unfused"]
     return a
@@ -133,7 +134,7 @@ def export_megatron(job: TrainJob, version: str = VERSION) -> Export:
     notes = ["NullTokenizer pads the vocabulary to a multiple of 128 x tp (Megatron's --make-vocab-size-divisible-by)"]
     per_node = min(job.cluster.gpus_per_node, job.cluster.num_gpus)
     # TP/CP want one CUDA connection (validate_args asserts it before Blackwell); Megatron-FSDP asserts the opposite
-    env = {} if job.plan.zero >= 2 else {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    env = ({} if job.plan.zero >= 2 else {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}) | knob_env("megatron", job, version)
     return Export("megatron", version, args, torchrun(per_node, job.cluster.nodes, script="pretrain_gpt.py"), env,
                   {}, ("megatron-bridge-overrides.txt", bridge_overrides(job)), notes, title=job.name,
                   script_writes_config=False)

@@ -25,7 +25,7 @@ gradient-accumulation step otherwise; ``global_batch_size`` is the plan's global
 
 from __future__ import annotations
 
-from shardwise.engines.table import TORCHTITAN_MODELS, knob_words
+from shardwise.engines.table import TORCHTITAN_MODELS, knob_env, knob_words
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve, schedule_info
@@ -200,7 +200,7 @@ def config_module(module: str, config: str, recipe: str, moe: bool) -> str:
 def _export_03(job: TrainJob, module: str, config: str, par: dict[str, object], training: dict[str, object],
                files: dict[str, str], notes: list[str], version: str, recipe: str) -> Export:
     p = job.plan
-    env = {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    env = knob_env("torchtitan", job, version)  # expandable segments, as the estimate costed the allocator
     if recipe != "none" or config in CONVERTED:  # the recipe is a converter of the config: our own config module
         files[f"{CONFIG_MODULE}.py"] = config_module(module, config, recipe, job.model.is_moe)
         args = ["--module", CONFIG_MODULE, "--config", f"shardwise_{config}"]
@@ -253,7 +253,7 @@ def _export_02(job: TrainJob, module: str, flavor: str, par: dict[str, object], 
         text += f"\n[{name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in body.items())
     fname = f"{job.name}-torchtitan.toml"
     return Export("torchtitan", version, ["--job.config_file", fname], _launcher(job, "torchtitan.train"),
-                  {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, files, (fname, text), notes, title=job.name)
+                  knob_env("torchtitan", job, version), files, (fname, text), notes, title=job.name)
 
 
 def _launcher(job: TrainJob, module: str) -> list[str]:

@@ -367,7 +367,7 @@ def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_a
     """The candidates as a :class:`~shardwise.engines.support.PlanView` (arrays, no copy); `fixed`: the
     job's plan fields every candidate carries (offload, dp_shard, reshard_after_forward, microbatch_group,
     tp_overlap)."""
-    from shardwise.engines.support import PlanView
+    from shardwise.engines.support import PlanView, training_knobs
 
     fixed = fixed or {}
     mode = fixed.get("tp_overlap", "auto")
@@ -376,7 +376,7 @@ def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_a
                     cpc=c["cpc"], cp_comms=CP_COMMS, rcp=c["rcp"], recipes=c.recipes, disp=c["disp"],
                     dispatchers=c.dispatchers or ("alltoall",), tp_overlap="none" if mode == "auto" else mode,
                     microbatch_group=fixed.get("microbatch_group"), reshard_after_forward=fixed.get("reshard_after_forward"),
-                    offload=fixed.get("offload", "none"), dp_shard=fixed.get("dp_shard"))
+                    offload=fixed.get("offload", "none"), dp_shard=fixed.get("dp_shard"), **training_knobs(training))
 
 
 def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, training: TrainingSpec,

@@ -74,7 +74,7 @@ def estimate_result(jobs: list) -> Any:
     from shardwise.train.goodput import estimate_with_goodput
     from shardwise.train.report import estimate_json
 
-    return estimate_json([estimate_with_goodput(j) for j in jobs])
+    return estimate_json([estimate_with_goodput(j) for j in jobs], jobs)
 
 
 def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
