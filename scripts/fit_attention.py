@@ -49,7 +49,7 @@ def main() -> None:
     }
     print(json.dumps(out, indent=2))
     for c, e in errs:
-        print(f"  {c.source:12s} {c.gpu:10s} {c.kernel} {'bwd' if c.backward else 'fwd'} {'causal' if c.causal else 'full  '} "
+        print(f"  {c.source:12s} {c.gpu:10s} {c.kernel} {c.passes:7s} {'causal' if c.causal else 'full  '} "
               f"d{c.head_dim:<3d} s{c.seq_len:<6d} measured {c.measured_tflops:6.0f} model {c.measured_tflops * (1 + e):6.0f} ({e:+.1%})")
     if not args.dry_run:
         OUT.write_text(json.dumps(out, indent=2) + "\n")

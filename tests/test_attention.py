@@ -81,20 +81,44 @@ def test_head_dims_other_than_128_run_at_their_factor():
     assert shape.head_dim_factor(1024) == pytest.approx(0.9)
 
 
-def test_the_fitted_kernels_reproduce_the_flashattention3_papers_figures():
-    """FA3 paper Fig. 5/6 (H100, 16k tokens, hidden 2048): the fitted model within 5% on average and 10% of
-    every bar at head dims up to 128 (scripts/fit_attention.py; at head dim 256 the short sequences run slower
-    than the tile model allows: FA3 286 TFLOP/s at 512 tokens against 642 at 16k)."""
+def test_the_fitted_kernels_reproduce_the_flashattention_papers_figures():
+    """FA2 paper Figs. 5-7 (A100, H100) and FA3 paper Figs. 5/6 (H100), 16k tokens, hidden 2048: the shipped
+    constants within 5% on average over the 223 bars, within 6% on average for every source, GPU and kernel,
+    and within 16% of every bar (scripts/fit_attention.py; the short sequences at head dim 64-128 are where
+    the tile model misses most: FA2 on H100 causal 512 tokens)."""
+    from collections import defaultdict
+
     from shardwise.calibration.attention_fit import AttentionFit, errors, load_cases
     from shardwise.cost.attention import fitted_attention_shapes
     from shardwise.cost.constants import default_constants
 
-    per = default_constants().compute_for("H100-SXM")
-    model = AttentionFit({("H100-SXM", "fa2"): per.attention_efficiency, ("H100-SXM", "fa3"): per.fa3_attention_efficiency,
-                          ("H100-SXM", "cudnn"): per.cudnn_attention_efficiency}, fitted_attention_shapes())
-    errs = errors(model, load_cases())
+    eta = {}
+    for family in ("H100-SXM", "A100-80GB"):
+        per = default_constants().compute_for(family)
+        eta |= {(family, "fa2"): per.attention_efficiency, (family, "fa3"): per.fa3_attention_efficiency,
+                (family, "cudnn"): per.cudnn_attention_efficiency}
+    errs = errors(AttentionFit(eta, fitted_attention_shapes()), load_cases())
+    assert len(errs) == 223
     assert sum(abs(e) for _, e in errs) / len(errs) < 0.05
-    assert max(abs(e) for c, e in errs if c.head_dim <= 128) < 0.10
+    by_group = defaultdict(list)
+    for c, e in errs:
+        by_group[(c.source, c.gpu, c.kernel)].append(abs(e))
+    assert {("fa2_paper", "A100-80GB", "fa2"), ("fa3_paper", "H100-SXM", "cudnn")} <= set(by_group)
+    assert max(sum(v) / len(v) for v in by_group.values()) < 0.06
+    assert max(abs(e) for _, e in errs) < 0.16
+
+
+def test_flashattention2s_forward_and_backward_bars_are_the_sum_of_its_passes():
+    """FA2 Fig. 4 (A100, fwd + bwd) prints 3.5 / (1/fwd + 2.5/bwd) of Figs. 5 and 6: the fwd_bwd records
+    are timed as both passes under 3.5x the forward's FLOPs."""
+    from shardwise.calibration.attention_fit import PASS_FLOPS, AttentionFit, KernelCase
+    from shardwise.cost.attention import fitted_attention_shapes
+
+    model = AttentionFit({("A100-80GB", "fa2"): 0.7}, fitted_attention_shapes())
+    case = {p: KernelCase("x", "A100-80GB", "fa2", p, True, 128, 4096, 64.0, 1.0, PASS_FLOPS[p] * 4 * 64 * 4096**2 * 128 / 2)
+            for p in PASS_FLOPS}
+    fwd, bwd, both = (model.predict(case[p]) for p in ("fwd", "bwd", "fwd_bwd"))
+    assert both == pytest.approx(3.5 / (1 / fwd + 2.5 / bwd))
 
 
 def _pass(scheme, cp, seq=131072, ulysses=1):

@@ -1,7 +1,7 @@
 """Fit and check the attention kernel model (:mod:`shardwise.cost.attention`) on kernel benchmarks.
 
 Data: ``data/calibration/attention-kernels.yaml``: TFLOP/s of fused attention kernels per sequence length as
-papers print them (FlashAttention-2 Fig. 4 on A100, FlashAttention-3 Figs. 5-6 on H100, ...), each with the
+papers print them (FlashAttention-2 Figs. 5-7 on A100 and H100, FlashAttention-3 Figs. 5-6 on H100, ...), each with the
 benchmark's setup (tokens per batch, hidden size = heads x head dim, FLOP convention). A record is predicted
 by timing the kernel the benchmark ran (batch = tokens / seq_len, heads = hidden / head_dim) and dividing
 the benchmark's FLOP count by it, so conventions cancel.
@@ -33,6 +33,12 @@ KERNEL_CLASS = {"fa2": "fa2", "fa3": "fa3", "cudnn": "cudnn"}
 FAMILY = {"H100-SXM": "H100-SXM", "A100-80GB": "A100-80GB", "A100-40GB": "A100-80GB"}
 SHAPE_BOUNDS = {"c0_fwd": (0.0, 16.0), "c0_bwd": (0.0, 16.0), "bwd_ratio": (0.3, 1.2), "d64": (0.3, 1.5), "d256": (0.3, 1.5)}
 ETA_BOUNDS = (0.1, 0.95)
+#: The benchmarks' FLOP count of a pass in units of the forward's 4 x seq^2 x head_dim x heads: the backward
+#: 2.5x (FlashAttention-2 Sec. 4.1: 2 matmuls forward, 5 backward), both 3.5x (FlashAttention-2's Fig. 4 on
+#: A100 equals 3.5 / (1/fwd + 2.5/bwd) of its Figs. 5 and 6 to the printed digit).
+PASS_FLOPS = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
+#: FlashAttention-2's paper does not say fp16 or bf16 (both run the same tensor-core rate).
+DTYPES = ("bf16", "fp16", "fp16_or_bf16")
 # A weak prior at the starting values, so constants no row depends on (a pass or head dim not benchmarked) stay.
 PRIOR_WEIGHT = 0.05
 ETA_PRIOR_WIDTH = 0.15
@@ -46,7 +52,7 @@ class KernelCase:
     source: str
     gpu: str  # catalog name
     kernel: str  # fa2 | fa3 | cudnn
-    backward: bool
+    passes: str  # fwd | bwd | fwd_bwd (the time of both, as FlashAttention-2's Figs. 4 and 7 measure it)
     causal: bool
     head_dim: int
     seq_len: int
@@ -64,20 +70,20 @@ def default_data_path() -> Path:
 
 
 def load_cases(path: str | Path | None = None) -> list[KernelCase]:
-    """The benchmark records the model covers (forward or backward of fa2 / fa3 / cuDNN kernels)."""
+    """The benchmark records the model covers (forward, backward or both of fa2 / fa3 / cuDNN kernels)."""
     doc = load_yaml(Path(path) if path else default_data_path())
     setups: dict[str, Any] = doc.get("setup", {})
     out = []
     for r in doc.get("records", []):
         kernel = KERNEL_CLASS.get(str(r["kernel"]).lower())
-        if kernel is None or r["pass"] not in ("fwd", "bwd") or str(r.get("dtype", "bf16")) not in ("bf16", "fp16"):
+        if kernel is None or r["pass"] not in PASS_FLOPS or str(r.get("dtype", "bf16")) not in DTYPES:
             continue
         setup = setups[r["source"]]
         s, d = int(r["seq_len"]), int(r["head_dim"])
-        batch = setup["tokens_per_batch"] / s
-        heads = setup["hidden"] / d
-        flops = 4.0 * batch * heads * s * s * d * (0.5 if r["causal"] else 1.0) * (2.5 if r["pass"] == "bwd" else 1.0)
-        out.append(KernelCase(r["source"], get_gpu(r["gpu"]).name, kernel, r["pass"] == "bwd", bool(r["causal"]), d, s,
+        batch = float(r.get("batch", setup["tokens_per_batch"] / s))
+        heads = float(r.get("heads", setup["hidden"] / d))
+        flops = 4.0 * batch * heads * s * s * d * (0.5 if r["causal"] else 1.0) * PASS_FLOPS[r["pass"]]
+        out.append(KernelCase(r["source"], get_gpu(r["gpu"]).name, kernel, r["pass"], bool(r["causal"]), d, s,
                               batch * heads, float(r["tflops"]), flops))
     if not out:
         raise ShardwiseError("no attention kernel benchmarks to fit")
@@ -92,8 +98,9 @@ class AttentionFit:
     def predict(self, c: KernelCase) -> float:
         """TFLOP/s the model gives the benchmark's call, in the benchmark's FLOP count."""
         gpu = get_gpu(c.gpu)
-        t = fused_attention_s(c.bh, c.seq_len, c.seq_len, c.head_dim, c.causal, c.backward, gpu.peak_flops("bf16"),
-                              self.eta[(c.family, c.kernel)], self.shapes[c.kernel], gpu.sms)
+        t = sum(fused_attention_s(c.bh, c.seq_len, c.seq_len, c.head_dim, c.causal, backward, gpu.peak_flops("bf16"),
+                                  self.eta[(c.family, c.kernel)], self.shapes[c.kernel], gpu.sms)
+                for backward in {"fwd": (False,), "bwd": (True,), "fwd_bwd": (False, True)}[c.passes])
         return c.flops / t / 1e12
 
 

@@ -106,9 +106,8 @@ PARAMS: tuple[Param, ...] = (
     Param("GEMM fixed cost (s)", ("compute.gemm_overhead_s",), 5e-6, 0.0, 40e-6, 10e-6, _any),
     Param("GEMM dimension offset d0 (elements)", ("compute.gemm_dim_offset",), 128.0, 0.0, 2048.0, 256.0, _any),
     Param("kernel launch gap (s)", ("compute.kernel_overhead_s",), 4e-6, 0.0, 30e-6, 5e-6, _any),
-    # The attention kernels' asymptotes are fitted on kernel benchmarks (scripts/fit_attention.py: H100's FA2,
-    # FA3 and cuDNN); A100's FA2, which no kernel benchmark in the data measures, is fitted here.
-    Param("A100 FlashAttention-2 efficiency", ("per_gpu.A100-80GB.attention_efficiency",), 0.73, 0.30, 0.90, 0.15, _family("A100-80GB")),
+    # The attention kernels' asymptotes are fitted on kernel benchmarks (scripts/fit_attention.py: A100's FA2,
+    # H100's FA2, FA3 and cuDNN), not here.
     Param("eager elementwise traffic", ("fusion.eager_traffic",), 2.5, 1.0, 6.0, 1.0, _fusion("eager")),
     Param("compiled elementwise traffic", ("fusion.compiled_traffic",), 1.2, 0.8, 3.0, 0.5, _fusion("compiled")),
     Param("Megatron TP overlap", ("stacks.megatron.tp_comm_overlap",), 0.5, 0.0, 1.0, 0.3, _framework("megatron")),
