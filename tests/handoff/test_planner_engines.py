@@ -41,3 +41,31 @@ def test_table_says_plainly_when_the_top_plan_runs_nowhere(tmp_path, capsys):
     text = capsys.readouterr().out
     assert rc == 0
     assert "the top plan runs on none of torch, torchtitan, megatron, deepspeed" in " ".join(text.split())
+
+
+def test_train_estimate_says_where_the_job_runs_as_the_exporters_do(capsys):
+    """`train estimate` reads the same table: each engine it names runs the export, each other one refuses
+    it with the line the estimate printed."""
+    import pytest
+
+    from shardwise.errors import ShardwiseError
+    from shardwise.handoff import export_train
+    from shardwise.specs.job import load_jobs
+
+    path = "examples/llama3.1-70b-64xh100.yaml"
+    assert main(["train", "estimate", path, "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["runnable_on"] and d["not_runnable"]
+    assert main(["train", "estimate", path]) == 0
+    table = capsys.readouterr().out
+    assert any(line.split("│")[2].strip() == ", ".join(d["runnable_on"]) for line in table.splitlines()
+               if "runs on" in line and line.count("│") >= 3)
+    job = load_jobs(path)[0]
+    for engine in d["runnable_on"]:
+        if engine != "torch":
+            export_train(job, engine)
+    for engine, line in d["not_runnable"].items():
+        if engine != "torch":
+            with pytest.raises(ShardwiseError) as exc:
+                export_train(job, engine)
+            assert line.split("; would run")[0] in str(exc.value)

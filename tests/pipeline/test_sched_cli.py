@@ -94,7 +94,7 @@ def test_list(capsys):
         (["simulate", "--schedule", "nope"], "unknown schedule"),
         (["simulate", "--schedule", "interleaved", "--vpp", "1"], "at least two stages"),
         (["simulate", "--f", "fast"], "--f takes a number"),
-        (["simulate", "--f", "1,2,3"], "per-stage values"),
+        (["simulate", "--f", "1,2,3"], "per-rank numbers or 4 per-stage numbers"),
         (["simulate", "--schedule", "1f1b", "--mem-cap", "3"], "only applies to --schedule auto"),
         (["simulate", "--schedule", "dualpipev", "--pp", "4", "-m", "4"], "at least 2\\*pp"),
         (["export", "--schedule", "zbv", "--vpp", "3"], "exactly two stages"),
@@ -117,3 +117,17 @@ def test_malformed_csv_import_is_a_user_error(capsys, tmp_path):
     deadlock.write_text("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n")
     rc, _, err = run(capsys, "schedule", "import", str(deadlock))
     assert rc == 2 and "deadlock" in err
+
+
+@pytest.mark.parametrize("schedule, vpp", [("zbv", 2), ("interleaved", 2), ("1f1b", 1)])
+def test_simulate_and_compare_take_times_in_the_same_unit(capsys, schedule, vpp):
+    """--f/--i/--w are a rank slice's times in both commands: the same flags give the same makespan."""
+    times = ["--f", "1,1.2,1,1", "--i", "1", "--w", "0.5", "--comm", "0.05"]
+    rc, out, _ = run(capsys, "schedule", "simulate", "--schedule", schedule, "--pp", "4", "--microbatches", "8",
+                     "--vpp", str(vpp), *times, "--format", "json")
+    assert rc == 0
+    simulated = json.loads(out)["makespan"]
+    rc, out, _ = run(capsys, "schedule", "compare", "--pp", "4", "--microbatches", "8", "--vpp", str(vpp), *times,
+                     "--schedules", schedule, "--format", "json")
+    assert rc == 0
+    assert json.loads(out)[0]["makespan"] == pytest.approx(simulated, rel=1e-12)

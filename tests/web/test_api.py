@@ -164,10 +164,15 @@ def test_serve_simulate_with_an_uploaded_trace_equals_cli(client, capsys):
     assert client.post("/api/serve/simulate", json=body).json() == cli_json(capsys, "serve", "simulate", str(trace))
 
 
-def test_serve_plan_equals_cli(client, capsys):
+@pytest.mark.parametrize("flags, fields", [
+    (["--gpu-mix", "a100-80gb:2"], {"gpu_mix": "a100-80gb:2"}),
+    (["--gpu", "a100-80gb", "--gpus", "2"], {"gpu": "a100-80gb", "gpus": 2}),  # gpus: a count, as on the CLI
+])
+def test_serve_plan_equals_cli(client, capsys, flags, fields):
+    """The API's serve plan fields are the CLI's flags (docs/web.md): gpu, gpus as a count, gpu_mix."""
     args = ["serve", "plan", "--model", "llama-3.1-8b", "--rate", "4", "--slo-ttft-ms", "800", "--slo-tpot-ms", "80",
-            "--gpus", "a100-80gb:2", "--no-mix", "--no-disagg", "--num-requests", "100"]
-    body = {"model": "llama-3.1-8b", "rate": 4, "slo_ttft_ms": 800, "slo_tpot_ms": 80, "gpus": "a100-80gb:2",
+            *flags, "--no-mix", "--no-disagg", "--num-requests", "100"]
+    body = {"model": "llama-3.1-8b", "rate": 4, "slo_ttft_ms": 800, "slo_tpot_ms": 80, **fields,
             "mix": False, "disaggregation": False, "num_requests": 100}
     r = client.post("/api/serve/plan?plot=true", json=body)
     assert r.status_code == 200, r.text

@@ -80,6 +80,7 @@ def plan(
     num_requests: int = typer.Option(None, "--num-requests", help="Requests per candidate simulation (default 600)."),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the cost-vs-rate curve of the candidates to this PNG."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (as train plan's)."),
 ) -> None:
     """Find the cheapest deployment that meets the SLOs at the target rate.
 
@@ -101,7 +102,7 @@ def plan(
     def report(message: str, fraction: float) -> None:
         done[0] = 100.0 * fraction
 
-    with watch("serve plan: searching (%)", lambda: done[0], total=100):
+    with watch("serve plan: searching (%)", lambda: done[0], total=100, enabled=False if no_progress else None):
         result = run_plan(request, disaggregation=disaggregation, mix=mix, progress=report)
     if plot is not None:
         from shardwise.serve.planner import cost_curves

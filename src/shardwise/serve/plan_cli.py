@@ -154,3 +154,31 @@ def print_plan(result: PlanResult) -> None:
     if result.mix_note:
         console.print(escape(f"GPU mix: {result.mix_note}"))
     console.print(f"searched {len(result.options)} instance configs with {result.simulations} simulations in {result.seconds:.1f} s")
+
+
+def gpu_mix_text(gpu: list[str] | None, gpus: str | None, gpu_mix: str | None) -> tuple[str, str | None]:
+    """The GPU mix `serve plan` (CLI and web API alike) may use, from ``--gpu TYPE[,TYPE] --gpus N`` (N of each type) or
+    ``--gpu-mix TYPE:N,TYPE:N``; returns (mix text, deprecation note or None). ``--gpus TYPE:N,...``, the
+    old spelling of ``--gpu-mix``, still works with a note."""
+    from shardwise.train.plan_inputs import split_list
+
+    types = split_list(gpu)
+    if gpus is not None and any(c.isalpha() for c in gpus):
+        if types or gpu_mix:
+            raise ShardwiseError(f"--gpus takes a number of GPUs, got {gpus!r}; write --gpu TYPE --gpus N or --gpu-mix TYPE:N,...")
+        return gpus, f"--gpus {gpus} is the old spelling of --gpu-mix {gpus}; it will be removed"
+    if gpu_mix is not None:
+        if types or gpus is not None:
+            raise ShardwiseError("give either --gpu-mix TYPE:N,... or --gpu TYPE --gpus N, not both")
+        return gpu_mix, None
+    if gpus is not None and not types:
+        raise ShardwiseError(f"--gpus {gpus} needs --gpu TYPE (or use --gpu-mix TYPE:N,...)")
+    if not types:
+        return DEFAULT_GPU_MIX, None
+    try:
+        count = int(gpus) if gpus is not None else DEFAULT_GPUS_PER_TYPE
+    except ValueError:
+        raise ShardwiseError(f"--gpus takes a number of GPUs, got {gpus!r}") from None
+    if count <= 0:
+        raise ShardwiseError(f"--gpus must be positive, got {count}")
+    return ",".join(f"{t}:{count}" for t in types), None

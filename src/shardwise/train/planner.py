@@ -145,6 +145,10 @@ def plan_search(
     if max_memory_gib is not None and not (math.isfinite(max_memory_gib) and max_memory_gib > 0):
         raise ShardwiseError(f"--max-memory-gib must be a positive number of GiB, got {max_memory_gib}")
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
+    if len(runnable_on) == 1:  # a plan offered for an engine is costed with that engine's stack
+        from shardwise.engines.support import costing_stack
+
+        training = costing_stack(runnable_on[0], training)
     extra = {k: fixed[k] for k in EVERY_PLAN if k in fixed}  # what every plan carries (enumerate_plans checks them)
     t0 = time.perf_counter()
     cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
@@ -328,15 +332,20 @@ def plan_across_gpus(
     **kw: Any,
 ) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
     """Search each GPU type, then merge: the overall top K by the objective and, with several types,
-    the throughput vs $/M-tokens Pareto front over every type's front points."""
+    the throughput vs $/M-tokens Pareto front over every type's front points. With several engines in
+    `runnable_on`, one search per engine and GPU type, each costed with its engine's stack (each estimate
+    names it: ``stack["name"]``)."""
     progress = kw.pop("progress", False)
+    engines = tuple(kw.pop("runnable_on", ()) or ())
+    runs = [(c, (e,)) for c in clusters for e in engines] if len(engines) > 1 else [(c, engines) for c in clusters]
 
     def part(k: int) -> bool | Progress:  # one search's progress as its share of all of them
         if not callable(progress):
             return progress
-        return lambda message, fraction: progress(message, (k + fraction) / len(clusters))
+        return lambda message, fraction: progress(message, (k + fraction) / len(runs))
 
-    results = [plan_search(model, c, training, objective, top_k=top_k, progress=part(k), **kw) for k, c in enumerate(clusters)]
+    results = [plan_search(model, c, training, objective, top_k=top_k, progress=part(k), runnable_on=on, **kw)
+               for k, (c, on) in enumerate(runs)]
     price = {c.gpu.name: c.price_usd_per_gpu_hour for c in clusters}
     for r in results:
         for p in r.front:
