@@ -18,7 +18,7 @@ class FakeTimer:
     def __init__(self, fixed_s: float = 0.010, per_token_s: float = 1e-4, ctx_s: float = 0.0):
         self.fixed_s, self.per_token_s, self.decode_attn_s_per_token = fixed_s, per_token_s, ctx_s
 
-    def iteration_s(self, tokens, n_seqs, n_logits, decode_ctx=0.0, prefill_pairs=0.0):
+    def iteration_s(self, tokens, n_seqs, n_logits, decode_ctx=0.0, prefill_pairs=0.0, decoders=0):
         return self.fixed_s + self.per_token_s * tokens + self.decode_attn_s_per_token * decode_ctx
 
     def decode_fixed_table(self, max_batch):

@@ -72,12 +72,14 @@ def vllm_args(job: ServeJob, pool: PoolSpec | DeploymentSpec, e: EngineSpec, rol
         a += ["--data-parallel-size", str(pool.replicas)]
     a += ["--max-num-seqs", str(e.max_num_seqs), "--max-num-batched-tokens", str(e.max_num_batched_tokens),
           "--gpu-memory-utilization", str(e.gpu_memory_utilization), "--block-size", str(e.block_size),
-          "--enable-prefix-caching" if e.prefix_caching else "--no-enable-prefix-caching"]
+          "--enable-prefix-caching" if e.caches_prefixes() else "--no-enable-prefix-caching"]
     if e.max_model_len:
         a += ["--max-model-len", str(e.max_model_len)]
-    a += ["--dtype", "float16" if job.precision == "fp16" else "bfloat16"]
-    if job.precision == "fp8":
-        a += ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]
+    a += ["--dtype", "float16" if job.precision.activations == "fp16" else "bfloat16"]
+    if job.precision.weights == "fp8":
+        a += ["--quantization", "fp8"]
+    if job.precision.kv_cache == "fp8":
+        a += ["--kv-cache-dtype", "fp8"]
     if role:
         a += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))]
     lora = job.deployment.adapters
@@ -93,13 +95,15 @@ def sglang_args(job: ServeJob, pool: PoolSpec | DeploymentSpec, e: EngineSpec, r
         a += ["--dp-size", str(pool.replicas)]
     a += ["--max-running-requests", str(e.max_num_seqs), "--chunked-prefill-size", str(e.max_num_batched_tokens),
           "--enable-mixed-chunk", "--mem-fraction-static", str(e.gpu_memory_utilization), "--page-size", str(e.block_size)]
-    if not e.prefix_caching:
+    if not e.caches_prefixes():
         a.append("--disable-radix-cache")
     if e.max_model_len:
         a += ["--context-length", str(e.max_model_len)]
-    a += ["--dtype", "float16" if job.precision == "fp16" else "bfloat16"]
-    if job.precision == "fp8":
-        a += ["--quantization", "fp8", "--kv-cache-dtype", "fp8_e4m3"]
+    a += ["--dtype", "float16" if job.precision.activations == "fp16" else "bfloat16"]
+    if job.precision.weights == "fp8":
+        a += ["--quantization", "fp8"]
+    if job.precision.kv_cache == "fp8":
+        a += ["--kv-cache-dtype", "fp8_e4m3"]
     if role:
         a += ["--disaggregation-mode", role]
     lora = job.deployment.adapters

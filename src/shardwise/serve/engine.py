@@ -53,6 +53,7 @@ class Engine:
         self.timer, self.spec, self.table = timer, spec, table
         self.prefill_only = prefill_only  # a disaggregated prefill pool: requests leave after the first token
         self.block_size = spec.block_size
+        self.prefix_caching = spec.caches_prefixes()
         self.num_blocks = num_blocks
         self.free = num_blocks  # free KV blocks
         self.watermark = self._watermark_blocks(num_blocks)
@@ -168,7 +169,7 @@ class Engine:
         """Tokens of `rid`'s prompt served from the prefix cache (whole blocks, at least one token left to compute)."""
         table = self.table
         prefix_len = table.requests.prefix_len
-        if not self.spec.prefix_caching or prefix_len < self.block_size or table.group[rid] not in self.prefix_cached:
+        if not self.prefix_caching or prefix_len < self.block_size or table.group[rid] not in self.prefix_cached:
             return 0
         full = (prefix_len // self.block_size) * self.block_size
         return min(full, ((self._tokens_to_prefill(rid) - 1) // self.block_size) * self.block_size)
@@ -474,7 +475,7 @@ class Engine:
         table = self.table
         self.prefilling.remove(rid)
         prefix_len = table.requests.prefix_len
-        if self.spec.prefix_caching and prefix_len >= self.block_size and table.group[rid] not in self.prefix_cached:
+        if self.prefix_caching and prefix_len >= self.block_size and table.group[rid] not in self.prefix_cached:
             self.prefix_cached.add(table.group[rid])  # its prefix blocks now belong to the cache
             table.prefix_hit[rid] = (prefix_len // self.block_size) * self.block_size
         if table.generated[rid] == 0:
@@ -498,7 +499,7 @@ class Engine:
         completed = [rid for rid, before, c in chunks if before + c >= table.target[rid]]
         pairs = sum(prefill_pairs(before, c) for _, before, c in chunks)
         context = self._context_sum_next_step() if decoders else 0.0
-        dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs)
+        dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
         if self.adapters is not None:
             used = {table.adapter[rid] for rid, _, _ in chunks}
             if decoders:

@@ -10,6 +10,7 @@ from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PLAN_REQUESTS
 from shardwise.serve.config import SLOSpec, parse_block, parse_serve_job
 from shardwise.serve.planner import PlanRequest, PlanResult
+from shardwise.serve.precision import Precision
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.hardware import get_gpu
@@ -92,9 +93,10 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
     if fields["ttft_ms"] is None and fields["tpot_ms"] is None:
         raise ShardwiseError("serve plan needs an SLO: --slo-ttft-ms and/or --slo-tpot-ms (or slo: in the job file)")
     slo_spec = parse_block(SLOSpec, {k: v for k, v in fields.items() if v is not None}, "slo")
-    prec = precision or data.get("precision") or "bf16"
-    if prec not in ("bf16", "fp16", "fp8"):
-        raise ShardwiseError(f"--precision must be bf16, fp16 or fp8, got {shorten(prec)}")
+    try:
+        prec = Precision.parse(precision) if precision else data.get("precision") or Precision()
+    except ValueError as exc:
+        raise ShardwiseError(f"--precision: {exc}") from None
     n = 600 if num_requests is None else num_requests
     if n < 50:
         raise ShardwiseError(f"--num-requests must be at least 50 for stable percentiles, got {n}")
@@ -118,7 +120,7 @@ def print_plan(result: PlanResult) -> None:
     r = result.request
     console = make_console()
     slo = ", ".join(f"{k} {v:g}" for k, v in r.slo.model_dump().items() if v is not None and k != "attainment")
-    console.print(f"[bold]{r.model.name}[/bold] ({r.precision}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
+    console.print(f"[bold]{r.model.name}[/bold] ({r.precision.label}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
                   f"GPUs available: {', '.join(f'{n}x {g}' for g, n in r.gpus.items())}")
     if r.adapters is not None:
         a = r.adapters

@@ -27,6 +27,7 @@ from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
 from shardwise.serve.metrics import compute_metrics, per_request
 from shardwise.serve.mix import allocate
+from shardwise.serve.precision import Precision
 from shardwise.serve.simulate import simulate
 from shardwise.serve.workload import Requests, WorkloadSpec, build_requests
 from shardwise.specs.hardware import get_gpu
@@ -48,7 +49,7 @@ Progress = Callable[[str, float], None]
 @dataclass(frozen=True)
 class PlanRequest:
     model: ModelSpec
-    precision: str
+    precision: Precision
     rate: float
     slo: SLOSpec
     gpus: dict[str, int]  # catalog name -> GPUs available
@@ -63,10 +64,6 @@ class PlanRequest:
         if self.adapters is not None:
             block["adapters"] = self.adapters.model_dump(exclude_none=True)
         return block
-
-    @property
-    def bytes_per_element(self) -> float:
-        return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}[self.precision]
 
 
 @dataclass
@@ -165,7 +162,7 @@ class PlanResult:
             return out
         r = self.request
         return {
-            "model": r.model.name, "precision": r.precision, "rate": r.rate, "slo": r.slo.model_dump(), "gpus_available": r.gpus,
+            "model": r.model.name, "precision": r.precision.to_job(), "rate": r.rate, "slo": r.slo.model_dump(), "gpus_available": r.gpus,
             "feasible": self.chosen is not None,
             "chosen": cand(self.chosen) if self.chosen else None,
             "runners_up": [cand(c) for c in self.runners_up],
@@ -203,7 +200,7 @@ class Planner:
     def _pool(self, gpu: str, tp: int, pp: int, engine: dict[str, Any]) -> Pool | None:
         r = self.req
         try:
-            pool = make_pool("plan", r.model, r.precision, r.bytes_per_element, gpu, tp, pp, 1, EngineSpec(**engine), self.c,
+            pool = make_pool("plan", r.model, r.precision, gpu, tp, pp, 1, EngineSpec(**engine), self.c,
                              adapters=r.adapters, adapter_seed=r.workload.seed)
             pool.check_requests(self.unit.input_len, self.unit.output_len)
         except ShardwiseError:

@@ -17,7 +17,7 @@ import numpy as np
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_SERVE_ENGINES
 from shardwise.serve.adapters import AdapterCache
-from shardwise.serve.config import ServeJob, engine_spec
+from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJob, engine_spec
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
 from shardwise.serve.engine import Engine
@@ -60,7 +60,7 @@ def run_pool(pool: Pool, table: RequestTable, ids: np.ndarray, router: str = "ro
     cost = pool.adapters
     if cost is not None and table.adapter is None:
         table.adapter = cost.spec.draw(table.n, pool.adapter_seed).tolist()
-    engines = [make_engine(pool.timer, pool.engine, pool.blocks_per_engine, table, prefill_only,
+    engines = [make_engine(pool.timer, pool.sim_engine, pool.blocks_per_engine, table, prefill_only,
                            AdapterCache(cost) if cost is not None else None) for _ in range(pool.engines)]
     if router == "round_robin" or len(engines) == 1:
         for k, rid in enumerate(ids.tolist()):
@@ -116,22 +116,21 @@ def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
 
 def _build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
     d, m = job.deployment, job.model
-    args = (m, job.precision, job.bytes_per_element)
     lora = {"adapters": d.adapters, "adapter_seed": job.workload.seed} if d.adapters is not None else {}
+
+    def pool(name: str, p: DeploymentSpec | PoolSpec, eng: EngineSpec, classes: list[LengthClass] | None = None) -> Pool:
+        accept = job.workload.acceptance_for(eng.speculative.method) if eng.speculative is not None else None
+        return make_pool(name, m, job.precision, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour,
+                         classes, dp=p.dp_attention, expert_parallel=p.expert_parallel, expert_imbalance=p.expert_imbalance,
+                         acceptance_rate=accept, **lora)
+
     if d.kind == "colocated":
-        eng = engine_spec(d.engine)
-        return [make_pool("deployment", *args, d.gpu, d.tp, d.pp, d.replicas, eng, constants, d.price_usd_per_gpu_hour, **lora)]
+        return [pool("deployment", d, engine_spec(d.engine))]
     if d.kind == "disaggregated":
-        out = []
-        for name, p in (("prefill", d.prefill), ("decode", d.decode)):
-            eng = engine_spec(d.engine, p.engine, where=f"deployment.{name}.engine")
-            out.append(make_pool(f"deployment.{name}", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, **lora))
-        return out
-    pools = []
-    for k, p in enumerate(d.pools or []):
-        eng = engine_spec(d.engine, p.engine, where=f"deployment.pools[{k}].engine")
-        pools.append(make_pool(f"deployment.pools[{k}]", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, p.classes, **lora))
-    return pools
+        return [pool(f"deployment.{name}", p, engine_spec(d.engine, p.engine, where=f"deployment.{name}.engine"))
+                for name, p in (("prefill", d.prefill), ("decode", d.decode))]
+    return [pool(f"deployment.pools[{k}]", p, engine_spec(d.engine, p.engine, where=f"deployment.pools[{k}].engine"), p.classes)
+            for k, p in enumerate(d.pools or [])]
 
 
 def _class_assignment(pools: list[Pool], req: Requests, seed: int) -> np.ndarray:
@@ -195,8 +194,8 @@ def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: 
     watchers.append(ptab)
     n = len(req)
     e1 = run_pool(pre, ptab, np.arange(n), job.deployment.router, prefill_only=True)
-    links = min(pre.tp * pre.pp, dec.tp * dec.pp)
-    ready = ptab.first_s + kv_transfer_s(job.model, req.input_len, job.bytes_per_element, job.deployment.kv_link_gbps * links, c.link_efficiency)
+    links = min(pre.replica_gpus, dec.replica_gpus)
+    ready = ptab.first_s + kv_transfer_s(job.model, req.input_len, job.precision.kv_bytes, job.deployment.kv_link_gbps * links, c.link_efficiency)
     dtab = RequestTable(req, ready)
     dtab.first_s[:] = ptab.first_s
     watchers.append(dtab)

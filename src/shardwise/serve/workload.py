@@ -42,6 +42,9 @@ class WorkloadSpec(BaseModel):
     path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
     prefix_len: int = Field(default=0, ge=0, le=MAX_SEQUENCE_TOKENS, description="tokens of a shared system prompt inside input_len (for prefix caching)")
     prefix_groups: int = Field(default=1, gt=0, le=MAX_SERVE_REQUESTS, description="distinct shared prefixes; request i uses prefix i mod groups")
+    acceptance_rate: float | dict[str, float] | None = Field(
+        default=None, description="speculative decoding on this data: the chance each drafted token is accepted, one "
+                                  "number or per method ({eagle3: 0.8, ngram: 0.4})")
 
     @field_validator("input_len", "output_len", mode="before")
     @classmethod
@@ -53,6 +56,26 @@ class WorkloadSpec(BaseModel):
         if isinstance(v, str):
             return {"dist": v}
         return v
+
+    @field_validator("acceptance_rate")
+    @classmethod
+    def _acceptance(cls, v: Any) -> Any:
+        values = v.values() if isinstance(v, dict) else [] if v is None else [v]
+        for x in values:
+            if not 0.0 <= x < 1.0:
+                raise ValueError(f"an acceptance rate is a probability in [0, 1), got {x}")
+        if isinstance(v, dict):
+            from shardwise.serve.config import SPEC_METHODS
+
+            unknown = sorted(set(v) - set(SPEC_METHODS))
+            if unknown:
+                raise ValueError(f"acceptance_rate: unknown method(s) {', '.join(unknown)}; use {', '.join(SPEC_METHODS)}")
+        return v
+
+    def acceptance_for(self, method: str) -> float | None:
+        """The acceptance rate of `method` on this workload (None: not given)."""
+        a = self.acceptance_rate
+        return a.get(method) if isinstance(a, dict) else a
 
     @field_validator("rate", mode="before")
     @classmethod
