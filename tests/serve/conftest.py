@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,8 @@ from shardwise.serve.constants import ServingConstants
 from shardwise.serve.policies import make_engine
 from shardwise.serve.state import RequestTable
 from shardwise.serve.workload import Requests
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeTimer:

@@ -78,6 +78,8 @@ def plan(
     disaggregation: bool = typer.Option(True, "--disagg/--no-disagg", help="Also search prefill/decode-disaggregated deployments."),
     mix: bool = typer.Option(True, "--mix/--no-mix", help="Also search GPU-type mixes by length class (MILP)."),
     num_requests: int = typer.Option(None, "--num-requests", help="Requests per candidate simulation (default 600)."),
+    speculative: str = typer.Option(None, "--speculative", help="Also try speculative decoding: METHOD[:TOKENS[:DRAFT]], "
+                                    "e.g. eagle3:3, ngram:4, draft:4:llama-3.2-1b (needs workload.acceptance_rate)."),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the cost-vs-rate curve of the candidates to this PNG."),
 ) -> None:
@@ -93,7 +95,8 @@ def plan(
     from shardwise.serve.planner import plan as run_plan
 
     mix_text, note = gpu_mix_option(gpu, gpus, gpu_mix)
-    request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, mix_text, workload, precision, num_requests)
+    request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, mix_text, workload, precision, num_requests,
+                           speculative)
     if note:
         typer.echo(f"note: {note}", err=True)
     done = [0.0]  # percent of the search, as the planner reports it

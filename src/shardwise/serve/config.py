@@ -43,6 +43,8 @@ def parse_block(cls: type[M], data: Any, where: str) -> M:
 VLLM_V1_ONLY = (0, 11)
 #: The V1 engine is vLLM's default from this release on (VLLM_USE_V1=1 by default; vLLM 0.8.0 release notes).
 VLLM_V1_DEFAULT = (0, 8)
+#: vLLM V1 schedules step n+1 while step n runs by default from this release on (vLLM PR #27614; v0.14.0).
+VLLM_ASYNC_DEFAULT = (0, 14)
 #: SGLang's overlap scheduler (CPU scheduling of the next batch while the GPU runs this one) is on by
 #: default from this release on (SGLang v0.4 release blog, "zero-overhead batch scheduler").
 SGLANG_OVERLAP = (0, 4)
@@ -102,7 +104,8 @@ class EngineSpec(BaseModel):
     prefix_caching: bool | None = Field(default=None, description="reuse cached KV blocks of earlier prompts (LRU); default: "
                                         "on for sglang (radix cache), off otherwise")
     async_scheduling: bool | None = Field(default=None, description="schedule the next step while the GPU runs this one "
-                                          "(vLLM --async-scheduling, SGLang's overlap scheduler); default: on for sglang 0.4+")
+                                          "(vLLM --async-scheduling, SGLang's overlap scheduler); default: on for current "
+                                          "vLLM (0.14+) and SGLang (0.4+)")
     num_scheduler_steps: int = Field(default=1, gt=0, le=1024, description="vLLM v0 multi-step: decode steps per scheduling round")
     max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_SEQUENCE_TOKENS, description="cap on prompt + output tokens; longer "
                                       "requests are truncated")
@@ -150,11 +153,14 @@ class EngineSpec(BaseModel):
         return self.policy() == "vllm-v0" and self.family() == "vllm" and self.release() >= (0, 6)
 
     def overlap_scheduling(self) -> bool:
-        """The CPU work of a step overlaps the GPU's (vLLM --async-scheduling; SGLang 0.4+'s overlap
-        scheduler, on by default)."""
+        """The CPU work of a step overlaps the GPU's: vLLM V1's async scheduling (--async-scheduling, on by
+        default from 0.14) and SGLang's overlap scheduler (on by default from 0.4)."""
         if self.async_scheduling is not None:
             return self.async_scheduling
-        return self.policy() == "sglang" and self.release() >= SGLANG_OVERLAP
+        policy = self.policy()
+        if policy == "sglang":
+            return self.release() >= SGLANG_OVERLAP
+        return policy == "vllm-v1" and self.release() >= VLLM_ASYNC_DEFAULT
 
     def caches_prefixes(self) -> bool:
         """Prefix caching in force: as given, else SGLang's radix cache (on by default; 0.3 benchmarks

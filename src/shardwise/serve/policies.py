@@ -59,7 +59,7 @@ class MixedBatches(Engine):
             chunk = min(table.target[rid] - before, budget, room)
             if chunk <= 0:
                 continue
-            self.free -= self._blocks(before + chunk - table.prefix_hit[rid]) - owned
+            self._take(self._blocks(before + chunk - table.prefix_hit[rid]) - owned)
             chunks.append((rid, before, chunk))
             budget -= chunk
         if not preempted:
@@ -120,7 +120,7 @@ class ChunkedPrefillFirst(Engine):
             chunk = min(table.target[rid] - before, budget, room)
             if chunk <= 0:
                 continue
-            self.free -= self._blocks(before + chunk - table.prefix_hit[rid]) - owned
+            self._take(self._blocks(before + chunk - table.prefix_hit[rid]) - owned)
             chunks.append((rid, before, chunk))
             budget -= chunk
         if budget > 0 and not self.hold_admission:
