@@ -23,7 +23,7 @@ from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import dominated, dominated_cp_schemes, drop_dominated_recipes, layer_table, screen
+from shardwise.train.screen import dominated, drop_dominated_recipes, layer_table, screen
 from shardwise.train.search_space import Candidates, enumerate_plans
 
 CASES = [
@@ -46,7 +46,6 @@ def main() -> None:
         cands = enumerate_plans(model, cluster, training,  # the planner's steps
                                 prune=lambda c: drop_dominated_recipes(c, cluster, training))
         t = time.process_time()
-        cands.keep(~dominated_cp_schemes(cands, model, cluster, training))
         table = layer_table(cands, model, cluster, training)
         keep = ~dominated(cands, table)
         cands.keep(keep)

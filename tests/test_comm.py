@@ -15,7 +15,8 @@ from shardwise.specs.hardware import make_cluster
 # Ideal links: every efficiency 1, no latency: the times are the bandwidth formulas alone.
 IDEAL = NetworkConstants(ring_efficiency_nvlink=1.0, ring_efficiency_xgmi=1.0, nvls_efficiency=1.0, tree_efficiency=1.0,
                          nic_efficiency=1.0, link_latency_s=0.0, nic_latency_infiniband_s=0.0, nic_latency_efa_s=0.0,
-                         nic_latency_tcpxo_s=0.0, nvls_latency_s=0.0, chunk_latency_s=0.0)
+                         nic_latency_tcpxo_s=0.0, nvls_latency_s=0.0, chunk_latency_s=0.0,
+                         a2a_peer_latency_s=0.0)
 S = 2.0**30
 
 

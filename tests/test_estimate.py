@@ -28,7 +28,12 @@ def test_breakdowns_add_up_and_json_has_the_contract_keys():
     d = e.to_dict()
     for key in ("step_time_s", "tokens_per_s_per_gpu", "samples_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "mfu_causal", "hfu", "peak_memory_gib", "fits", "days_to_train", "cost_usd"):
         assert key in d
-    assert set(d["memory_gib"]) == {"params", "grads", "optimizer", "activations", "overheads"}
+    assert set(d["memory_gib"]) == {"params", "grads", "optimizer", "activations", "buffers", "fragmentation", "runtime"}
+    # allocated < reserved < device: the caching allocator's fragmentation, then the CUDA context and NCCL
+    assert d["peak_allocated_gib"] < d["peak_reserved_gib"] < d["peak_memory_gib"]
+    m = e.memory
+    assert m.reserved - m.allocated == pytest.approx(m.fragmentation)
+    assert m.total - m.reserved == pytest.approx(m.runtime)
     assert {"compute", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "ep_comm", "bubble", "optimizer"} <= set(d["time_s"])
     assert d["days_to_train"] == pytest.approx(1e12 / (64 * 8192) * e.step_time_s / 86400)
     assert d["cost_usd"] == pytest.approx(d["days_to_train"] * 24 * 64 * 6.88)

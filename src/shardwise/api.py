@@ -25,13 +25,11 @@ def _train_job(job: str | Path | dict[str, Any]) -> TrainJob:
 def estimate(job: str | Path | dict[str, Any]) -> Estimate | HeteroEstimate:
     """Memory per GPU, step time, MFU and tokens/s of a training job (`train estimate`).
     Returns a :class:`shardwise.train.result.Estimate` (``.to_dict()`` is the JSON output), or a
-    :class:`shardwise.train.hetero_result.HeteroEstimate` for a cluster with `groups`."""
-    from shardwise.specs.hetero import HeteroJob
-    from shardwise.train.estimate import estimate as _estimate
-    from shardwise.train.hetero import hetero_estimate
+    :class:`shardwise.train.hetero_result.HeteroEstimate` for a cluster with `groups`. ``.goodput`` holds
+    what failures, checkpoints and restarts leave of it (:mod:`shardwise.train.goodput`)."""
+    from shardwise.train.goodput import estimate_with_goodput
 
-    j = _train_job(job)
-    return hetero_estimate(j) if isinstance(j, HeteroJob) else _estimate(j)
+    return estimate_with_goodput(_train_job(job))
 
 
 def plan(model: str | dict[str, Any], gpu: str, gpus: int, seq_len: int, global_batch: int, *,

@@ -28,6 +28,7 @@ from shardwise.specs.hardware import GroupSpec, GroupsSpec, NetworkSpec, NicSpec
 from shardwise.specs.hetero import HeteroLayoutFields
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.reliability import CheckpointSpec, ReliabilitySpec, StorageSpec
 from shardwise.specs.training import LoraSpec, MoeSpec, TrainingSpec, TrainPlan
 
 #: key -> (model, what a reader calls it). Training jobs: model, cluster, training, parallel; serve jobs:
@@ -40,6 +41,9 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "train-moe": (MoeSpec, "moe"),
     "train-lora": (LoraSpec, "lora"),
     "train-parallel": (TrainPlan, "parallel"),
+    "train-reliability": (ReliabilitySpec, "reliability"),
+    "train-storage": (StorageSpec, "storage"),
+    "train-checkpoint": (CheckpointSpec, "checkpoint"),
     "train-groups": (GroupsSpec, "cluster with groups"),
     "train-group": (GroupSpec, "group"),
     "train-nic": (NicSpec, "nic"),
@@ -66,13 +70,14 @@ TYPE_OVERRIDES: dict[tuple[type[BaseModel], str], str] = {
     (AdapterSpec, "targets"): "list of q, k, v, o, gate, up, down, or all",
     (ServeJobSpec, "model"): "str or model mapping",
     (TrainPlan, "dp"): "int > 0 or auto",
+    (ReliabilitySpec, "spare_nodes"): "int >= 0 or auto",
     (WorkloadSpec, "input_len"): "int, str or length",
     (WorkloadSpec, "output_len"): "int, str or length",
     (WorkloadSpec, "rate"): "float > 0 or inf",
 }
 
 #: The files holding generated tables, relative to the repository root.
-DOC_FILES = ("README.md", "docs/serving.md", "docs/hetero.md")
+DOC_FILES = ("README.md", "docs/serving.md", "docs/hetero.md", "docs/goodput.md")
 
 _BLOCK = re.compile(r"(<!-- job-docs: ([a-z-]+) -->\n)(.*?)(<!-- /job-docs -->)", re.S)
 

@@ -25,6 +25,7 @@ from shardwise.specs.hardware import GroupsSpec
 from shardwise.specs.hetero import HeteroLayoutSpec
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.reliability import CheckpointSpec
 from shardwise.specs.training import MoeSpec, TrainingSpec
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -56,6 +57,7 @@ class TrainJobFile(BaseModel):
                                 "dispatcher); the same as training.moe")
     parallel: ParallelSection | None = Field(
         default=None, description="required by train estimate, export and run; train plan searches what is left out")
+    checkpoint: CheckpointSpec | None = Field(default=None, description="how the job saves its state (docs/goodput.md)")
 
 
 Length = Annotated[int | Literal["fixed", "uniform", "sharegpt", "lognormal", "trace"] | LengthSpec, Field(

@@ -25,6 +25,9 @@ MAX_PIPELINE_RANKS = 256
 MAX_SCHEDULE_ACTIONS = 1_000_000
 #: Largest time of one action given to `schedule simulate` (any unit): sums over a schedule stay finite.
 MAX_ACTION_TIME = 1e12
+#: Largest activation amount of one stage and micro-batch given to the simulator (any unit; `train estimate`
+#: passes bytes): far above any GPU's memory, so an over-large plan is reported as not fitting, with its size.
+MAX_ACTIVATION_AMOUNT = 1e18
 #: Micro-batches `train estimate` simulates; beyond this the steady state, which repeats, is extrapolated
 #: exactly (see shardwise.train.pipeline_timing).
 SIMULATED_MICROBATCHES = 256

@@ -125,19 +125,20 @@ def test_screen_bounds_the_exact_estimate_with_moe_cp_and_fp8_choices():
 
 
 def test_a_dominated_choice_is_no_faster_than_the_choice_that_dominates_it():
-    """All-gather CP moves what the ring moves without hiding it under the attention: the ring (p2p)
-    dominates it, and the exact estimate agrees."""
+    """CP schemes of the same plan: one that another beats on every layer count (its kernels, exposed traffic
+    and activations) is dropped, and the exact estimate agrees that some other scheme is no slower."""
     model, cluster = load_model("llama-3.1-8b"), make_cluster("H100", 16)
     training = TrainingSpec(seq_len=32768, global_batch=16)
     c = enumerate_plans(model, cluster, training, fixed={"cp": 4, "tp": 2, "pp": 2, "schedule": "1f1b"})
     out = dominated(c, layer_table(c, model, cluster, training))
-    gathered = np.nonzero(c["cpc"] == CP_COMMS.index("allgather"))[0]
-    assert len(gathered) and out[gathered].all()
-    for i in gathered[:: max(1, len(gathered) // 6)]:
+    gone = np.nonzero(out)[0]
+    assert len(gone) and not out.all()
+    for i in gone[:: max(1, len(gone) // 6)]:
         plan = c.plan_dict(i)
         slow = estimate(job_from_plan(model, cluster, training, plan)).step_time_s
-        fast = estimate(job_from_plan(model, cluster, training, plan | {"cp_comm": "p2p"})).step_time_s
-        assert fast <= slow * (1 + 1e-9)
+        others = [plan | {"cp_comm": s, "ulysses": None} for s in CP_COMMS if s not in (plan["cp_comm"], "a2a+p2p")]
+        fast = min(estimate(job_from_plan(model, cluster, training, p)).step_time_s for p in others)
+        assert fast <= slow * (1 + 1e-9), plan
     res = plan_search(model, cluster, training, fixed={"cp": 4, "tp": 2}, top_k=1, max_exact=8)
     assert res.rejected[REASONS["dominated"]] > 0
 

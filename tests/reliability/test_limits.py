@@ -81,3 +81,18 @@ def test_train_plan_gpu_count(text, capsys):
                    "--global-batch", "64", "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and err[0].startswith("error: ") and "--gpus" in err[0]
+
+
+def test_an_absurdly_large_plan_is_reported_as_not_fitting_with_its_size():
+    """Micro-batch 64 x 4K tokens without recompute needs terabytes of activations per pipeline stage: the
+    estimate says it does not fit and how large it is, instead of refusing an internal limit."""
+    from shardwise.train.estimate import estimate
+
+    job = job_from_mapping({"model": "llama-3.1-405b", "cluster": {"gpu": "h100", "gpus": 64},
+                            "training": {"seq_len": 4096, "global_batch": 512},
+                            "parallel": {"tp": 8, "pp": 4, "micro_batch": 64, "recompute": "none"}})
+    e = estimate(job)
+    assert not e.fits
+    # 126 layers of 405B at 64 x 4,096 tokens and tp 8 keep well over a terabyte of activations on a rank
+    assert e.memory.activations / 2**40 > 1.0
+    assert e.peak_memory_gib > 50 * e.usable_memory_gib

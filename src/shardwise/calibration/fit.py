@@ -37,6 +37,7 @@ from scipy.optimize import least_squares
 
 from shardwise.calibration.records import Case
 from shardwise.calibration.validate import row_class, signed_error
+from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants, fitted_data
 from shardwise.cost.stack import host_overhead_stacks
 
@@ -105,9 +106,8 @@ PARAMS: tuple[Param, ...] = (
     Param("GEMM fixed cost (s)", ("compute.gemm_overhead_s",), 5e-6, 0.0, 40e-6, 10e-6, _any),
     Param("GEMM dimension offset d0 (elements)", ("compute.gemm_dim_offset",), 128.0, 0.0, 2048.0, 256.0, _any),
     Param("kernel launch gap (s)", ("compute.kernel_overhead_s",), 4e-6, 0.0, 30e-6, 5e-6, _any),
-    Param("A100 FlashAttention-2 efficiency", ("per_gpu.A100-80GB.attention_efficiency",), 0.73, 0.30, 0.90, 0.15, _family("A100-80GB")),
-    Param("H100 FlashAttention-2 efficiency", ("per_gpu.H100-SXM.attention_efficiency",), 0.35, 0.20, 0.80, 0.15, _family("H100-SXM")),
-    Param("H100 FlashAttention-3/cuDNN efficiency", ("per_gpu.H100-SXM.fa3_attention_efficiency",), 0.75, 0.30, 0.90, 0.15, _family("H100-SXM")),
+    # The attention kernels' asymptotes are fitted on kernel benchmarks (scripts/fit_attention.py: A100's FA2,
+    # H100's FA2, FA3 and cuDNN), not here.
     Param("eager elementwise traffic", ("fusion.eager_traffic",), 2.5, 1.0, 6.0, 1.0, _fusion("eager")),
     Param("compiled elementwise traffic", ("fusion.compiled_traffic",), 1.2, 0.8, 3.0, 0.5, _fusion("compiled")),
     Param("Megatron TP overlap", ("stacks.megatron.tp_comm_overlap",), 0.5, 0.0, 1.0, 0.3, _framework("megatron")),
@@ -143,6 +143,9 @@ def base_constants(hbm: dict[str, float] | None = None) -> Constants:
             compute[name.split(".", 1)[1]] = value
         elif name.endswith(".memory_efficiency"):
             per_gpu.setdefault(name.split(".")[0], {})["memory_efficiency"] = value
+    per_gpu = {k: {**v, **fitted_attention_efficiency().get(k, {})} for k, v in per_gpu.items()}
+    for k, v in fitted_attention_efficiency().items():
+        per_gpu.setdefault(k, dict(v))
     base = Constants(families=dict(DEFAULT_FAMILIES), per_gpu=per_gpu)
     return replace(base, compute=replace(base.compute, **compute)) if compute else base
 

@@ -177,10 +177,9 @@ def _zero(par: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) ->
     if isinstance(zero, int):
         return zero
     fsdp = str(par.get("fsdp") or "").lower()
-    if "not resharded" in fsdp:  # Llama 3: gradients and optimizer states sharded, parameters kept
-        assumptions.append("zero=1: FSDP whose parameters stay unsharded through the step times like ZeRO-1")
-        return 1
-    if fsdp and fsdp not in ("false", "none"):
+    if "not resharded" in fsdp and "zero" in facts:  # Llama 3: its source states the ZeRO reading
+        return int(facts["zero"])
+    if fsdp and not re.match(r"(false|none|no)\b|fsdp 0\b", fsdp):  # "FSDP 0 (no)", "none (Megatron DP)": not sharded
         return 3
     if "zero" in facts:
         return int(facts["zero"])
@@ -291,7 +290,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         flash_attention=bool(facts.get("flash_attention", True)), dp_shard=dp_shard,
         offload=offload if offload in ("none", "optimizer", "optimizer+params") else "none",
         overlap_grad_reduce=bool(facts.get("overlap_grad_reduce", "do not use any overlapping" not in record.get("notes", ""))),
-        cp_comm=facts.get("cp_comm", "p2p"),
+        cp_comm=facts.get("cp_comm", "p2p"), tp_overlap=facts.get("tp_overlap", "auto") if tp > 1 and sp else "auto",
     )
     gbps = facts.get("inter_node_gbps")
     cluster = make_cluster(gpu, n_gpus, c.get("gpus_per_node"), gbps, power_limit_w=c.get("power_limit_w"))
@@ -302,6 +301,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         seq_len=seq, global_batch=int(gb), precision=precision, fp8_recipe=recipe,
         framework=facts.get("framework", "megatron"), compile=facts.get("compile"),
         attention_kernel=facts.get("attention", "auto"), moe=MoeSpec(**facts.get("moe", {})),
+        expandable_segments=facts.get("expandable_segments"), grad_dtype=facts.get("grad_dtype", "fp32"),
     )
     plan = check_plan(model, cluster, training, plan)
     return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=record["id"])
@@ -435,11 +435,17 @@ def throughput_cases(record: dict[str, Any], source: Source) -> list[Case] | Ski
         cases.append(Case(record["id"], source.label, source.group, metric, "throughput", float(value),
                           _predictor(run, job, name, facts), assumptions, tags, peak_gib, job.cluster.gpu.memory_bytes / 2**30))
         break
+    reported = facts.get("memory_metric", "device")  # what the source's memory figure counts (allocator.py)
+
+    def reported_gib(c: Constants | None) -> float:
+        e = run(c)
+        return {"allocated": e.peak_allocated_gib, "reserved": e.peak_reserved_gib}.get(reported, e.peak_memory_gib)
+
     for metric in MEMORY:
         value = measured.get(metric)
         if isinstance(value, (int, float)):
             cases.append(Case(record["id"], source.label, source.group, metric, "memory", float(value),
-                              peak_gib, assumptions, tags))
+                              reported_gib, assumptions, tags))
     if not cases:
         return Skip(record["id"], source.label, "no measured figure Shardwise predicts")
     try:

@@ -34,16 +34,14 @@ def estimate_cmd(
 
       shardwise train estimate examples/llama3.1-70b-64xh100.yaml --format json --trace step.json
     """
-    from shardwise.specs.hetero import HeteroJob
     from shardwise.specs.job import load_jobs
-    from shardwise.train.estimate import estimate
-    from shardwise.train.hetero import hetero_estimate
+    from shardwise.train.goodput import estimate_with_goodput
     from shardwise.train.hetero_report import hetero_table
     from shardwise.train.report import estimate_json, estimate_table
     from shardwise.train.result import Estimate
 
     jobs = load_jobs(job)
-    results = [hetero_estimate(j) if isinstance(j, HeteroJob) else estimate(j) for j in jobs]
+    results = [estimate_with_goodput(j) for j in jobs]
     if trace is not None:
         from shardwise.pipeline.trace import trace_document, write_trace
         from shardwise.train.hetero_trace import hetero_events
@@ -62,6 +60,64 @@ def estimate_cmd(
     console = make_console()
     for r in results:
         console.print(estimate_table(r) if isinstance(r, Estimate) else hetero_table(r))
+
+
+@app.command("goodput")
+def goodput_cmd(
+    job: Path = typer.Argument(..., help="YAML or JSON job file (one job or a list of jobs; clusters of one GPU type)."),
+    runs: int = typer.Option(2000, "--runs", min=0, max=100_000, help="Monte Carlo runs (0: none; needs training.tokens)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Monte Carlo draws."),
+    plot: Path = typer.Option(None, "--plot", help="Write the histogram of simulated days to train (PNG/SVG)."),
+    format: Format = format_option(),
+) -> None:
+    """Failures, checkpoints and restarts: effective training time, the checkpoint interval, spares, what
+    continuing on fewer nodes costs, and a Monte Carlo of the whole run (P10/P90 days).
+
+    Examples:
+
+      shardwise train goodput examples/goodput-llama3-405b-16k.yaml --plot risk.png
+
+      shardwise train goodput examples/llama3.1-70b-64xh100.yaml --format json
+    """
+    from shardwise.errors import ShardwiseError
+    from shardwise.specs.job import TrainJob, load_jobs
+    from shardwise.train.elastic import what_ifs
+    from shardwise.train.estimate import estimate
+    from shardwise.train.goodput import goodput
+    from shardwise.train.goodput_report import (
+        goodput_tables,
+        plot_simulation,
+        run_simulation,
+        simulation_dict,
+        work_seconds,
+    )
+
+    out, console = [], make_console()
+    for j in load_jobs(job):
+        if not isinstance(j, TrainJob):
+            raise ShardwiseError("cluster.groups: goodput is modelled for clusters of one GPU type; estimate each group")
+        e = estimate(j)
+        g = goodput(j, e)
+        if g is None:
+            raise ShardwiseError("cluster.reliability.failures is false: nothing to model; remove it or set it to true")
+        e = e.__class__(**{**e.__dict__, "goodput": g.to_dict()})
+        wi = what_ifs(j, e, g)
+        sim = sim_d = None
+        if runs and e.days_to_train is not None and g.ettr > 0 and g.run.mttf_s < float("inf"):
+            work = work_seconds(e)
+            sim = run_simulation(g, work, runs, seed)
+            sim_d = simulation_dict(sim, g, work)
+            if plot is not None:
+                plot_simulation(sim, g, work, plot, f"{e.model} on {e.num_gpus:,} x {e.gpu}: {runs:,} simulated runs")
+        if format is Format.json:
+            out.append({"name": e.name, "model": e.model, "gpu": e.gpu, "num_gpus": e.num_gpus, "step_time_s": e.step_time_s,
+                        "goodput": e.goodput, "what_if": wi, "monte_carlo": sim_d})
+        else:
+            console.print(goodput_tables(e, g, wi, sim_d))
+            if sim is not None and plot is not None:
+                console.print(f"plot written to {plot}")
+    if format is Format.json:
+        echo_json(out[0] if len(out) == 1 else out)
 
 
 def _register() -> None:

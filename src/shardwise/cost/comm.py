@@ -30,7 +30,9 @@ Algorithms, the fastest one taken as NCCL's tuner does (NVIDIA/nccl src/graph/tu
   the in-node part).
 - all-to-all: each rank sends S (k-1)/n over the scale-up fabric and S (n-k)/n through its NIC share,
   concurrently (DeepEP's normal kernels are bound by the slower of the two): max of the two times;
-  latency one step of each level it uses.
+  latency one step of each level it uses, plus lat_peer for each of the n - k remote peers (NCCL's
+  all-to-all is one send/receive pair per peer in a group, nccl-tests' alltoall.cu: with many nodes the
+  per-peer messages are small and their per-message cost shows).
 - send/recv: S over one link, NVLink inside a domain, the GPU's NIC share across; one step's latency.
 - broadcast: NCCL's pipelined ring (chain) from the root: the ring's bus bandwidth with bus factor 1
   (nccl-tests PERFORMANCE.md) and n steps, N of them across domains (tuning.cc nsteps / nInterSteps for
@@ -138,6 +140,7 @@ class _Rates(NamedTuple):
     eta_tree: float
     ll_fraction: float  # LL bus bandwidth / the bulk protocol's
     ll_lat_nic: float  # per cross-domain step, LL protocol
+    lat_peer: float  # per remote peer of an all-to-all
 
 
 @lru_cache(maxsize=256)
@@ -149,7 +152,7 @@ def _rates(net: Network, c: NetworkConstants) -> _Rates:
     nvls = c.nvls_efficiency * NVLS_ARCH_FACTOR.get(net.link, 0.0) * link if net.nvls else 0.0
     return _Rates(link, mesh, c.ring_efficiency(net.link_family), b_nic, c.link_latency_s, c.nic_latency_s(net.fabric),
                   c.nvls_latency_s, c.chunk_latency_s, nvls, c.tree_efficiency, c.ll_bandwidth_fraction,
-                  c.nic_latency_s(net.fabric, "ll_"))
+                  c.nic_latency_s(net.fabric, "ll_"), c.a2a_peer_latency_s)
 
 
 def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, latency: bool = True):
@@ -159,7 +162,7 @@ def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, l
         raise ValueError(f"unknown collective {kind!r}")
     r = _rates(net, c)
     if not latency:
-        r = r._replace(lat_link=0.0, lat_nic=0.0, lat_nvls=0.0, h=0.0)
+        r = r._replace(lat_link=0.0, lat_nic=0.0, lat_nvls=0.0, h=0.0, lat_peer=0.0)
     n = k * n_dom
     across = n_dom > 1
     link_k = r.link * ops.maximum(k - 1, 1) / r.mesh if r.mesh else r.link
@@ -168,7 +171,8 @@ def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, l
         return ops.combine(ops.where(across, r.lat_nic, r.lat_link), size / ops.where(across, r.b_nic, b_ring), r.h)
     if kind == "all_to_all":
         t_bw = ops.maximum(size * (k - 1) / n / b_ring, size * (n - k) / n / r.b_nic)
-        return ops.combine(ops.where(k > 1, r.lat_link, 0.0) + ops.where(across, r.lat_nic, 0.0), t_bw, r.h)
+        lat = ops.where(k > 1, r.lat_link, 0.0) + ops.where(across, r.lat_nic + (n - k) * r.lat_peer, 0.0)
+        return ops.combine(lat, t_bw, r.h)
     # Ring (and broadcast's chain): steps on NVLink, steps across domains, transfer at the ring's bus bandwidth.
     busbw = ops.where(across, ops.minimum(ops.where(k > 1, b_ring, INF), k * r.b_nic), b_ring)
     if kind == "broadcast":

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 
+from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.specs._loading import data_path
 
 GIB = 2**30
@@ -29,8 +30,11 @@ class ComputeConstants:
     gemm_overhead_s: float = 5e-6  # fitted: fixed time per GEMM (launch)
     gemm_dim_offset: float = 0.0  # fitted: a GEMM's short-dimension cost, as elements added to each dimension (cost/device.py)
     kernel_overhead_s: float = 4e-6  # assumed: per-kernel launch gap on the GPU (a few us: CUDA C Best Practices Guide)
+    # the attention kernels' forward asymptote at head dim 128 (cost/attention.py), fitted per GPU family on the
+    # kernel benchmarks (scripts/fit_attention.py); the starting values:
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
     fa3_attention_efficiency: float = 0.75  # cited: FlashAttention-3 bf16 forward on H100, 740 of 989 TFLOP/s (Shah et al. 2024)
+    cudnn_attention_efficiency: float = 0.62  # assumed: cuDNN fused attention (Transformer Engine, XLA) near FA3's (Shah et al. 2024 Fig. 5)
     memory_efficiency: float = 0.72  # assumed (the serving fit's start value); fitted per GPU family on the serving runs (decode streams the weights), kept for families without serving runs
     fp8_gemm_efficiency: float = 0.70  # fitted per GPU family: large FP8 GEMMs (per-tensor scales) / FP8 peak
     fp4_gemm_efficiency: float = 0.70  # fitted per GPU family: large NVFP4/MXFP4 GEMMs / FP4 peak
@@ -65,6 +69,10 @@ class NetworkConstants:
     ll_nic_latency_infiniband_s: float = 5e-6  # fitted where rows take LL (no InfiniBand row does yet): per LL step across domains (RoCE uses it)
     ll_nic_latency_efa_s: float = 30e-6  # fitted: same on AWS EFA
     ll_nic_latency_tcpxo_s: float = 60e-6  # fitted: same on GCP GPUDirect-TCPXO
+    # fitted: per remote peer of an all-to-all. NCCL runs an all-to-all as one send and one receive per peer
+    # inside a group (nccl-tests' alltoall.cu: ncclSend/ncclRecv to every rank), so each cross-node
+    # message pays the network proxy's per-message cost; at many nodes the per-peer messages are small.
+    a2a_peer_latency_s: float = 2e-6
 
     def ring_efficiency(self, link_family: str) -> float:
         return getattr(self, f"ring_efficiency_{link_family}")
@@ -121,7 +129,13 @@ class MemoryConstants:
 
     cuda_context_gib: float = 0.75  # assumed: CUDA context + cuBLAS/cuDNN workspaces (PyTorch CUDA semantics notes)
     comm_buffers_gib: float = 0.5  # assumed: NCCL channel buffers per process (NCCL_BUFFSIZE 4 MiB x channels x peers)
-    fragmentation: float = 0.05  # assumed: caching-allocator fragmentation, fraction of dynamic (activation) memory
+    # The caching allocator's reserved-but-unallocated memory at the peak, as a share of the dynamic memory
+    # (activations: the tensors that live and die within a step): GMLake (Guo et al. 2024, ASPLOS) measures
+    # 15% average (up to 33%) fragmentation of PyTorch's caching allocator over eight LLM trainings on
+    # A100-80GB, which virtual-memory stitching removes; expandable segments are PyTorch's own use of the
+    # same CUDA virtual-memory mapping (PyTorch "CUDA semantics": expandable_segments).
+    fragmentation: float = 0.15  # assumed from GMLake's average; fitted where memory rows report reserved memory
+    fragmentation_expandable: float = 0.02  # assumed: near zero with expandable segments (GMLake: stitching)
     dp_bucket_mib: float = 40.0  # cited: gradient-reduce bucket (Megatron-LM / PyTorch DDP default ~40 MB)
 
 
@@ -204,7 +218,7 @@ CITED_PER_GPU: dict[str, dict[str, float]] = {
     # Assumed until measured: cuDNN fused attention on B200 like FA3 on H100; FA2 as on H100.
     "B200": {"attention_efficiency": 0.35},
     # Assumed: Composable Kernel flash attention on MI300X ~40% of peak (ROCm blog figures are for inference).
-    "MI300X": {"attention_efficiency": 0.40, "fa3_attention_efficiency": 0.40},
+    "MI300X": {"attention_efficiency": 0.40, "fa3_attention_efficiency": 0.40, "cudnn_attention_efficiency": 0.40},
 }
 
 
@@ -228,11 +242,9 @@ def default_constants() -> Constants:
     # The network's constants have their own fit and file (fitted_network_constants); a "network"
     # section here is ignored.
     fitted = Constants.from_dict({k: v for k, v in data.items() if k in {f.name for f in fields(Constants)} - {"network"}})
-    return replace(
-        fitted,
-        per_gpu=_merge_per_gpu(CITED_PER_GPU, fitted.per_gpu),
-        families={**DEFAULT_FAMILIES, **fitted.families},
-    )
+    # The attention kernels' asymptotes come from their own fit on kernel benchmarks (scripts/fit_attention.py).
+    per_gpu = _merge_per_gpu(_merge_per_gpu(CITED_PER_GPU, fitted.per_gpu), fitted_attention_efficiency())
+    return replace(fitted, per_gpu=per_gpu, families={**DEFAULT_FAMILIES, **fitted.families})
 
 
 def network_constants(constants: Constants | None = None) -> NetworkConstants:

@@ -9,13 +9,9 @@
   over K). Rather than pick cuBLAS's tile per problem, the GEMM works as if each dimension were d0
   longer (the first order of prod(1 + d0/D)), d0 fitted on the calibration runs; t_gemm is a fitted
   fixed cost per GEMM (launch). Very short reductions become memory-bound through the bytes term.
-- fused attention (FlashAttention-style), forward or backward:
-  t = F / (peak_16bit * eta_attn * s / (s + s_half)) + t_kernel, saturating in the key length s
-  (for a causal mask the mean key length s/2). FA3 forward on H100 (head dim 128, B*S = 16k tokens)
-  runs 430, 517, 566, 590, 614, 621 TFLOP/s at s = 0.5k ... 16k (pytorch/benchmark commit ff65cb6):
-  s_half = 240 reproduces all six within 2% (derived). The backward runs at BACKWARD_ATTENTION_RATIO
-  of the forward's efficiency (Dao 2023, FlashAttention-2 Sec. 4.1: up to 73% of peak forward, 63%
-  backward on A100).
+- fused attention (FlashAttention-2/3, cuDNN), forward or backward: the tile model of
+  :mod:`shardwise.cost.attention` (tile-loop overhead, causal prefix, waves over the SMs, head dimension),
+  at the kernel's asymptote eta_attn of the 16-bit peak.
 - memory-bound kernels (norms, activations, RoPE, residual adds, casts, softmax):
   t = bytes / (HBM * eta_mem) + kernels * t_kernel.
 
@@ -28,15 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.cost.attention import AttentionShape, fitted_attention_shapes, fused_attention_s
 from shardwise.cost.constants import ComputeConstants
 from shardwise.specs.hardware import GPU
 
-ATTENTION_SEQ_HALF = 240.0  # tokens; see the module docstring
-BACKWARD_ATTENTION_RATIO = 63.0 / 73.0  # FlashAttention-2 Sec. 4.1 (A100): backward vs forward efficiency
 # FlashAttention-1 reached 25-40% of A100 peak where FlashAttention-2 reaches 50-73% (Dao 2023, Sec. 1):
 # its efficiency relative to FA2's, at the top of both ranges (derived).
 FA1_RATIO = 40.0 / 73.0
-FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused attention kernels exist
+FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused attention kernels for them
 
 
 @dataclass(frozen=True)
@@ -54,15 +49,20 @@ class Device:
     kernel_overhead_s: float
     lowp_flops: float = 0.0  # achieved FLOP/s of low-precision (FP8/FP4) GEMMs; 0: none (shardwise.cost.lowp)
     lowp_bytes: float = 2.0  # bytes per element of a low-precision GEMM operand
+    sms: int = 108  # streaming multiprocessors: the attention kernel's CTAs run in waves over them
+    attention_shape: AttentionShape = AttentionShape()  # the attention kernel's tile-loop constants
 
     @classmethod
     def of(cls, gpu: GPU, precision: str, constants: ComputeConstants, attention_kernel: str = "fa2",
            lowp_flops: float = 0.0, lowp_bytes: float = 2.0) -> Device:
-        """`attention_kernel`: "fa3" (FlashAttention-3 / cuDNN, Hopper and later; FA2 elsewhere), "fa2"
+        """`attention_kernel`: "fa3" (FlashAttention-3) or "cudnn" (cuDNN fused attention: Transformer Engine,
+        XLA), both Hopper and later (FA2 elsewhere), "fa2"
         or "fa1". fp8/fp4 jobs run their 16-bit GEMMs at the BF16 peak and their block linears at
         `lowp_flops` (:func:`shardwise.cost.lowp.device`)."""
-        fa3 = attention_kernel == "fa3" and gpu.arch in FA3_ARCHS
-        attention = constants.fa3_attention_efficiency if fa3 else constants.attention_efficiency
+        kernel = attention_kernel if attention_kernel in ("fa3", "cudnn") and gpu.arch in FA3_ARCHS else "fa2"
+        attention = {"fa2": constants.attention_efficiency, "fa3": constants.fa3_attention_efficiency,
+                     "cudnn": constants.cudnn_attention_efficiency}[kernel]
+        shape = fitted_attention_shapes()[kernel]
         if attention_kernel == "fa1":
             attention *= FA1_RATIO
         sixteen = "bf16" if precision in ("fp8", "fp4") else precision
@@ -78,6 +78,8 @@ class Device:
             kernel_overhead_s=constants.kernel_overhead_s,
             lowp_flops=lowp_flops,
             lowp_bytes=lowp_bytes,
+            sms=gpu.sms,
+            attention_shape=shape,
         )
 
     @property
@@ -96,15 +98,11 @@ class Device:
             memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
         return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
 
-    def attention_s(self, flops, bytes_moved, seq_kv, causal: bool = True, backward: bool = False):
-        """A fused attention kernel doing `flops` (already halved for a causal mask) over keys of
-        length `seq_kv`."""
-        mean_keys = seq_kv * (0.5 if causal else 1.0)
-        eff = self.attention_efficiency * mean_keys / (mean_keys + ATTENTION_SEQ_HALF)
-        if backward:
-            eff = eff * BACKWARD_ATTENTION_RATIO
-        compute = flops / (self.attention_peak_flops * eff)
-        return np.maximum(compute, bytes_moved / self.hbm_rate) + self.kernel_overhead_s
+    def attention_s(self, bh, s_q, s_k, d, causal: bool = True, backward: bool = False, bytes_moved: float = 0.0):
+        """One fused attention kernel over `bh` (batch x heads) pairs of `s_q` queries and `s_k` keys of head
+        dimension `d` (:func:`shardwise.cost.attention.fused_attention_s`)."""
+        return fused_attention_s(bh, s_q, s_k, d, causal, backward, self.attention_peak_flops, self.attention_efficiency,
+                                 self.attention_shape, self.sms, bytes_moved, self.hbm_rate, self.kernel_overhead_s)
 
     def memory_s(self, bytes_moved, kernels=1):
         """Memory-bound kernels moving `bytes_moved` in total."""

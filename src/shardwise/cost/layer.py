@@ -15,6 +15,8 @@ Stacks that do not fuse these kernels move `stack.elementwise_traffic` times the
 `stack.kernels_per_layer` kernels (:mod:`shardwise.cost.stack`). Selective recomputation repeats
 the core attention when it is not fused (Megatron-LM) and `stack.selective_recompute_gemms` of the
 forward GEMMs with their elementwise work (op-level SAC in torchtitan, block-level AC elsewhere).
+
+Tensor-parallel communication is returned *exposed*, by the plan's overlap mode (:func:`tp_exposed_s`).
 """
 
 from __future__ import annotations
@@ -48,11 +50,10 @@ class PassCost:
     recompute_s: float = 0.0  # forward work repeated before I (activation recomputation), compute only
     tp_fwd_s: float = 0.0  # TP collectives of the forward
     tp_bwd_s: float = 0.0  # TP collectives of the backward (incl. repeated forward ones under full recompute)
-    cp_fwd_s: float = 0.0
+    cp_fwd_s: float = 0.0  # CP traffic left exposed (attention_pass)
     cp_bwd_s: float = 0.0
     ep_fwd_s: float = 0.0
     ep_bwd_s: float = 0.0
-    attention_s: float = 0.0  # forward attention-core time (window that hides CP transfers)
 
     def __add__(self, other: PassCost) -> PassCost:
         return PassCost(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
@@ -62,7 +63,7 @@ class PassCost:
 
     def astuple(self) -> tuple[float, ...]:
         return (self.f_s, self.i_s, self.w_s, self.recompute_s, self.tp_fwd_s, self.tp_bwd_s,
-                self.cp_fwd_s, self.cp_bwd_s, self.ep_fwd_s, self.ep_bwd_s, self.attention_s)
+                self.cp_fwd_s, self.cp_bwd_s, self.ep_fwd_s, self.ep_bwd_s)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,41 @@ class Groups:
 
 def _gemm(dev: Device, tokens: float, n_out: float, k_in: float, count: int = 1, lowp: bool = False) -> float:
     return float(dev.gemm_s(tokens, n_out, k_in, count, lowp=lowp))
+
+
+#: Tensor-parallel communication overlap modes (TrainPlan.tp_overlap), from least to most overlapped.
+TP_OVERLAP_MODES = ("none", "bulk", "pipelined", "async")
+#: Share of a GEMM's speed lost while TP collectives run beside it on the GPU's SMs (derived: NeMo's
+#: userbuffers configuration for Llama 3.1 405B on H100 gives the overlapped collectives 1-24 of the 132 SMs,
+#: ~10 on average over the ten overlapped GEMMs: nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py).
+TP_OVERLAP_SM_SHARE = 10.0 / 132.0
+
+
+def tp_exposed_s(mode: str, comm_f: float, comm_b: float, gemm_f: float, gemm_b: float, chunks: int,
+                 share: float) -> tuple[float, float]:
+    """(exposed forward, exposed backward) TP communication of one layer pass, beside GEMMs of `gemm_f`
+    (forward) and `gemm_b` (each backward pass: input- and weight-gradient GEMMs take as long as it).
+
+    - none: forward collectives exposed (each GEMM waits for its input); a share `share` of the backward
+      hides under the weight-gradient GEMMs (Megatron-LM's asynchronous input-gradient all-reduce;
+      Korthikanti et al. 2022 Sec. 6.2; the stack's fitted tp_comm_overlap);
+    - bulk: the backward collectives run beside the independent weight-gradient GEMMs (Transformer Engine
+      userbuffers "bulk" overlap of the dgrad all-gather and reduce-scatter): exposed beyond them;
+    - pipelined: also the forward: each all-gather + GEMM and GEMM + reduce-scatter split in `chunks` (tp:
+      Transformer Engine's ring exchange, one step per rank; Megatron-LM --tp-comm-overlap; Wang et al. 2022,
+      "Overlap communication with dependent computation via decomposition"): one chunk's transfer waits,
+      the rest hides under the other chunks' GEMMs: exposed C/n + (n-1)/n max(0, C - G);
+    - async: the same decomposition in the forward and the backward (torchtitan's async TP: micro-pipelined
+      all-gather-matmul and matmul-reduce-scatter over symmetric memory)."""
+    if mode == "none":
+        return comm_f, comm_b * (1.0 - share)
+
+    def split(c: float, g: float) -> float:
+        return c / chunks + max(0.0, c - g) * (chunks - 1) / chunks
+
+    fwd = split(comm_f, gemm_f) if mode in ("pipelined", "async") else comm_f
+    bwd = split(comm_b, gemm_b) if mode == "async" else max(0.0, comm_b - gemm_b)
+    return fwd, bwd
 
 
 def expert_rows(model: ModelSpec, tokens: float, groups: Groups, moe: MoeSpec, tile: float) -> float:
@@ -118,28 +154,75 @@ def dispatch_s(model: ModelSpec, tokens: float, groups: Groups, moe: MoeSpec, ac
     return collective_s("all_to_all", routed, groups.ep, groups.ep_tier) + gather + overhead_s
 
 
-def cp_comm_s(model: ModelSpec, tokens: float, groups: Groups, act_bytes: float) -> tuple[float, bool]:
-    """Context-parallel traffic of one attention pass and whether it overlaps the attention:
-    - p2p (ring attention, Liu et al. 2023): each rank passes its K/V around the ring, cp - 1 steps,
-      hidden under the attention of the blocks already received;
-    - allgather (Llama 3 Sec. 3.3.2): K/V all-gathered before the attention, not overlapped;
-    - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023 Sec. 3.1): Q, K, V scattered over heads and gathered
-      over the sequence by one all-to-all, the output by another, not overlapped;
-    - a2a+p2p (the hybrid, USP / Megatron-Core's hierarchical CP): Ulysses all-to-alls inside groups of
-      `ulysses` ranks, a ring of K/V (of the Ulysses group's sequence, its share of heads) across them."""
-    tp = groups.tp
-    kv_local = max(model.n_kv_heads / tp, 1.0) * (model.d_head + model.d_v_head) * tokens * act_bytes
-    q_out = model.heads / tp * (model.d_head + model.d_v_head) * tokens * act_bytes
+def cp_gather_s(model: ModelSpec, tokens: float, groups: Groups, act_bytes: float) -> float:
+    """K/V of the cp ranks gathered before an unfused attention (no kernel to hide a ring under)."""
     if groups.cp <= 1:
-        return 0.0, True
+        return 0.0
+    kv_token = max(model.n_kv_heads / groups.tp, 1.0) * (model.d_head + model.d_v_head) * act_bytes
+    return collective_s("all_gather", kv_token * tokens * groups.cp, groups.cp, groups.cp_tier)
+
+
+def attention_pass(model: ModelSpec, tokens: float, seq: int, groups: Groups, dev: Device,
+                   act_bytes: float) -> tuple[float, float, float, float, float, float]:
+    """Fused attention of one micro-batch's local queries (`tokens` = b s / cp) over a causal sequence of
+    `seq`, with its context-parallel traffic: (attention forward, backward, exposed CP forward, backward,
+    output-merge bytes forward, backward). Each scheme runs its own kernels (:meth:`Device.attention_s`):
+
+    - no CP: one causal kernel over (b x heads, s, s);
+    - p2p (ring attention, Liu et al. 2023; load-balanced as Megatron-LM's zig-zag: each rank keeps chunks i
+      and 2cp-1-i): cp steps, the first a causal kernel over the rank's s/cp keys, each later one a full
+      kernel over half a block (s/cp queries x s/(2cp) keys: the same pairs), while the next K/V chunk
+      (the backward: K/V and their gradients) crosses one ring hop: a step's transfer is exposed beyond the
+      step computing beside it; each later step rescales and merges the partial output (fp32: read two,
+      write one, FlashAttention's log-sum-exp combination);
+    - allgather (Llama 3, Dubey et al. 2024 Sec. 3.3.2): K/V all-gathered first (exposed; the backward
+      reduce-scatters their gradients), then each of the rank's two chunks attends to its whole prefix;
+    - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023 Sec. 3.1): Q, K, V and the output exchanged by all-to-alls
+      (exposed), the attention over the whole sequence with heads / cp heads;
+    - a2a+p2p (USP, Megatron-Core's hierarchical CP): Ulysses inside groups of `ulysses` ranks, a p2p ring
+      of cp / ulysses ranks across them."""
+    tp, cp = groups.tp, groups.cp
+    heads = model.heads / tp
+    d_qk, d_v = model.d_head, model.d_v_head
+    d = 0.5 * (d_qk + d_v)
+    b = tokens * cp / seq  # sequences in the micro-batch
+    kv_token = max(model.n_kv_heads / tp, 1.0) * (d_qk + d_v) * act_bytes  # K and V bytes per token on a rank
+
+    def kern(bh: float, s_q: float, s_k: float, causal: bool, backward: bool) -> float:
+        io = act_bytes * bh * (s_q + s_k) * (d_qk + d_v) * (2.0 if backward else 1.0)
+        return float(dev.attention_s(bh, s_q, s_k, d, causal, backward, io))
+
+    def ring(n: int, h: float, tier: CommGroup) -> tuple[float, ...]:
+        """p2p ring over n ranks of local sequence s/n, h heads per rank."""
+        local = seq / n
+        step_bytes = kv_token * (h / heads) * b * local
+        hop = collective_s("send_recv", step_bytes, 2, tier)
+        out = b * local * h * d_v * 12.0  # merge one partial output per later step: fp32 read, read, write
+        f0, b0 = kern(b * h, local, local, True, False), kern(b * h, local, local, True, True)
+        fs, bs = kern(b * h, local, local / 2, False, False), kern(b * h, local, local / 2, False, True)
+        exposed_f = max(0.0, hop - f0) + (n - 2) * max(0.0, hop - fs)
+        exposed_b = max(0.0, 2 * hop - b0) + (n - 2) * max(0.0, 2 * hop - bs)
+        return f0 + (n - 1) * fs, b0 + (n - 1) * bs, exposed_f, exposed_b, (n - 1) * out, (n - 1) * out
+
+    if cp <= 1:
+        return kern(b * heads, seq, seq, True, False), kern(b * heads, seq, seq, True, True), 0.0, 0.0, 0.0, 0.0
     if groups.cp_comm in ("a2a", "a2a+p2p"):
         u = groups.ulysses
-        a2a = collective_s("all_to_all", q_out + kv_local, u, groups.ulysses_tier or groups.cp_tier)
-        ring_n = groups.cp // u
-        ring = collective_s("all_gather", kv_local * ring_n, ring_n, groups.ring_tier or groups.cp_tier) if ring_n > 1 else 0.0
-        return a2a + ring, False
-    ring = collective_s("all_gather", kv_local * groups.cp, groups.cp, groups.cp_tier)
-    return ring, groups.cp_comm == "p2p"
+        q_out = heads * (d_qk + d_v) * tokens * act_bytes
+        a2a = collective_s("all_to_all", q_out + kv_token * tokens, u, groups.ulysses_tier or groups.cp_tier)
+        n = cp // u
+        if n > 1:
+            f, bw, ef, eb, mf, mb = ring(n, heads / u, groups.ring_tier or groups.cp_tier)
+            return f, bw, a2a + ef, a2a + eb, mf, mb
+        h = heads / u
+        return kern(b * h, seq, seq, True, False), kern(b * h, seq, seq, True, True), a2a, a2a, 0.0, 0.0
+    if groups.cp_comm == "allgather":
+        gather = collective_s("all_gather", kv_token * tokens * cp, cp, groups.cp_tier)
+        c = seq / (2 * cp)  # rank 0's chunks: the first (prefix c) and the last (prefix s)
+        f = kern(b * heads, c, c, True, False) + kern(b * heads, c, seq, True, False)
+        bw = kern(b * heads, c, c, True, True) + kern(b * heads, c, seq, True, True)
+        return f, bw, gather, gather, 0.0, 0.0
+    return ring(cp, heads, groups.cp_tier)
 
 
 def elementwise_bytes_per_token(model: ModelSpec, moe_layer: bool, tp: int, sp: bool, act_bytes: float = 2.0,
@@ -174,21 +257,29 @@ def transformer_layer(
     lowp: LowPrecision = NO_LOWP,
     moe: MoeSpec = DEFAULT_MOE,
     moe_consts: MoeConstants = DEFAULT_MOE_CONSTANTS,
+    tp_overlap: str = "none",
 ) -> PassCost:
     """One transformer layer, one micro-batch of `tokens` local tokens (b*s/cp) attending to `seq_kv` keys.
     `lowp`: the low-precision recipe (block linears in FP8/FP4, plus their casts; :mod:`shardwise.cost.lowp`);
-    `moe`: how an MoE layer routes its tokens."""
+    `moe`: how an MoE layer routes its tokens; `tp_overlap`: how TP communication overlaps the GEMMs
+    (:func:`tp_exposed_s`)."""
     tp = groups.tp
     h, heads = model.hidden, model.heads / tp
     # --- block linears (m, n, k, count, speed); each has a dgrad and a wgrad twin of equal FLOPs ---
     linears = [(tokens, n, k, 1, 1.0) for n, k in linear_shapes(model, 0.0, tp)[:2]]
     router = permute = 0.0  # 16-bit router GEMM; token permutation (memory-bound, no weight gradient)
     dispatch = 0.0
+    loop_kernels = 0
     if moe_layer:
         etp = groups.etp or tp
         experts_local = round(model.experts / groups.ep)
-        rows = expert_rows(model, tokens, groups, moe, moe_consts.grouped_gemm_tile)
-        grouped = moe_consts.grouped_gemm_ratio if experts_local > 1 else 1.0  # one local expert: a plain GEMM
+        # Grouped: one kernel over the local experts, each padded to the grouped GEMM's row tile; a loop
+        # (SequentialMLP) runs one plain GEMM per expert and pays each expert's kernels (permuted slice, fc1,
+        # activation, fc2) in the forward, twice in the backward.
+        tile = moe_consts.grouped_gemm_tile if moe.grouped_gemm else 1.0
+        rows = expert_rows(model, tokens, groups, moe, tile)
+        grouped = moe_consts.grouped_gemm_ratio if experts_local > 1 and moe.grouped_gemm else 1.0
+        loop_kernels = 0 if moe.grouped_gemm else 4 * experts_local
         linears += [(rows, n, k, experts_local, grouped) for n, k in linear_shapes(model, model.d_expert, etp)[2:]]
         if model.shared_experts:
             linears += [(tokens, n, k, 1, 1.0) for n, k in linear_shapes(model, model.shared_experts * model.d_expert, tp)[2:]]
@@ -207,11 +298,9 @@ def transformer_layer(
         cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
     # --- attention core ---------------------------------------------------------------------------
     d_qk, d_v = model.d_head, model.d_v_head
+    merge_f = merge_b = 0.0
     if flash:
-        flops = 2.0 * tokens * seq_kv * heads * (d_qk + d_v) * 0.5  # causal: masked tiles skipped
-        io = act_bytes * heads * (tokens * (d_qk + d_v) + seq_kv * (d_qk + d_v))
-        attn_f = float(dev.attention_s(flops, io, seq_kv))
-        attn_b = float(dev.attention_s(2.5 * flops, 2.0 * io, seq_kv, backward=True))
+        attn_f, attn_b, cp_f, cp_b, merge_f, merge_b = attention_pass(model, tokens, seq_kv, groups, dev, act_bytes)
     else:
         scores = heads * tokens * seq_kv
         qk = float(dev.gemm_s(tokens, seq_kv, d_qk, heads))  # per head: (s x d) @ (d x s)
@@ -219,11 +308,12 @@ def transformer_layer(
         softmax_bytes = scores * (2 * act_bytes + (2 * act_bytes + 1 if model.dropout else 0)) * stack.elementwise_traffic
         attn_f = qk + av + dev.memory_s(softmax_bytes, 2 if model.dropout else 1)
         attn_b = 2.0 * (qk + av) + dev.memory_s(1.5 * softmax_bytes, 2 if model.dropout else 1)
+        cp_f = cp_b = cp_gather_s(model, tokens, groups, act_bytes)  # unfused attention: K/V gathered first
     # --- elementwise ------------------------------------------------------------------------------
     per_token = elementwise_bytes_per_token(model, moe_layer, tp, sp, act_bytes, moe.load_factor) * stack.elementwise_traffic
     kernels = stack.kernels_per_layer
-    elem_f = dev.memory_s(tokens * per_token, kernels) + cast_f + permute
-    elem_b = dev.memory_s(2.0 * tokens * per_token, 2 * kernels) + cast_b + permute
+    elem_f = dev.memory_s(tokens * per_token + merge_f, kernels + loop_kernels) + cast_f + permute
+    elem_b = dev.memory_s(2.0 * tokens * per_token + merge_b, 2 * (kernels + loop_kernels)) + cast_b + permute
     # --- communication ----------------------------------------------------------------------------
     activation = tokens * h * act_bytes
     # Attention and MLP each all-reduce (all-gather + reduce-scatter with SP) over tp. An MoE layer's routed
@@ -234,8 +324,23 @@ def transformer_layer(
     tp_one = collective_s("all_reduce", activation, tp, groups.tp_tier)
     dispatched = moe_layer and groups.ep > 1 and not model.shared_experts
     tp_pass = tp_one * (1 if dispatched else 2)
-    cp_pass, cp_overlapped = cp_comm_s(model, tokens, groups, act_bytes)
-    ep_pass = 2 * dispatch  # dispatch + combine
+    # The GEMMs next to the TP collectives (the attention projections, and the MLP's unless the dispatcher
+    # carries its tokens) are what an overlap hides them under; split in tp chunks they run at chunk shapes.
+    tp_linears = linears[:2] if dispatched else linears[:2] + linears[2:4]
+    gemm_tp = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in tp_linears)
+    # Dispatch + combine; under all-to-all overlap (Megatron-Core's 1F1B A2A overlap, DualPipe) they run beside
+    # another micro-batch's compute of the layer, so only what that compute cannot cover stays exposed.
+    ep_pass = 2 * dispatch
+    a2a_share = 1.0 if moe.overlap_a2a else (0.0 if moe.overlap_a2a is False else stack.ep_comm_overlap)
+    mode = tp_overlap if tp > 1 else "none"
+    split_fwd = mode in ("pipelined", "async")
+    # Split in tp chunks, the overlapped GEMMs run at chunk shapes (tokens / tp rows, tp of them) and lose
+    # TP_OVERLAP_SM_SHARE of their speed to the communication kernels beside them.
+    chunked = (sum(tp * _gemm(dev, m / tp, n, k, c, lowp.active) / speed for m, n, k, c, speed in tp_linears) - gemm_tp
+               if split_fwd else 0.0)
+    tp_f, tp_b = tp_exposed_s(mode, tp_pass, tp_pass, gemm_tp, gemm_tp, tp, stack.tp_comm_overlap)
+    fwd_extra = chunked + TP_OVERLAP_SM_SHARE * gemm_tp if split_fwd else 0.0
+    bwd_extra = (TP_OVERLAP_SM_SHARE * gemm_tp if mode != "none" else 0.0) + (chunked if mode == "async" else 0.0)
     # --- recomputation ----------------------------------------------------------------------------
     forward = gemm + attn_f + elem_f
     if recompute == "full":
@@ -246,18 +351,19 @@ def transformer_layer(
         tp_recompute = share * tp_pass
     else:
         recompute_s, tp_recompute = 0.0, 0.0
+    # The recomputed forward's collectives overlap as the forward's do (without an overlap mode, as the backward's).
+    tp_recompute *= (1.0 - stack.tp_comm_overlap) if mode == "none" else (tp_f / tp_pass if tp_pass else 0.0)
     return PassCost(
-        f_s=forward,
-        i_s=gemm + attn_b + elem_b,
+        f_s=forward + fwd_extra,
+        i_s=gemm + attn_b + elem_b + bwd_extra,
         w_s=gemm,
         recompute_s=recompute_s,
-        tp_fwd_s=tp_pass,
-        tp_bwd_s=tp_pass + tp_recompute,
-        cp_fwd_s=cp_pass,
-        cp_bwd_s=cp_pass,
-        ep_fwd_s=ep_pass,
-        ep_bwd_s=ep_pass,
-        attention_s=attn_f if cp_overlapped else 0.0,
+        tp_fwd_s=tp_f,
+        tp_bwd_s=tp_b + tp_recompute,
+        cp_fwd_s=cp_f,
+        cp_bwd_s=cp_b,
+        ep_fwd_s=max(ep_pass * (1.0 - a2a_share), ep_pass - a2a_share * (gemm + attn_b + elem_b)),
+        ep_bwd_s=max(ep_pass * (1.0 - a2a_share), ep_pass - a2a_share * forward),
     )
 
 
@@ -271,7 +377,8 @@ def lm_head(model: ModelSpec, tokens: float, sp: bool, dev: Device, groups: Grou
     ce_b = dev.memory_s(logits * (8.0 + act_bytes), 2)
     norm = dev.memory_s(tokens * model.hidden * 2 * act_bytes / (tp if sp else 1))
     gather = collective_s("all_gather", tokens * model.hidden * act_bytes, tp, groups.tp_tier) if sp else 0.0
-    return PassCost(f_s=head + ce_f + norm, i_s=head + ce_b + 2 * norm, w_s=head, tp_fwd_s=gather, tp_bwd_s=gather)
+    return PassCost(f_s=head + ce_f + norm, i_s=head + ce_b + 2 * norm, w_s=head, tp_fwd_s=gather,
+                    tp_bwd_s=gather * (1.0 - stack.tp_comm_overlap))
 
 
 @lru_cache(maxsize=1024)

@@ -2,17 +2,18 @@
 software stack (:mod:`shardwise.cost.stack`). Every function accepts numbers or numpy arrays (one plan
 per element).
 
-- TP: forward collectives are exposed (each GEMM waits for its input); a share `tp_comm_overlap` of the
-  backward ones hides under the weight-gradient GEMMs (Megatron-LM overlaps the input-gradient
-  all-reduce with the wgrad GEMM; Korthikanti et al. 2022 Sec. 6.2).
-- CP: the K/V all-gather hides under the attention of the blocks already received (Liu et al. 2023,
-  Ring Attention): exposed = max(0, comm - attention time) (backward: twice the attention time).
+- TP: exposed by the plan's overlap mode (:func:`shardwise.cost.layer.tp_exposed_s`): without one, forward
+  collectives are exposed and a share `tp_comm_overlap` of the backward ones hides under the weight-gradient
+  GEMMs (Megatron-LM overlaps the input-gradient all-reduce with the wgrad GEMM; Korthikanti et al. 2022
+  Sec. 6.2).
+- CP: exposed as the scheme's kernels leave it (:func:`shardwise.cost.layer.attention_pass`: a ring's
+  transfers beside its steps, a gather or all-to-all before the attention).
 - EP: token all-to-alls are exposed (dispatch and combine sit between the router and the experts).
 - DP: states are sharded over groups of `shard` ranks (hybrid sharding / HSDP when `shard` is smaller
   than the data-parallel group; Zhao et al. 2023, PyTorch FSDP Sec. 3.2.2) and replicated across the
   `n / shard` groups. ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them inside the shard
   group, all-reduce the shard across replicas and all-gather the updated parameters (ZeRO-2 reduce-
-  scatters every micro-batch); ZeRO-3 also all-gathers the parameters before each forward and backward
+  scatters every micro-batch, under the rank's next micro-batch but the last); ZeRO-3 also all-gathers the parameters before each forward and backward
   of every micro-batch (Rajbhandari et al. 2020 Sec. 7: 1.5x the data-parallel volume). With overlap,
   gradient reduction hides under `dp_overlap` of the last backward and the parameter all-gather under
   the next forward; ZeRO-3 gathers hide under `fsdp_prefetch_overlap` of each pass.
@@ -36,12 +37,12 @@ from shardwise.cost.numeric import ceil, maximum, minimum, where
 from shardwise.specs.hardware import Cluster
 
 
-def exposed_layer_comm(cost, tp_overlap: float):
+def exposed_layer_comm(cost):
     """(F, I, W, exposed tp, exposed cp, exposed ep) seconds of one micro-batch of a block whose
-    :class:`~shardwise.cost.layer.PassCost` (or arrays with the same fields) is `cost`."""
-    tp_bwd = cost.tp_bwd_s * (1.0 - tp_overlap)
-    cp_fwd = maximum(0.0, cost.cp_fwd_s - cost.attention_s)
-    cp_bwd = maximum(0.0, cost.cp_bwd_s - 2.0 * cost.attention_s)
+    :class:`~shardwise.cost.layer.PassCost` (or arrays with the same fields) is `cost`; its TP communication
+    is already what the plan's overlap mode leaves exposed (:func:`shardwise.cost.layer.tp_exposed_s`)."""
+    tp_bwd = cost.tp_bwd_s
+    cp_fwd, cp_bwd = cost.cp_fwd_s, cost.cp_bwd_s
     f = cost.f_s + cost.tp_fwd_s + cp_fwd + cost.ep_fwd_s
     i = cost.i_s + cost.recompute_s + tp_bwd + cp_bwd + cost.ep_bwd_s
     return f, i, cost.w_s, cost.tp_fwd_s + tp_bwd, cp_fwd + cp_bwd, cost.ep_fwd_s + cost.ep_bwd_s
@@ -56,13 +57,16 @@ def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
 def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, expert_stride, p_dense, p_exp, n_dense, n_exp,
                  shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float,
                  layers=1, bucket_bytes: float = 40 * 2**20, frozen_bytes=0.0, zero1_broadcast: bool = False,
-                 param_sync_overlap: bool = True):
+                 param_sync_overlap: bool = True, keep_unsharded=False, unsharded_grads=False):
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
     (strides tp and `expert_stride` = etp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
     fwd_s / bwd_s: one micro-batch's forward / backward; frozen_bytes: the rank's frozen (adapter-job)
     base weights, which ZeRO-3 gathers like the others but which have no gradients to reduce;
-    zero1_broadcast / param_sync_overlap: the stack's ZeRO-1/2 collectives (module docstring)."""
+    zero1_broadcast / param_sync_overlap: the stack's ZeRO-1/2 collectives (module docstring);
+    keep_unsharded: ZeRO-3 that keeps each gathered layer for the step (FSDP reshard_after_forward off: one
+    gather per layer and step, under the first forward); unsharded_grads: its gradients accumulate unsharded
+    over the micro-batches and are reduce-scattered once, under the last backward (pipelining's no-sync)."""
     shard = minimum(shard, n_dense)
     replicas = n_dense // shard
 
@@ -98,16 +102,22 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
     if 1 in stages:
         rules[1] = maximum(0.0, scatter + across_12 - window * bwd_s) + hidden_gather
     if 2 in stages:
-        rules[2] = (microbatches * maximum(0.0, scatter - window * bwd_s) + maximum(0.0, across_12 - window * bwd_s)
-                    + hidden_gather)
+        # Each micro-batch's reduce-scatter starts under its own backward (the share `window` of it, as the
+        # buckets fill) and runs on its own stream through the next micro-batch's forward; only the last one
+        # waits at the end of the step under its backward alone.
+        rules[2] = ((microbatches - 1) * maximum(0.0, scatter - window * bwd_s - where(overlap_grad_reduce, fwd_s, 0.0))
+                    + maximum(0.0, scatter + across_12 - window * bwd_s) + hidden_gather)
     if 3 in stages:
         layer_gather = both("all_gather", weight_bytes, shard, tp, True)
         if np.any(np.asarray(frozen_bytes) > 0):  # an adapter job's frozen base: gathered, never reduced
             layer_gather = layer_gather + chunked_s(cluster, "all_gather", frozen_bytes, shard, tp, layers)
         layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
-        rules[3] = (microbatches * (maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
-                                    + maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
-                    + maximum(0.0, across - window * bwd_s))
+        per_microbatch = microbatches * (maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
+                                         + maximum(0.0, layer_gather + layer_scatter - fsdp_overlap * bwd_s))
+        kept = (maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
+                + where(unsharded_grads, maximum(0.0, layer_scatter - window * bwd_s),
+                        microbatches * maximum(0.0, layer_scatter - fsdp_overlap * bwd_s)))
+        rules[3] = where(keep_unsharded, kept, per_microbatch) + maximum(0.0, across - window * bwd_s)
     if scalar:
         out = rules[int(zero)]
     else:

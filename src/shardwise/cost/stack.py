@@ -40,6 +40,9 @@ class StackProfile:
     grad_bucket_elements: float = 0.0  # gradient bucket size in elements; 0: Megatron-LM's rule
     mx_cast_per_layout: bool = False  # MX operands quantised once per layout (two passes), not both in one
     host_step_overhead: bool = True  # the host's per-step work (optimizer launch, logging syncs) is exposed
+    expandable_segments: bool = False  # the caching allocator runs with expandable segments by default
+    tp_overlap_modes: tuple[str, ...] = ("none",)  # TP overlap modes the stack runs; the first is its default
+    fsdp_unsharded_with_pp: bool = False  # ZeRO-3 under PP keeps gathered parameters and unsharded gradients
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
@@ -95,6 +98,9 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
         grad_bucket_elements=float(raw.get("grad_bucket_elements") or 0.0),
         mx_cast_per_layout=bool(raw.get("mx_cast_per_layout", False)),
         host_step_overhead=bool(raw.get("host_step_overhead", True)),
+        expandable_segments=bool(raw.get("expandable_segments", False)),
+        tp_overlap_modes=tuple(raw.get("tp_overlap_modes") or ("none",)),
+        fsdp_unsharded_with_pp=bool(raw.get("fsdp_unsharded_with_pp", False)),
         **{k: float(raw[k]) for k in FITTED_KNOBS},
     )
     over = consts.stacks.get(framework, {})
@@ -105,3 +111,35 @@ def attention_kernel(training, stack: StackProfile) -> str:
     """The attention kernel a job runs: its own choice, else its stack's for the GPU generation."""
     choice = getattr(training, "attention_kernel", "auto")
     return stack.attention_kernel if choice == "auto" else choice
+
+
+def expandable_segments(training, stack: StackProfile) -> bool:
+    """Whether the job's caching allocator uses expandable segments: its own setting, else its stack's."""
+    choice = getattr(training, "expandable_segments", None)
+    return stack.expandable_segments if choice is None else bool(choice)
+
+
+def keeps_unsharded(plan, stack: StackProfile) -> bool:
+    """Whether a ZeRO-3 plan keeps each layer's gathered parameters for the step (reshard_after_forward off):
+    the plan's setting, else the stack's rule (data/stacks.yaml fsdp_unsharded_with_pp: off under PP)."""
+    if plan.zero != 3:
+        return False
+    if plan.reshard_after_forward is not None:
+        return not plan.reshard_after_forward
+    return stack.fsdp_unsharded_with_pp and plan.pp > 1
+
+
+def tp_overlap_mode(plan, stack: StackProfile) -> str:
+    """The plan's tensor-parallel overlap mode (auto: the stack's default); a mode the stack does not run, or
+    a split mode without sequence parallelism (Megatron-LM validate_args: 'Tensor parallel communication/GEMM
+    overlap can happen only when sequence parallelism is enabled'; torchtitan's async TP works on the
+    sequence-parallel all-gathers and reduce-scatters), is a ShardwiseError."""
+    mode = stack.tp_overlap_modes[0] if plan.tp_overlap == "auto" else plan.tp_overlap
+    if plan.tp == 1 or mode == "none":
+        return "none"
+    if mode not in stack.tp_overlap_modes:
+        raise ShardwiseError(f"parallel.tp_overlap: {stack.name} does not run {mode!r} overlap; use one of "
+                             f"{', '.join(stack.tp_overlap_modes)} (or auto)")
+    if not plan.sp:
+        raise ShardwiseError(f"parallel.tp_overlap: {mode} overlap needs sequence parallelism; set sequence_parallel: true")
+    return mode

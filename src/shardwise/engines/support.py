@@ -252,3 +252,9 @@ def parse_engines(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, 
         return ()
     items = text.split(",") if isinstance(text, str) else [x for t in text for x in t.split(",")]
     return tuple(dict.fromkeys(_check_engine(x) for x in items if x.strip()))
+
+
+#: Tensor-parallel overlap modes (TrainPlan.tp_overlap) each engine runs: Megatron-LM's Transformer Engine
+#: userbuffers (--tp-comm-overlap, with or without the split all-gather/reduce-scatter overlaps), torchtitan's
+#: async TP (--compile.enable_async_tensor_parallel); DeepSpeed has neither.
+ENGINE_TP_OVERLAP = {"megatron": ("none", "bulk", "pipelined"), "torchtitan": ("none", "async"), "deepspeed": ("none",)}

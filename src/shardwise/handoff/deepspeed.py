@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export
 from shardwise.specs.job import TrainJob
 
@@ -44,6 +45,8 @@ def export_deepspeed(job: TrainJob, version: str = VERSION) -> Export:
     from shardwise.engines.support import require
 
     require(job.plan, "deepspeed", job.model, job.training)
+    if job.plan.tp_overlap not in ("auto", "none") and job.plan.tp > 1:
+        raise ShardwiseError(f"DeepSpeed cannot run tp_overlap {job.plan.tp_overlap}; would run: tp_overlap none")
     notes = []
     if job.training.precision == "fp8":
         notes.append("fp8: DeepSpeed has no fp8 switch in ds_config; the config trains in bf16 (use Transformer Engine layers in the model for fp8)")

@@ -16,6 +16,7 @@ command runs before a dataset is prepared (replace with ``--data-path`` and a to
 
 from __future__ import annotations
 
+from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve
 from shardwise.specs.job import TrainJob
@@ -84,8 +85,20 @@ def parallel_args(job: TrainJob) -> list[str]:
     if p.pp > 1:
         vpp = p.vpp if resolve(p.schedule) == "interleaved" else 1
         a += ["--pipeline-model-parallel-layout", pipeline_layout(job.model, p.pp * vpp)]
+        if p.microbatch_group is not None:
+            if p.microbatch_group < p.pp:  # schedules.py: N must lie in [PP, M]
+                raise ShardwiseError(f"Megatron-LM cannot run microbatch_group {p.microbatch_group} < pp {p.pp} (its "
+                                     "interleaved schedule needs pp <= N <= micro-batches); would run: N >= pp")
+            a += ["--microbatch-group-size-per-virtual-pipeline-stage", str(p.microbatch_group)]
     if p.sp:
         a.append("--sequence-parallel")
+    if p.tp_overlap == "async" and p.tp > 1:
+        raise ShardwiseError("Megatron-LM cannot run tp_overlap async (torchtitan's async TP); would run: tp_overlap "
+                             "pipelined (--tp-comm-overlap) or bulk")
+    if p.tp_overlap in ("bulk", "pipelined") and p.tp > 1:  # Transformer Engine userbuffers (model_parallel_config.py)
+        a.append("--tp-comm-overlap")
+        if p.tp_overlap == "bulk":  # only the bulk dgrad/wgrad overlaps, no split all-gather / reduce-scatter
+            a += ["--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs"]
     if p.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif p.recompute == "selective":

@@ -106,10 +106,19 @@ def export_torchtitan(job: TrainJob, version: str = "0.3.0") -> Export:
         raise ShardwiseError("torchtitan 0.3 cannot run this plan: float8 is a converter of the model's "
                              "config_registry function, not a command-line flag; would run: --engine-version 0.2 "
                              "(model.converters in the TOML) or a config function with Float8LinearConverter")
+    if p.microbatch_group is not None:
+        raise ShardwiseError("torchtitan cannot run a microbatch_group: torch.distributed.pipelining's Interleaved1F1B "
+                             "groups micro-batches in rounds of about pp; would run: leave microbatch_group out")
+    if p.tp_overlap in ("bulk", "pipelined"):
+        raise ShardwiseError(f"torchtitan cannot run tp_overlap {p.tp_overlap} (Transformer Engine userbuffers); would run: "
+                             "tp_overlap async (its async TP) or none")
     if p.zero == 0:
         dp_rep, dp_shard, reshard = dp, 1, None
+    elif p.zero == 3:  # torchtitan's default keeps the stage gathered under PP, as the estimate does (cost/stack.py)
+        dp_rep, dp_shard = 1, dp
+        reshard = {None: "default", True: "always", False: "never"}[p.reshard_after_forward]
     else:
-        dp_rep, dp_shard, reshard = 1, dp, "always" if p.zero == 3 else "never"
+        dp_rep, dp_shard, reshard = 1, dp, "never"
     par: dict[str, object] = {
         "data_parallel_replicate_degree": dp_rep, "data_parallel_shard_degree": dp_shard,
         "tensor_parallel_degree": p.tp, "context_parallel_degree": p.cp,
@@ -171,6 +180,8 @@ def _export_03(job: TrainJob, module: str, config: str, par: dict[str, object], 
         args += _flag("training", k, v)
     if p.pp > 1 or p.ep > 1:
         args.append("--training.disable_cuda_graphs")
+    if p.tp_overlap == "async" and p.tp > 1:  # async TP runs under torch.compile (CompileConfig.__post_init__)
+        args += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
     args.append(f"activation-checkpoint:{RECOMPUTE[p.recompute]}")
     return Export("torchtitan", version, args, _launcher(job, "torchtitan.train"),
                   {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, files, None, notes, title=job.name)
@@ -189,6 +200,8 @@ def _toml_value(v: object) -> str:
 def _export_02(job: TrainJob, module: str, flavor: str, par: dict[str, object], training: dict[str, object],
                files: dict[str, str], notes: list[str], version: str) -> Export:
     p = job.plan
+    if p.tp_overlap == "async" and p.tp > 1:
+        raise ShardwiseError("torchtitan 0.2 export of tp_overlap async is not written; would run: --engine-version 0.3")
     model = {"name": module, "flavor": flavor}
     if job.training.precision == "fp8":
         model["converters"] = ["quantize.linear.float8"]

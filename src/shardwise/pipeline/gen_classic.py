@@ -62,39 +62,65 @@ def interleave_group(pp: int, m: int) -> int:
     return m // rounds
 
 
-def one_f_one_b(pp: int, m: int, vpp: int = 1, zero_bubble: bool = False) -> list[list[int]]:
+def one_f_one_b(pp: int, m: int, vpp: int = 1, zero_bubble: bool = False, group: int | None = None) -> list[list[int]]:
     """1F1B and its interleaved / zero-bubble variants.
 
     - ``vpp == 1``, fused: 1F1B (PipeDream-flush; Narayanan et al. 2021, Sec. 2.2.1): rank ``r`` runs
       ``pp-1-r`` warm-up forwards, then one forward / one backward, then the remaining backwards.
     - ``vpp >= 2``, fused: interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2): depth-first order over
-      local chunks in groups of :func:`interleave_group` micro-batches; warm-up
-      ``(vpp-1)*group + 2*(pp-1-r)`` (Megatron-LM's formula).
+      local chunks in groups of ``group`` micro-batches (N; default :func:`interleave_group`); warm-up
+      ``(vpp-1)*N + 2*(pp-1-r)`` (Megatron-LM's formula, ``get_pp_rank_microbatches``). The order is
+      Megatron-LM's schedule table (``get_schedule_table``): each group of N micro-batches through every
+      chunk, the last group taking what is left. Megatron-LM admits pp <= N <= m; Llama 3 (Dubey et al.
+      2024 Sec. 3.3.2) makes N tunable below pp too ("fewer micro-batches than stages"), at the price of
+      dependency waits, which the simulation times.
     - ``zero_bubble``: ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", Sec. 2.1, Fig. 3 top):
-      backward split into I and W; warm-up ``(vpp-1)*group + (pp-1-r)``; rank ``r`` delays its W passes
+      backward split into I and W; warm-up ``(vpp-1)*N + (pp-1-r)``; rank ``r`` delays its W passes
       by ``r`` steps so every rank keeps 1F1B's in-flight count. With ``vpp >= 2`` this is PyTorch's
       ``ScheduleInterleavedZeroBubble``.
     """
-    g = interleave_group(pp, m) if vpp > 1 else m
-    return [_one_f_one_b_rank(pp, m, vpp, g, zero_bubble, r) for r in range(pp)]
+    if group is not None and not 1 <= group <= m:
+        raise ShardwiseError(f"microbatch_group must be in 1..{m} (the micro-batches of a step); got {group}")
+    g = (group or interleave_group(pp, m)) if vpp > 1 else m
+    if vpp > 1 and 0 < m % g < pp:
+        raise ShardwiseError(
+            f"microbatch_group {g}: the last group would hold {m % g} micro-batches, fewer than pp={pp}, and the "
+            f"depth-first order would wait on itself (Megatron-LM refuses it too); use a group that divides the "
+            f"{m} micro-batches or leaves at least pp over")
+    table = schedule_table(m, vpp, g)
+    return [_one_f_one_b_rank(pp, vpp, g, table, zero_bubble, r) for r in range(pp)]
 
 
-def _one_f_one_b_rank(pp: int, m: int, vpp: int, g: int, zero_bubble: bool, r: int) -> list[int]:
-    """Rank ``r``'s order for :func:`one_f_one_b` (group size ``g``)."""
-    total = m * vpp
+def schedule_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) in forward order: each group of `group` micro-batches through every chunk in
+    turn, the last group the micro-batches left (Megatron-LM ``get_schedule_table``)."""
+    table: list[tuple[int, int]] = []
+    for start in range(0, m, group):
+        end = m if start + group >= m else start + group
+        table += [(k, c) for c in range(vpp) for k in range(start, end)]
+    return table
+
+
+def _one_f_one_b_rank(pp: int, vpp: int, g: int, table: list[tuple[int, int]], zero_bubble: bool, r: int) -> list[int]:
+    """Rank ``r``'s order for :func:`one_f_one_b` (group size ``g``, forward order ``table``)."""
+    total = len(table)
+    m = total // vpp
     bwd_kind = I_CODE if zero_bubble else B_CODE
+    # Below N = pp - 1 the ranks' warm-ups may differ by at most what one group covers (2N slots of 1F1B):
+    # else rank 0's warm-up waits for a forward that rank pp-1 reaches only after a backward rank 0 holds.
+    lag = min(pp - 1 - r, g)
     if vpp == 1 and not zero_bubble:
         warm = min(pp - 1 - r, m)
     elif zero_bubble:
-        warm = min((vpp - 1) * g + (pp - 1 - r), total)
+        warm = min((vpp - 1) * g + lag, total)
     else:
-        warm = min((vpp - 1) * g + 2 * (pp - 1 - r), total)
+        warm = min((vpp - 1) * g + 2 * lag, total)
 
     def order(k: int, backward: bool) -> tuple[int, int]:
-        chunk = (k // g) % vpp
+        mb, chunk = table[k]
         if backward:
             chunk = vpp - 1 - chunk
-        return chunk * pp + r, (k // (g * vpp)) * g + k % g
+        return chunk * pp + r, mb
 
     acts: list[int] = []
     pending: deque[tuple[int, int]] = deque()

@@ -170,11 +170,11 @@ register(ScheduleInfo(
     planner_order=0), ("pipedream-flush", "onefoneb"))
 register(ScheduleInfo(
     "interleaved", "interleaved 1F1B, depth-first over vpp chunks (Narayanan et al. 2021)",
-    lambda pp, m, v: _loop("interleaved", gen_classic.one_f_one_b(pp, m, v), pp, m, v),
+    lambda pp, m, v, group=None: _loop("interleaved", gen_classic.one_f_one_b(pp, m, v, group=group), pp, m, v),
     SEVERAL_STAGES, LOOP, StepTime.MAKESPAN,
     inflight=lambda p, v, m, r: np.minimum(2 * (p - r - 1) + (v - 1) * p + 1, v * m),
     bubble_units=lambda p, v, m: (p - 1) + _short(p, m) * (v - 1.0),
-    rounds_of_pp=True, planner_order=1, compare_with_vpp=True),
+    rounds_of_pp=True, planner_order=1, compare_with_vpp=True, parameters=frozenset({"group"})),
     ("1f1b-i", "interleaved-1f1b", "interleaved1f1b", "vpp"))
 register(ScheduleInfo(
     "bfs", "looped breadth-first (Lamy-Poirier 2023)",
@@ -186,11 +186,11 @@ register(ScheduleInfo(
     ("loopedbfs", "looped-bfs", "breadth-first"))
 register(ScheduleInfo(
     "zb-h1", "ZB-H1: 1F1B memory, 1/3 of its bubble (Qi et al. 2024)",
-    lambda pp, m, v: _loop("zb-h1", gen_classic.one_f_one_b(pp, m, v, True), pp, m, v),
+    lambda pp, m, v, group=None: _loop("zb-h1", gen_classic.one_f_one_b(pp, m, v, True, group=group), pp, m, v),
     ANY_STAGES, LOOP, StepTime.RANK_SPAN,
     inflight=lambda p, v, m, r: v * np.minimum(p, m),
     bubble_units=lambda p, v, m: (p - 1) / 3 + _short(p, m) * (v - 1) * 2 / 3,
-    rounds_of_pp=True, planner_order=2),
+    rounds_of_pp=True, planner_order=2, parameters=frozenset({"group"})),
     ("zb1p", "zbh1", "zb-1p", "interleavedzerobubble"))
 register(ScheduleInfo(
     "zb-h2", "ZB-H2: ~zero bubble with 2x 1F1B memory (Qi et al. 2024)",

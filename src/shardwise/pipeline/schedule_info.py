@@ -144,4 +144,4 @@ class ScheduleInfo:
     @property
     def takes_costs(self) -> bool:
         """Built for given stage times and a memory cap (a search, not a fixed order)."""
-        return bool(self.parameters)
+        return "f_s" in self.parameters

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardwise.errors import ShardwiseError, shorten
-from shardwise.limits import MAX_ACTION_TIME
+from shardwise.limits import MAX_ACTION_TIME, MAX_ACTIVATION_AMOUNT
 from shardwise.pipeline.engine import blocked_actions, compile_schedule, run
 from shardwise.pipeline.ir import F_CODE, KINDS, Schedule
 
@@ -117,7 +117,9 @@ class SimResult:
         return d
 
 
-def _per_stage(value: float | Sequence[float], S: int, what: str) -> np.ndarray:
+def _per_stage(value: float | Sequence[float], S: int, what: str, limit: float = MAX_ACTION_TIME) -> np.ndarray:
+    """One value per stage, finite, >= 0 and at most `limit` (times: MAX_ACTION_TIME; activation amounts,
+    which may be bytes: MAX_ACTIVATION_AMOUNT)."""
     arr = np.asarray(value, dtype=float)
     if arr.ndim == 0:
         arr = np.full(S, float(arr))
@@ -126,8 +128,8 @@ def _per_stage(value: float | Sequence[float], S: int, what: str) -> np.ndarray:
             f"{what} must be one number or {S} per-stage values (the schedule has {S} stages); got "
             f"{arr.size} values"
         )
-    if not np.all(np.isfinite(arr)) or (arr < 0).any() or (arr > MAX_ACTION_TIME).any():
-        raise ShardwiseError(f"{what} must be finite, >= 0 and at most {MAX_ACTION_TIME:g}; got {shorten(arr.tolist())}")
+    if not np.all(np.isfinite(arr)) or (arr < 0).any() or (arr > limit).any():
+        raise ShardwiseError(f"{what} must be finite, >= 0 and at most {limit:g}; got {shorten(arr.tolist())}")
     return arr
 
 
@@ -161,7 +163,7 @@ def simulate(
         raise ShardwiseError(f"p2p_s (seconds per cross-rank hop) must be finite, >= 0 and at most {MAX_ACTION_TIME:g}; got {p2p_s}")
     if not 0.0 <= w_retained_fraction <= 1.0:
         raise ShardwiseError(f"w_retained_fraction must be in [0, 1]; got {w_retained_fraction}")
-    a = np.ones(S) if activation is None else _per_stage(activation, S, "activation")
+    a = np.ones(S) if activation is None else _per_stage(activation, S, "activation", MAX_ACTIVATION_AMOUNT)
     comp = compile_schedule(sched)
     dur_table = np.stack([f, i, w, b])
     rho = float(w_retained_fraction)

@@ -51,6 +51,7 @@ class GPU(BaseModel):
     aliases: tuple[str, ...] = ()
     tflops: dict[str, float]
     arch: str = Field(default="ampere", description="GPU generation: ampere, hopper, blackwell, ada, cdna3")
+    sms: int = Field(gt=0, description="streaming multiprocessors (AMD: compute units)")
     tflops_at_w: float | None = Field(default=None, gt=0, description="board power the tflops are quoted at (default power_w)")
     memory_gib: float = Field(gt=0)
     hbm_tbyte_s: float = Field(gt=0)

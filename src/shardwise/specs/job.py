@@ -21,6 +21,7 @@ from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.hardware import Cluster, GroupsSpec, HeteroCluster, NetworkSpec, make_cluster, make_hetero_cluster
 from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.reliability import CheckpointSpec, ReliabilitySpec, Resilience, StorageSpec
 from shardwise.specs.training import RECIPE_ARCHS, TrainingSpec, TrainPlan
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class ClusterSpec(BaseModel):
     network: NetworkSpec | None = Field(default=None, description="what differs from the GPU's catalog network")
     memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory a plan must leave "
                                           "free to fit (allocator fragmentation, spikes); default 0.05")
+    reliability: ReliabilitySpec | None = Field(default=None, description="failure rates, restart and spares (docs/goodput.md)")
+    storage: StorageSpec | None = Field(default=None, description="where checkpoints are written (docs/goodput.md)")
 
 
 def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluster | HeteroCluster:
@@ -65,6 +68,7 @@ class TrainJob:
     training: TrainingSpec
     plan: TrainPlan
     name: str = "job"
+    resilience: Resilience = Resilience()  # failures, storage and checkpoints (docs/goodput.md)
 
     @property
     def microbatches(self) -> int:
@@ -114,6 +118,9 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
             f"parallel.dp_shard: {p.dp_shard} does not divide the data-parallel group dp*cp = {dp * p.cp}; "
             f"use one of {_divisors(dp * p.cp)} (or leave it out to shard over the whole group)"
         )
+    if p.reshard_after_forward is not None and p.zero != 3:
+        raise ShardwiseError(f"parallel.reshard_after_forward: only ZeRO-3 / FSDP gathers parameters (zero is {p.zero}); "
+                             "set zero: 3 or leave it out")
     if p.offload != "none" and p.zero == 0:
         raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
     if training.adapter is not None:
@@ -223,10 +230,10 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     when the cluster has several groups)."""
     if not isinstance(doc, dict):
         raise ShardwiseError(f"{where}: a job must be a mapping with model, cluster, training, parallel")
-    unknown = set(doc) - {"name", "model", "cluster", "training", "parallel", "moe"}
+    unknown = set(doc) - {"name", "model", "cluster", "training", "parallel", "moe", "checkpoint"}
     if unknown:
         raise ShardwiseError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; expected model, cluster, training, "
-                             "parallel (and moe)")
+                             "parallel (and moe, checkpoint)")
     if "model" not in doc:
         raise ShardwiseError(f"{where}: missing 'model' (a preset name, a config.json path or a mapping)")
     model = load_model(doc["model"])
@@ -242,7 +249,20 @@ def job_from_mapping(doc: Any, where: str = "job", require_plan: bool = True) ->
     plan = _build(TrainPlan, raw_plan, "parallel")
     if require_plan:
         plan = check_plan(model, cluster, training, plan)
-    return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=str(doc.get("name", model.name)))
+    return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=str(doc.get("name", model.name)),
+                    resilience=resilience_from_mapping(doc, where))
+
+
+def resilience_from_mapping(doc: dict[str, Any], where: str = "job") -> Resilience:
+    """The job's `cluster.reliability`, `cluster.storage` and `checkpoint` sections (cluster_from_mapping
+    has already checked the first two)."""
+    cluster = doc.get("cluster") or {}
+    checkpoint = doc.get("checkpoint")
+    if checkpoint is not None and not isinstance(checkpoint, dict):
+        raise ShardwiseError(f"{where}.checkpoint: must be a mapping (mode, every_steps, replicas, reshard), "
+                             f"got {type(checkpoint).__name__}")
+    return Resilience(ReliabilitySpec(**(cluster.get("reliability") or {})), StorageSpec(**(cluster.get("storage") or {})),
+                      _build(CheckpointSpec, checkpoint or {}, "checkpoint"))
 
 
 def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob | HeteroJob]:

@@ -93,6 +93,12 @@ class MoeSpec(BaseModel):
     dispatcher: Dispatcher = Field(
         default="alltoall", description="token dispatcher: alltoall (Megatron-Core), allgather (tokens gathered over "
         "the expert group) or deepep (DeepEP: one copy per destination node, fp8 dispatch in fp8 recipes)")
+    grouped_gemm: bool = Field(
+        default=True, description="the local experts' GEMMs as one grouped GEMM (Megatron-Core --moe-grouped-gemm, "
+        "torchtitan's grouped_mm); false: one GEMM per expert in a loop (Megatron-Core's SequentialMLP)")
+    overlap_a2a: bool | None = Field(
+        default=None, description="the expert-parallel all-to-alls hidden under another micro-batch's compute "
+        "(Megatron-Core --overlap-moe-expert-parallel-comm; DualPipe does it by design); None = the stack's share")
 
     @property
     def load_factor(self) -> float:
@@ -128,10 +134,13 @@ class TrainingSpec(BaseModel):
         description="software stack that runs the job: its kernels, fusion and overlap (data/stacks.yaml)",
     )
     compile: bool | None = Field(default=None, description="torch.compile / XLA fusion; None = the stack's default")
-    attention_kernel: Literal["auto", "fa1", "fa2", "fa3"] = Field(
+    attention_kernel: Literal["auto", "fa1", "fa2", "fa3", "cudnn"] = Field(
         default="auto", description="fused attention kernel (FlashAttention 1/2/3); auto = the stack's choice for the GPU"
     )
     moe: MoeSpec = Field(default_factory=MoeSpec, description="MoE routing knobs (also written as the job file's top-level moe: section)")
+    expandable_segments: bool | None = Field(
+        default=None, description="PyTorch caching allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True): less reserved-but-unused memory; None = the stack's default")
 
     @model_validator(mode="after")
     def _check_recipe(self) -> TrainingSpec:
@@ -231,6 +240,20 @@ class TrainPlan(BaseModel):
         description="ranks of the data-parallel group that shard ZeRO/FSDP states (hybrid sharding, HSDP); None = all",
     )
     offload: Offload = Field(default="none", description="model states kept in host memory (ZeRO-Offload)")
+    reshard_after_forward: bool | None = Field(
+        default=None, description="zero 3: free each layer's gathered parameters after its forward (true: gathered "
+        "again for the backward and every micro-batch) or keep them for the step (false: FSDP2 "
+        "reshard_after_forward=False; under pipeline parallelism the gradients then accumulate unsharded until the "
+        "last micro-batch); None = the stack's rule (torchtitan: false with pp > 1)")
+    tp_overlap: Literal["auto", "none", "bulk", "pipelined", "async"] = Field(
+        default="auto", description="tensor-parallel communication overlap: none (the backward's default share only), "
+        "bulk (backward collectives beside the independent GEMMs), pipelined (also the forward, split in tp chunks: "
+        "Megatron-LM --tp-comm-overlap), async (forward and backward split: torchtitan async TP); auto = the stack's "
+        "default (data/stacks.yaml)")
+    microbatch_group: int | None = Field(
+        default=None, gt=0, description="interleaved schedules: micro-batches run through one model chunk before the "
+        "next (N; Megatron-LM --microbatch-group-size-per-virtual-pipeline-stage, Llama 3's tunable N); fewer keeps "
+        "fewer activations in flight, more hides the point-to-point waits; None = pp (Megatron-LM's default)")
 
     @property
     def sp(self) -> bool:

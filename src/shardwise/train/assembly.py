@@ -67,17 +67,21 @@ def layer_groups(cluster: Cluster, tp: int, cp: int, ep: int, etp: int | None = 
 
 def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Device, stack: StackProfile,
            tp: int, cp: int, ep: int, sp: bool, recompute: str, flash: bool, micro_batch: int,
-           lowp: LowPrecision = NO_LOWP, groups: Groups | None = None, moe_consts: MoeConstants | None = None) -> Blocks:
+           lowp: LowPrecision = NO_LOWP, groups: Groups | None = None, moe_consts: MoeConstants | None = None,
+           tp_overlap: str = "none") -> Blocks:
     """`groups` (default: :func:`layer_groups` of tp, cp, ep) carries etp and the CP scheme; `lowp` the
-    low-precision recipe; `moe_consts` the MoE constants (default: the cited/assumed ones)."""
+    low-precision recipe; `moe_consts` the MoE constants (default: the cited/assumed ones); `tp_overlap` the
+    resolved TP overlap mode (:func:`shardwise.cost.stack.tp_overlap_mode`)."""
     seq, ab = training.seq_len, training.activation_bytes
     tokens = micro_batch * seq / cp
     groups = groups or layer_groups(cluster, tp, cp, ep)
     mc = moe_consts or MoeConstants()
     # Dense blocks do not talk over the expert groups: one cache entry serves every ep and etp.
     dense_groups = replace(groups, ep=1, etp=0, ep_tier=groups.tp_tier)
-    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups, stack, ab, lowp)
-    moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc)
+    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups, stack, ab, lowp,
+                              tp_overlap=tp_overlap)
+    moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc,
+                             tp_overlap)
            if model.is_moe else dense)
     share = stack.selective_recompute_gemms  # what `selective` repeats also goes unstored (cost/activations.py)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab, share)
@@ -110,15 +114,15 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
     )
 
 
-def stage_work(b: Blocks, st: StageContent, tp_overlap: float):
+def stage_work(b: Blocks, st: StageContent):
     """One micro-batch through one virtual stage: (F, I, W, (compute, exposed TP, CP, EP), activation
-    bytes it keeps), the layer-like blocks of `st` costed by `b` with what TP comm stays exposed."""
+    bytes it keeps), the layer-like blocks of `st` costed by `b` (their TP communication as exposed)."""
     cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
     if st.embedding:
         cost = cost + b.embedding
     if st.lm_head:
         cost = cost + b.head
-    f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost, tp_overlap)
+    f, i, w, e_tp, e_cp, e_ep = exposed_layer_comm(cost)
     act = st.dense_layers * b.act_dense + st.moe_layers * b.act_moe + (b.act_embedding if st.embedding else 0.0)
     return f, i, w, (cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep), act
 
@@ -167,13 +171,16 @@ class RankTail:
 
 def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts: Constants, stack: StackProfile, dev: Device,
               *, tp, cp, ep, dp, zero, dp_shard, offload: str, overlap_grad_reduce, microbatches,
-              p_dense, p_exp, fwd_s, bwd_s, layers=1, lowp: LowPrecision = NO_LOWP, etp=None) -> RankTail:
+              p_dense, p_exp, fwd_s, bwd_s, layers=1, lowp: LowPrecision = NO_LOWP, etp=None,
+              keep_unsharded=False, unsharded_grads=False) -> RankTail:
     """Model states, fixed memory, exposed data-parallel communication and the optimizer step of a
     pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP) in `layers` layers, whose
     micro-batch forward and backward take `fwd_s` / `bwd_s`. Low-precision recipes (`lowp`): ZeRO-3
     gathers move `lowp.gather_bytes` per weight, weights cast once per step are cast after the optimizer
     step, and their kept low-precision copies (of the weights the rank owns: its shard under ZeRO-3)
-    count as fixed memory (:mod:`shardwise.cost.lowp`)."""
+    count as fixed memory (:mod:`shardwise.cost.lowp`). `keep_unsharded` (ZeRO-3 with reshard_after_forward
+    off, :func:`shardwise.cost.stack.keeps_unsharded`): the rank keeps its layers' gathered weights for the
+    step; `unsharded_grads`: their gradients accumulate unsharded until the last micro-batch (under PP)."""
     wb, gb = training.weight_bytes, training.grad_bytes
     dense_group = dp * cp
     if etp is None:
@@ -185,7 +192,7 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     expert_group = maximum(1, dense_group * tp // (ep * etp))
     shard = minimum(dp_shard, dense_group)
     largest = maximum(model.layer_params_dense / tp, gathered_moe_layer_params(model, ep, tp, etp))
-    fixed = fixed_memory_bytes(consts, zero, dense_group, largest, wb)
+    fixed = fixed_memory_bytes(consts, where(keep_unsharded, 1, zero), dense_group, largest, wb)
     opt_bytes, frozen = optimizer_bytes_per_param(training.precision), 0.0
     lora = training.adapter
     if lora is not None:  # the trainable parameters are the adapters; the frozen base has weights only
@@ -195,13 +202,17 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
         p_dense = layers * adapters.adapter_params(model, lora, tp)
         wb, gb, opt_bytes = adapters.adapter_state_bytes(lora)
     states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb, opt_bytes, offload)
+    if np.any(keep_unsharded):  # gathered weights kept for the step; gradients unsharded until the last micro-batch
+        states = ModelStateBytes(where(keep_unsharded, (p_dense + p_exp) * wb, states.weights),
+                                 where(unsharded_grads, (p_dense + p_exp) * gb, states.grads), states.optimizer)
     if lora is not None:
         states = model_states(frozen, 0.0, dense_group, expert_group, zero, shard, 1.0, 0.0, 0.0, offload) + states
     dp_s = dp_exposed_s(cluster, zero, overlap_grad_reduce, microbatches, tp, ep * etp, p_dense, p_exp, dense_group, expert_group,
                         shard, where(zero == 3, lowp.gather_bytes, wb) if lowp.active else wb, gb, fwd_s, bwd_s, stack.dp_overlap, stack.fsdp_prefetch_overlap,
                         layers=maximum(layers, 1) * gathers_per_layer(model, stack),
                         bucket_bytes=(stack.grad_bucket_elements or grad_bucket_params(dense_group)) * gb, frozen_bytes=frozen,
-                        zero1_broadcast=stack.zero1_comm == "all_reduce_broadcast", param_sync_overlap=stack.param_sync_overlap)
+                        zero1_broadcast=stack.zero1_comm == "all_reduce_broadcast", param_sync_overlap=stack.param_sync_overlap,
+                        keep_unsharded=keep_unsharded, unsharded_grads=unsharded_grads)
     if offload == "optimizer+params":
         dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
     sharded = zero >= 1

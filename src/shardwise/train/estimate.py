@@ -13,13 +13,14 @@ from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note,
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
-from shardwise.cost.stack import attention_kernel, stack_profile
+from shardwise.cost.allocator import fragmentation_share, runtime_bytes
+from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile, tp_overlap_mode
 from shardwise.cost.step import host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, plan_rank_tail, stage_work
 from shardwise.train.error_band import error_band
-from shardwise.train.pipeline_timing import pipeline_timing, plan_stages_per_rank
+from shardwise.train.pipeline_timing import check_group, pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -34,16 +35,19 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     gpu = cluster.gpu
     tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
+    check_group(plan, m)
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
     dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     seq, sp, rc, flash = training.seq_len, plan.sp, plan.recompute, plan.flash_attention
     groups = layer_groups(cluster, tp, cp, ep, plan.expert_tp, plan.cp_comm, plan.cp_a2a)
-    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch, lowp, groups, consts.moe)
+    tpo = tp_overlap_mode(plan, stack)
+    plan = plan.model_copy(update={"tp_overlap": tpo})  # reported as resolved
+    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch, lowp, groups, consts.moe, tpo)
 
     stages = stage_contents(model, pp * vpp)
     f_s, i_s, w_s, acts, exposed = [], [], [], [], []
     for st in stages:
-        f, i, w, parts, act = stage_work(b, st, stack.tp_comm_overlap)
+        f, i, w, parts, act = stage_work(b, st)
         f_s.append(f)
         i_s.append(i)
         w_s.append(w)
@@ -54,6 +58,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
     mem_const, step_const = consts.memory, consts.step
+    keep = keeps_unsharded(plan, stack)
+    frag = fragmentation_share(mem_const, expandable_segments(training, stack))
+    runtime = runtime_bytes(mem_const)
     tails, known = [], {}
     for r in range(pp):
         p_dense = p_exp = 0.0
@@ -68,7 +75,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
                 model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
                 dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
                 microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers, lowp=lowp,
-                etp=plan.expert_tp,
+                etp=plan.expert_tp, keep_unsharded=keep, unsharded_grads=keep and pp > 1,
             )
         tails.append(known[key])
     extra_act = [b.act_recompute] * pp
@@ -76,21 +83,22 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     lora = training.adapter
     paged = lora is not None and bool(lora.paged_optimizer)
     cap = min((cluster.usable_memory_bytes - t.states.total + (t.states.optimizer if paged else 0.0) - t.fixed_bytes)
-              / (1 + mem_const.fragmentation) - extra_act[r] for r, t in enumerate(tails))
+              / (1 + frag) - extra_act[r] for r, t in enumerate(tails))
     p2p_s = boundary_p2p_s(cluster, model, training, plan.micro_batch, tp, cp, plan.stride("pp")) if pp > 1 else 0.0
-    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p)
+    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p,
+                             plan.microbatch_group)
 
     ranks, paged_gib = [], 0.0
     for r, t in enumerate(tails):
         activations = timing.peak_activation[r] + extra_act[r]
-        overheads = float(t.fixed_bytes) + mem_const.fragmentation * activations
         optimizer, paging_s = float(t.states.optimizer), 0.0
         if paged:
-            _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations + mem_const.fragmentation * activations,
+            _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations * (1 + frag),
                                                   cluster.usable_memory_bytes, consts, gpu.arch)
             paged_gib = max(paged_gib, (optimizer - float(resident)) / GIB)
             optimizer, paging_s = float(resident), float(paging)
-        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations, overheads)
+        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations,
+                              float(t.fixed_bytes) - runtime, frag * activations, runtime)
         ranks.append((mem, float(t.dp_s), float(t.optimizer_s) + paging_s))
 
     peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)

@@ -27,12 +27,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from shardwise.cost.allocator import fragmentation_share, runtime_bytes
 from shardwise.cost.comm import spanning_network
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
-from shardwise.cost.stack import StackProfile, attention_kernel, stack_profile
+from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile, tp_overlap_mode
 from shardwise.cost.step import host_overhead_s, model_states, optimizer_step_s, straggler_factor
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
@@ -64,7 +65,7 @@ class GroupCost:
     @property
     def layer_s(self) -> float:
         """F + I + W of one micro-batch through one dense layer (TP/CP communication included)."""
-        f, i, w, _, _ = stage_work(self.blocks, StageContent(0, 1, 0, False, False), self.stack.tp_comm_overlap)
+        f, i, w, _, _ = stage_work(self.blocks, StageContent(0, 1, 0, False, False))
         return f + i + w
 
 
@@ -74,7 +75,7 @@ def group_cost(job: HeteroJob, name: str, plan: TrainPlan, consts: Constants) ->
     stack = stack_profile(training.framework, cluster.gpu.arch, training.compile, consts)
     dev = Device.of(cluster.gpu, training.precision, consts.compute_for(cluster.gpu.name), attention_kernel(training, stack))
     b = blocks(job.model, training, cluster, dev, stack, plan.tp, plan.cp, plan.ep, plan.sp, plan.recompute,
-               plan.flash_attention, plan.micro_batch)
+               plan.flash_attention, plan.micro_batch, tp_overlap=tp_overlap_mode(plan, stack))
     return GroupCost(name, cluster, dev, stack, b)
 
 
@@ -120,7 +121,7 @@ def layer_caps(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost], s2r: tup
     counts per schedule, the record's ``inflight``: :class:`shardwise.pipeline.schedule_info.ScheduleInfo`)."""
     model, pp, vpp = job.model, plan.pp, plan.vpp
     wb, gb, ob = _bytes_per_param(job)
-    frag = consts.memory.fragmentation
+    frag = _frag(job, costs[0], consts)
     per_layer_states = model_states(model.layer_params_dense / plan.tp, 0.0, dp_group, dp_group, plan.zero, dp_group, wb, gb, ob).total
     caps = []
     for r, c in enumerate(costs):
@@ -147,7 +148,7 @@ def default_layer_split(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost],
         e = 0.0
         for s, head in ((0, False), (len(s2r) - 1, True)):
             if s2r[s] == r:
-                f, i, w, _, _ = stage_work(c.blocks, StageContent(s, 0, 0, not head, head), c.stack.tp_comm_overlap)
+                f, i, w, _, _ = stage_work(c.blocks, StageContent(s, 0, 0, not head, head))
                 e += f + i + w
         fixed.append(e)
     cap = layer_caps(job, plan, costs, s2r, m, (plan.dp or 1) * plan.cp, consts)
@@ -176,7 +177,7 @@ def _stages(model: ModelSpec, plan: TrainPlan, costs: list[GroupCost], contents:
     pipe = _Pipeline([], [], [], [], [], [[s for s in range(len(s2r)) if s2r[s] == r] for r in range(plan.pp)], contents)
     for s, st in enumerate(contents):
         c = costs[s2r[s]]
-        f, i, w, parts, act = stage_work(c.blocks, st, c.stack.tp_comm_overlap)
+        f, i, w, parts, act = stage_work(c.blocks, st)
         pipe.f.append(f)
         pipe.i.append(i)
         pipe.w.append(w)
@@ -213,9 +214,15 @@ def _time(timing: PipelineTiming, pipe: _Pipeline, m: int, straggler: float, dp_
     return times, timing.step_s + straggler + dp_s + optimizer_s + overhead
 
 
-def _memory(states: ModelStateBytes, fixed: float, activations: float, frag: float) -> MemoryBreakdown:
+def _frag(job: HeteroJob, cost: GroupCost, consts: Constants) -> float:
+    """The caching allocator's fragmentation share on a group's stack (:mod:`shardwise.cost.allocator`)."""
+    return fragmentation_share(consts.memory, expandable_segments(job.training, cost.stack))
+
+
+def _memory(states: ModelStateBytes, fixed: float, activations: float, frag: float, consts: Constants) -> MemoryBreakdown:
+    runtime = runtime_bytes(consts.memory)
     return MemoryBreakdown(float(states.weights), float(states.grads), float(states.optimizer), activations,
-                           fixed + frag * activations)
+                           fixed - runtime, frag * activations, runtime)
 
 
 def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
@@ -249,11 +256,10 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
     split = layer_split or layout.layer_split or default_layer_split(job, plan, costs, s2r, m, consts)
     pipe = _stages(model, plan, costs, stage_contents(model, pp * vpp, virtual_counts(split, s2r)), s2r)
-    mem = consts.memory
     tails = [_tail(job, plan, c, c.cluster, pipe, r, dp, m, consts)[0] for r, c in enumerate(costs)]
     extra_act = [c.blocks.act_recompute for c in costs]
     extra_act[s2r[-1]] += costs[s2r[-1]].blocks.act_output
-    cap = min((c.cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + mem.fragmentation) - extra_act[r]
+    cap = min((c.cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + _frag(job, c, consts)) - extra_act[r]
               for r, (c, t) in enumerate(zip(costs, tails, strict=True)))
     hops = []
     for s in range(pp * vpp - 1):
@@ -270,7 +276,7 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
         acts = timing.peak_activation[r] + extra_act[r]
         ranks.append(RankReport(layout.stage_groups[r], c.cluster.gpu.name, r, dp * cp, split[r], m,
                                 m * sum(pipe.f[s] + pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
-                                _memory(t.states, float(t.fixed_bytes), acts, mem.fragmentation),
+                                _memory(t.states, float(t.fixed_bytes), acts, _frag(job, c, consts), consts),
                                 c.cluster.usable_memory_bytes / GIB, 1.0 / (dp * cp) if plan.zero >= 1 else 1.0))
     dp_s = max(float(t.dp_s) for t in tails)
     optimizer_s = max(float(t.optimizer_s) for t in tails)
@@ -321,7 +327,6 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
         split = min(options, key=lambda sp: max(t.step_s for t in timings(sp).values()))
     timed = timings(split)
     crit = max(names, key=lambda g: timed[g].step_s)
-    mem = consts.memory
     crossing_k = group_shape(dp, tp * cp, min(costs[g].cluster.network.nvlink_domain for g in names))[0]
     span = spanning_cluster(hc, names, tp * cp * pp * int(crossing_k))
     wb, gb, ob = _bytes_per_param(job)
@@ -335,7 +340,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
             kept = model_states(p_dense, p_exp, 1e30, 1e30, plan.zero, 1e30, wb, gb, ob)  # the unsharded part
             extra = costs[g].blocks.act_recompute + (costs[g].blocks.act_output if s2r[-1] == r else 0.0)
             acts = timed[g].peak_activation[r] + extra
-            own.append(kept.total + float(tail.fixed_bytes) + (1 + mem.fragmentation) * acts)
+            own.append(kept.total + float(tail.fixed_bytes) + (1 + _frag(job, costs[g], consts)) * acts)
             caps.append(costs[g].cluster.usable_memory_bytes)
             full_rep.append((tail, p_dense, p_exp, full, kept, acts))
         sharded = full_rep[0][3].total - full_rep[0][4].total
@@ -359,7 +364,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
             pipe = pipes[g]
             ranks.append(RankReport(g, costs[g].cluster.gpu.name, r, n_ranks[k], sum(contents[s].layers for s in pipe.mine[r]),
                                     mg, mg * sum(pipe.f[s] + pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
-                                    _memory(states, float(tail.fixed_bytes), acts, mem.fragmentation),
+                                    _memory(states, float(tail.fixed_bytes), acts, _frag(job, costs[g], consts), consts),
                                     costs[g].cluster.usable_memory_bytes / GIB, share if plan.zero >= 1 else 1.0 / sum(n_ranks)))
     gpus = layout.gpus_per_group()
     nodes = sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in gpus.items())

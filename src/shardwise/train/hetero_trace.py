@@ -17,8 +17,8 @@ def hetero_events(est: HeteroEstimate, pid: int = 1, flow_id: int = 1) -> list[d
     """Trace events of one heterogeneous estimate, processes from `pid` on (module docstring)."""
     sims = {}
     for key, inputs in est.pipelines.items():
-        name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap = inputs
-        sims[key] = (simulate_pipeline(name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap), m, acts, rho)
+        name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap, group = inputs
+        sims[key] = (simulate_pipeline(name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap, group), m, acts, rho)
     end = max(res.makespan for (_, res), *_ in sims.values())
     events: list[dict] = []
     for k, (key, ((sched, res), m, acts, rho)) in enumerate(sims.items()):

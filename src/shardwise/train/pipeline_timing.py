@@ -46,9 +46,22 @@ class PipelineTiming:
 
 
 @lru_cache(maxsize=512)
-def cached_schedule(name: str, pp: int, microbatches: int, vpp: int) -> Schedule:
-    """Generated IR of a named schedule (pure: cached). A V-shaped schedule takes vpp 2 as given."""
-    return generate_schedule(name, pp, microbatches, vpp)
+def cached_schedule(name: str, pp: int, microbatches: int, vpp: int, group: int | None = None) -> Schedule:
+    """Generated IR of a named schedule (pure: cached). A V-shaped schedule takes vpp 2 as given; `group`:
+    an interleaved schedule's micro-batches per round (TrainPlan.microbatch_group; None: its default)."""
+    return generate_schedule(name, pp, microbatches, vpp, **({"group": group} if group else {}))
+
+
+def check_group(plan: TrainPlan, microbatches: int) -> None:
+    """microbatch_group (N) is a knob of the interleaved depth-first schedules: 1 <= N <= micro-batches."""
+    if plan.microbatch_group is None:
+        return
+    if "group" not in schedule_info(plan.schedule).parameters or plan.vpp < 2:
+        raise ShardwiseError(f"parallel.microbatch_group: only interleaved schedules (interleaved, zb-h1 with vpp >= 2) "
+                             f"group micro-batches (schedule {plan.schedule}, vpp {plan.vpp}); leave it out")
+    if plan.microbatch_group > microbatches:
+        raise ShardwiseError(f"parallel.microbatch_group: {plan.microbatch_group} exceeds the {microbatches} micro-batches "
+                             f"of a step; use at most {microbatches}")
 
 
 def plan_stages_per_rank(plan: TrainPlan) -> int:
@@ -77,16 +90,18 @@ def pipeline_timing(
     w_retained_fraction: float = 1.0,
     activation_cap: float | None = None,
     split_p2p: bool = True,
+    group: int | None = None,
 ) -> PipelineTiming:
     """Simulate `schedule` on per-virtual-stage costs; `p2p_s` is one hop time or one per stage
     boundary (links that differ, as between GPU groups). `activation_cap` (per rank, in the units of
     `activation`) is the memory limit the `auto` schedule is searched under. `split_p2p` runs a second
     simulation without transfers to tell point-to-point time from bubble (otherwise both are bubble).
+    `group`: an interleaved schedule's micro-batches per round (TrainPlan.microbatch_group).
     Pure, so cached: plans that differ only outside the pipeline (ZeRO stage, say) share one simulation."""
     cap = activation_cap if schedule_info(schedule).takes_costs else None
     hops = tuple(float(x) for x in p2p_s) if isinstance(p2p_s, tuple | list) else float(p2p_s)
     return _timed(resolve(schedule), pp, vpp, microbatches, tuple(f_s), tuple(i_s), tuple(w_s), hops,
-                  tuple(activation), float(w_retained_fraction), cap, split_p2p)
+                  tuple(activation), float(w_retained_fraction), cap, split_p2p, group)
 
 
 def _longest(p2p_s: float | tuple[float, ...]) -> float:
@@ -95,7 +110,7 @@ def _longest(p2p_s: float | tuple[float, ...]) -> float:
 
 
 def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float | tuple, activation, w_retained_fraction: float,
-             activation_cap: float | None) -> Callable[[int], Schedule]:
+             activation_cap: float | None, group: int | None = None) -> Callable[[int], Schedule]:
     """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs,
     for its step time, on the placement its record gives for ``vpp``; with one hop time per boundary, the longest)."""
     info = schedule_info(name)
@@ -107,24 +122,26 @@ def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float | tuple, 
                                      mem_cap=activation_cap, activation=activation, w_retained_fraction=w_retained_fraction,
                                      objective=objective)
         return build
-    return lambda m: cached_schedule(name, pp, m, vpp)
+    return lambda m: cached_schedule(name, pp, m, vpp, group)
 
 
 def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s, w_s, p2p_s: float, activation,
-                      w_retained_fraction: float = 1.0, activation_cap: float | None = None) -> tuple[Schedule, SimResult]:
+                      w_retained_fraction: float = 1.0, activation_cap: float | None = None,
+                      group: int | None = None) -> tuple[Schedule, SimResult]:
     """The schedule IR (``auto``: searched under ``activation_cap``) and its full simulation (a trace
     draws every action). With one stage every schedule but GPipe is F then B per micro-batch (what
     :func:`pipeline_timing` assumes)."""
     if pp == 1 and name != "gpipe":
         name, vpp = "1f1b", 1
-    sched = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)(microbatches)
+    sched = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap, group)(microbatches)
     return sched, simulate(sched, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction)
 
 
 @lru_cache(maxsize=2048)
 def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tuple, w_s: tuple, p2p_s: float | tuple,
-           activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool) -> PipelineTiming:
-    inputs = (name, pp, vpp, microbatches, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
+           activation: tuple, w_retained_fraction: float, activation_cap: float | None, split_p2p: bool,
+           group: int | None = None) -> PipelineTiming:
+    inputs = (name, pp, vpp, microbatches, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap, group)
     if pp == 1:
         busy = sum(f_s) + sum(i_s) + sum(w_s)
         total = microbatches * busy
@@ -133,18 +150,19 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
                               StepTime.MAKESPAN.value, 0.0, 0.0,
                               inputs=inputs)
     info = schedule_info(name)
-    build = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap)
+    build = _builder(name, pp, vpp, f_s, i_s, w_s, p2p_s, activation, w_retained_fraction, activation_cap, group)
     stages = len(f_s)
-    # Interleaved orders group micro-batches by pp once there are many: counts that are not multiples of pp
-    # (admitted only below pp^2) are simulated in full.
+    # Interleaved orders group micro-batches by pp (or the plan's group) once there are many: counts that are
+    # not multiples of it (admitted only below pp^2 by default) are simulated in full.
     grouped = vpp > 1 and info.rounds_of_pp
-    steady = not grouped or microbatches % pp == 0
+    period = (group or pp) if grouped else 1
+    steady = microbatches % period == 0
     kw = {"f_s": f_s, "i_s": i_s, "w_s": w_s, "activation": activation, "w_retained_fraction": w_retained_fraction}
 
     def timed(p2p: float | tuple) -> SimResult:
         if not steady:
             return simulate(build(microbatches), p2p_s=p2p, **kw)
-        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, pp if grouped else 1,
+        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, period,
                                grow=not info.takes_costs)  # auto searches per count: one sample size only
 
     res = timed(p2p_s)

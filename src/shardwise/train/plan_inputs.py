@@ -13,6 +13,7 @@ from shardwise.limits import MAX_CLUSTER_GPUS
 from shardwise.specs.hardware import Cluster, make_cluster
 from shardwise.specs.job import job_from_mapping
 from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.planner import PlanResult, Progress, plan_across_gpus
 from shardwise.train.result import Estimate
@@ -36,6 +37,7 @@ class PlanInputs:
     training: TrainingSpec
     clusters: list[Cluster]
     fixed: dict[str, Any]  # the job's `parallel` fields the search must keep
+    resilience: Resilience = Resilience()  # the job's failures, storage and checkpoints (goodput of the top plans)
 
 
 def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gpu: str | list[str] | None = None,
@@ -54,7 +56,7 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
                                  "with `shardwise train plan JOB` (shardwise.train.hetero_plan.hetero_plan)")
         given = doc.get("parallel") or {}
         fixed = {k: getattr(base.plan, k) for k in given} if isinstance(given, dict) else {}  # parsed: "false" is False
-        training, clusters, spec = base.training, [base.cluster], base.model
+        training, clusters, spec, resilience = base.training, [base.cluster], base.model, base.resilience
         if memory_headroom is not None:
             clusters = [c.model_copy(update={"memory_headroom": memory_headroom}) for c in clusters]
     else:
@@ -75,7 +77,7 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
         if not 0 < gpus <= MAX_CLUSTER_GPUS:
             raise ShardwiseError(f"--gpus must be in 1..{MAX_CLUSTER_GPUS:,} (see Limits in the README), got {shorten(gpus)}")
         clusters = [make_cluster(g, gpus, memory_headroom=memory_headroom) for g in names]
-        fixed = {}
+        fixed, resilience = {}, Resilience()
     if (tokens is not None or method is not None) and doc is not None:
         update = {k: v for k, v in (("tokens", tokens), ("method", method)) if v is not None}
         try:
@@ -84,7 +86,7 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
             raise ShardwiseError(_flag_errors(exc)) from None
     if training.adapter is not None:
         training.adapter.shapes(spec)  # a model adapters cannot be put on: one line naming the field
-    return PlanInputs(spec, training, clusters, fixed)
+    return PlanInputs(spec, training, clusters, fixed, resilience)
 
 
 def _flag_errors(exc: ValidationError) -> str:
@@ -103,4 +105,4 @@ def run_plan(inputs: PlanInputs, objective: str = "throughput", top: int = 5, sc
     return plan_across_gpus(inputs.model, inputs.clusters, inputs.training, objective, top_k=top, schedules=names,
                             fixed=inputs.fixed, max_memory_gib=max_memory_gib, progress=progress, max_exact=exact_budget,
                             runnable_on=runnable_on, recipes=tuple(split_list(fp8_recipes)) or None,
-                            dispatchers=tuple(split_list(moe_dispatchers)) or None)
+                            dispatchers=tuple(split_list(moe_dispatchers)) or None, resilience=inputs.resilience)

@@ -13,6 +13,7 @@ from rich.text import Text
 from shardwise.engines.support import ENGINES, Verdict, verdicts
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.planner import PlanResult, searched_fields
 from shardwise.train.result import GIB, Estimate
@@ -31,9 +32,11 @@ def runs_on_label(v: dict[str, Verdict]) -> str:
     return ",".join(names) if names else "none"
 
 
-def job_mapping(e: Estimate, model: ModelSpec, training: TrainingSpec, clusters: list[Cluster]) -> dict[str, Any]:
+def job_mapping(e: Estimate, model: ModelSpec, training: TrainingSpec, clusters: list[Cluster],
+                resilience: Resilience | None = None) -> dict[str, Any]:
     """A job file mapping (model, cluster, training, parallel) that reproduces this plan: what
-    `train estimate`, `train run` and `train export` read."""
+    `train estimate`, `train run` and `train export` read; with the job's reliability, storage and
+    checkpoint sections where they are not the defaults."""
     from shardwise.specs.model import preset_names
 
     cluster = next(c for c in clusters if c.gpu.name == e.gpu)
@@ -43,15 +46,23 @@ def job_mapping(e: Estimate, model: ModelSpec, training: TrainingSpec, clusters:
         train["fp8_recipe"] = e.fp8_recipe
     if e.moe_dispatcher is not None and e.moe_dispatcher != training.moe.dispatcher:  # the dispatcher it chose
         train["moe"] = {**train.get("moe", {}), "dispatcher": e.moe_dispatcher}
-    return {
+    out = {
         "model": ref,
         "cluster": {"gpu": e.gpu, "gpus": e.num_gpus, "gpus_per_node": cluster.gpus_per_node},
         "training": train,
         "parallel": dict(e.plan),
     }
+    if resilience is not None:
+        for key, spec in (("reliability", resilience.reliability), ("storage", resilience.storage)):
+            if spec.model_dump(exclude_defaults=True):
+                out["cluster"][key] = spec.model_dump(exclude_defaults=True)
+        if resilience.checkpoint.model_dump(exclude_defaults=True):
+            out["checkpoint"] = resilience.checkpoint.model_dump(exclude_defaults=True)
+    return out
 
 
-def top_rows(top: list[Estimate], model: ModelSpec, training: TrainingSpec, clusters: list[Cluster]) -> list[dict[str, Any]]:
+def top_rows(top: list[Estimate], model: ModelSpec, training: TrainingSpec, clusters: list[Cluster],
+             resilience: Resilience | None = None) -> list[dict[str, Any]]:
     """JSON rows of the top plans: the estimate, the engines that run it as is (with the reason for each
     that does not) and the job that reproduces it (for `train export`)."""
     rows = []
@@ -60,7 +71,7 @@ def top_rows(top: list[Estimate], model: ModelSpec, training: TrainingSpec, clus
         rows.append(e.to_dict() | {
             "runnable_on": [k for k, x in v.items() if x.runnable],
             "not_runnable": {k: x.line() for k, x in v.items() if not x.runnable},
-            "job": job_mapping(e, model, training, clusters),
+            "job": job_mapping(e, model, training, clusters, resilience),
         })
     return rows
 
@@ -86,7 +97,8 @@ def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fr
     Pareto front, each search's summary and a note when the best plan runs on no engine as is.
     `inputs`: the search's :class:`shardwise.train.plan_inputs.PlanInputs`."""
     note = runnability_note(top, inputs.model, inputs.training)
-    return {"objective": objective, "top": top_rows(top, inputs.model, inputs.training, inputs.clusters),
+    return {"objective": objective, "top": top_rows(top, inputs.model, inputs.training, inputs.clusters,
+                                                       getattr(inputs, "resilience", None)),
             "pareto_front": fronts, "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results],
             "notes": [note] if note else []}
 
@@ -115,6 +127,10 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
         parts.append(f"rc={p['recompute']}")
     if p["sequence_parallel"] and p["tp"] > 1:
         parts.append("sp")
+    if p.get("tp_overlap", "none") not in ("none", "auto") and p["tp"] > 1:
+        parts.append(f"tpo={p['tp_overlap']}")
+    if p.get("microbatch_group"):
+        parts.append(f"N{p['microbatch_group']}")
     return " ".join(parts)
 
 
@@ -131,6 +147,10 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
         t.add_column("days", justify="right")
         if with_cost:
             t.add_column("$", justify="right")
+    goodput = objective == "goodput" and any(e.goodput for e in top)
+    if goodput:  # what the ranking assumes: the checkpoint interval and the hot spares (train/goodput.py)
+        for col in ("ETTR", "ckpt every", "spares", "days w/ failures"):
+            t.add_column(col, justify="right")
     if runs_on is not None:
         t.add_column("runs on", justify="left")
     for rank, e in enumerate(top, 1):
@@ -142,6 +162,13 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
             row.append(f"{e.days_to_train:,.1f}")
             if with_cost:
                 row.append("-" if e.cost_usd is None else f"{e.cost_usd:,.0f}")
+        if goodput:
+            g = e.goodput or {}
+            ck = g.get("checkpoint", {})
+            days = g.get("days_to_train")
+            row += ["-", "-", "-", "-"] if not g else [
+                f"{g['ettr']:.1%}", f"{ck['interval_steps']:,} steps", f"{g['spares']['nodes']:,} nodes",
+                "-" if days is None else f"{days:,.1f}"]
         if runs_on is not None:
             row.append(runs_on[rank - 1])
         t.add_row(*row)

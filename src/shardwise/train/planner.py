@@ -3,9 +3,9 @@
 Three stages (deterministic: ties break on enumeration order):
 1. enumerate every distinct plan and drop those that cannot run, counted by reason
    (:mod:`shardwise.train.search_space`), and those whose recipe another recipe beats on every term
-   (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed), whose CP scheme another
-   moves less and hides no less (:func:`shardwise.train.screen.dominated_cp_schemes`, also before), or whose etp, cp_comm,
-   recipe or dispatcher another choice beats on every layer (:func:`shardwise.train.screen.dominated`);
+   (:func:`shardwise.train.screen.dominated_recipes`, before any layer is costed), or whose etp, cp_comm,
+   recipe or dispatcher another choice beats on every layer (:func:`shardwise.train.screen.dominated`; each
+   layer configuration at the fastest TP overlap mode its stack runs);
 2. screen all of them at once with numpy (:mod:`shardwise.train.screen`): a lower bound and an
    approximation of the step time, and the peak memory; drop plans that do not fit;
 3. run the exact estimate (with the schedule simulator) in order of the approximation, keeping the
@@ -32,18 +32,20 @@ from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.job import TrainJob
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
+from shardwise.train.goodput import effective_step_s, ettr_bound, ettr_of, with_goodput
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import dominated, dominated_cp_schemes, drop_dominated_recipes, layer_table, screen
+from shardwise.train.screen import dominated, drop_dominated_recipes, layer_table, screen
 from shardwise.train.search_space import EVERY_PLAN, REASONS, Candidates, enumerate_plans
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
     from rich.progress import TaskID
 
-OBJECTIVES = ("throughput", "cost", "memory")
+OBJECTIVES = ("throughput", "cost", "memory", "goodput")
 # A plan is skipped once neither its lower bound nor this share of its screened time can beat the K-th
 # best exact time. The approximation's median error is under 1% (benchmarks/plan.py prints its spread);
 # a few schedules at short pipelines (V-Min, m < p) are under-estimated by more, which only makes the
@@ -89,7 +91,7 @@ class PlanResult:
 
 
 def job_from_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan: dict[str, Any],
-                  extra: dict[str, Any] | None = None) -> TrainJob:
+                  extra: dict[str, Any] | None = None, resilience: Resilience | None = None) -> TrainJob:
     """The job that runs one enumerated plan (`plan`: the candidates' fields, with the training fields a
     search chooses as `fp8_recipe` and `moe_dispatcher`; `extra`: fixed plan fields)."""
     plan = dict(plan)
@@ -98,13 +100,16 @@ def job_from_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, pl
         training = training.model_copy(update={"fp8_recipe": recipe})
     if dispatcher is not None and dispatcher != training.moe.dispatcher:
         training = training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": dispatcher})})
-    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **(extra or {})), name=model.name)
+    return TrainJob(model=model, cluster=cluster, training=training, plan=TrainPlan(**plan, **(extra or {})), name=model.name,
+                    resilience=resilience or Resilience())
 
 
 def _score(e: Estimate, objective: str) -> tuple[float, float]:
     """Lower is better; ties go to the other axis."""
     if objective == "memory":
         return (e.peak_memory_gib, e.step_time_s)
+    if objective == "goodput":
+        return (effective_step_s(e), e.peak_memory_gib)
     return (e.step_time_s, e.peak_memory_gib)  # throughput; cost is the same order on one GPU type and count
 
 
@@ -123,11 +128,13 @@ def plan_search(
     runnable_on: tuple[str, ...] = (),
     recipes: tuple[str, ...] | None = None,
     dispatchers: tuple[str, ...] | None = None,
+    resilience: Resilience | None = None,
 ) -> PlanResult:
     """Search the plan space on one cluster (see the module docstring); `runnable_on` keeps only the
     plans one of these engines runs as is (:mod:`shardwise.engines.support`); `recipes` limits the
     low-precision recipes an fp8/fp4 job searches (default: all of its precision), `dispatchers` the MoE
-    token dispatchers (default: the job's). `progress`: True draws
+    token dispatchers (default: the job's); `resilience`: the failures, storage and checkpoints the top plans'
+    goodput assumes (the goodput objective ranks by it). `progress`: True draws
     a progress bar on the terminal; a callable receives (message, fraction done) as the search goes."""
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -149,8 +156,7 @@ def plan_search(
     if callable(progress):
         progress(f"{cluster.gpu.name}: screening {len(cands):,} plans", 0.05)
     flash = extra.get("flash_attention", True)
-    cands.keep(~dominated_cp_schemes(cands, model, cluster, training), "dominated")
-    table = layer_table(cands, model, cluster, training, constants, flash)
+    table = layer_table(cands, model, cluster, training, constants, flash, fixed.get("tp_overlap"), runnable_on)
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")
     scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster),
@@ -169,7 +175,8 @@ def plan_search(
         raise ShardwiseError(_nothing_runs(cands))
     order_key = scr["memory_bytes"] if objective == "memory" else scr["step_s"]
     order = np.lexsort((np.arange(feasible), order_key))
-    top, evaluated, notes = _exact_top(cands, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants, progress)
+    top, evaluated, notes = _exact_top(cands, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants,
+                                       progress, resilience or Resilience())
     t3 = time.perf_counter()
     front = _front(cands, scr, training, cluster.num_gpus, top, cluster.price_usd_per_gpu_hour)
     t4 = time.perf_counter()
@@ -193,9 +200,13 @@ def plan_search(
 
 def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray, objective: str, top_k: int, max_exact: int,
                model: ModelSpec, cluster: Cluster, training: TrainingSpec, extra: dict[str, Any], constants: Constants | None,
-               progress: bool | Progress) -> tuple[list[Estimate], int, list[str]]:
-    """Exact estimates in screen order until the remaining lower bounds cannot beat the K-th best."""
+               progress: bool | Progress, resilience: Resilience) -> tuple[list[Estimate], int, list[str]]:
+    """Exact estimates in screen order until the remaining lower bounds cannot beat the K-th best (for the
+    goodput objective: a plan's effective step time is at least its step time over the best ETTR any plan
+    of this cluster can reach)."""
     optimistic = np.maximum(scr["step_lb_s"], APPROX_TRUST * scr["step_s"])[order]
+    if objective == "goodput":
+        optimistic = optimistic / ettr_bound(cluster, resilience)
     suffix_min = np.minimum.accumulate(optimistic[::-1])[::-1]
     heap: list[tuple[tuple[float, float], int, Estimate]] = []  # max-heap of the best K via negated scores
     evaluated, notes = 0, []
@@ -217,7 +228,10 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
             if report:
                 report(f"{cluster.gpu.name}: exact estimate {evaluated} (at most {total})", 0.1 + 0.9 * evaluated / total)
             try:
-                e = estimate(job_from_plan(model, cluster, training, cands.plan_dict(i), extra), constants, split_p2p=False)
+                job = job_from_plan(model, cluster, training, cands.plan_dict(i), extra, resilience)
+                e = estimate(job, constants, split_p2p=False)
+                if objective == "goodput":
+                    e = with_goodput(job, e)
             except ShardwiseError:
                 cands.rejected[REASONS["schedule"]] += 1
                 continue
@@ -234,7 +248,8 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
         if bar:
             bar[0].stop()
     best = sorted(heap, key=lambda t: ((-t[0][0], -t[0][1]), -t[1]))
-    ranked = [estimate(job_from_plan(model, cluster, training, cands.plan_dict(-i), extra), constants) for _, i, _ in best]
+    jobs = [job_from_plan(model, cluster, training, cands.plan_dict(-i), extra, resilience) for _, i, _ in best]
+    ranked = [with_goodput(j, estimate(j, constants)) for j in jobs]
     if not ranked:
         raise ShardwiseError("no plan fits in memory after exact estimation; add GPUs, allow recompute or lower the batch")
     return ranked, evaluated, notes
@@ -336,6 +351,7 @@ def plan_across_gpus(
         "cost": lambda e: (usd_per_million_tokens(e, price[e.gpu]), e.step_time_s),
         "memory": lambda e: (e.peak_memory_gib, e.step_time_s),
         "throughput": lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib),
+        "goodput": lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus * ettr_of(e), e.peak_memory_gib),
     }
     top = sorted(every, key=keys.get(objective, keys["throughput"]))[:top_k]
     fronts = [p for r in results for p in r.front]

@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from shardwise.train.goodput_report import goodput_rows
 from shardwise.train.result import Estimate
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ def _plan_text(e: Estimate) -> str:
     parts += [f"zero{p['zero']}", f"mb{p['micro_batch']}", p["schedule"], f"recompute={p['recompute']}"]
     if p["sequence_parallel"] and p["tp"] > 1:
         parts.append("sp")
+    if p.get("tp_overlap", "none") not in ("none", "auto") and p["tp"] > 1:
+        parts.append(f"tp_overlap={p['tp_overlap']}")
+    if p.get("microbatch_group"):
+        parts.append(f"microbatch_group={p['microbatch_group']}")
     return " ".join(parts)
 
 
@@ -80,9 +85,11 @@ def estimate_table(e: Estimate) -> Group:
         ("non-causal MFU / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included, causal)"),
         ("peak memory per GPU", f"{e.peak_memory_gib:.1f} GiB of {e.usable_memory_gib:.1f} usable ({e.gpu_memory_gib:.0f} less "
                                 f"{1 - e.usable_memory_gib / e.gpu_memory_gib:.0%} headroom; pipeline rank {e.peak_memory_rank})"),
+        ("allocated / reserved", f"{e.peak_allocated_gib:.1f} / {e.peak_reserved_gib:.1f} GiB (torch max_memory_allocated / "
+                                 "max_memory_reserved; the device adds the CUDA context and NCCL buffers)"),
         ("fits", fits),
     ]
-    rows += run_cost_rows(e)
+    rows += run_cost_rows(e) + goodput_rows(e)
     for k, v in rows:
         head.add_row(k, v)
 
@@ -97,9 +104,14 @@ def estimate_table(e: Estimate) -> Group:
     mem = Table(title=f"memory per GPU (rank {e.peak_memory_rank}), GiB", title_justify="left")
     mem.add_column("part")
     mem.add_column("GiB", justify="right")
-    for k, v in e.memory.gib().items():
-        mem.add_row(k, f"{v:.2f}")
-    mem.add_row(Text("total", style="bold"), f"{e.peak_memory_gib:.2f}")
+    parts = e.memory.gib()
+    for k in ("params", "grads", "optimizer", "activations", "buffers"):
+        mem.add_row(k, f"{parts[k]:.2f}")
+    mem.add_row(Text("allocated", style="italic"), f"{e.peak_allocated_gib:.2f}")
+    mem.add_row("fragmentation", f"{parts['fragmentation']:.2f}")
+    mem.add_row(Text("reserved", style="italic"), f"{e.peak_reserved_gib:.2f}")
+    mem.add_row("runtime", f"{parts['runtime']:.2f}")
+    mem.add_row(Text("device total", style="bold"), f"{e.peak_memory_gib:.2f}")
 
     side = Table.grid(padding=(0, 4))
     side.add_row(time, mem)

@@ -11,19 +11,42 @@ from shardwise.errors import ShardwiseError
 GIB = 2**30
 
 
+#: What each utilisation figure counts (the same words in tables, JSON and CSV).
+FLOP_CONVENTIONS = {
+    "mfu": "model FLOPs: 6 x active parameters + attention over the full sequence (PaLM App. B, the non-causal "
+           "convention most papers and Meta report), recompute excluded, over the dense BF16 peak",
+    "mfu_causal": "the same with the causal half of the attention (Megatron-LM since 2025, MaxText), recompute excluded",
+    "hfu": "FLOPs the GPUs execute: causal attention as computed, recomputed forwards included",
+    "model_tflops_per_gpu": "the mfu convention's FLOPs per second per GPU",
+}
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes on one GPU."""
+    """Bytes on one GPU at its peak, as the engines report them (:mod:`shardwise.cost.allocator`): tensors
+    (states, activations, transient buffers) make the allocated memory; the caching allocator's
+    fragmentation adds up to the reserved memory; the CUDA context and NCCL buffers to the device's."""
 
     params: float
     grads: float
     optimizer: float
     activations: float
-    overheads: float
+    buffers: float  # transient tensors: gathered ZeRO-3 layers, gradient buckets, low-precision weight copies
+    fragmentation: float = 0.0  # reserved by the caching allocator, not allocated
+    runtime: float = 0.0  # outside the allocator: CUDA context and workspaces, NCCL buffers
+
+    @property
+    def allocated(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.buffers
+
+    @property
+    def reserved(self) -> float:
+        return self.allocated + self.fragmentation
 
     @property
     def total(self) -> float:
-        return self.params + self.grads + self.optimizer + self.activations + self.overheads
+        """What the device holds (nvidia-smi): what `fits` compares with the GPU's memory."""
+        return self.reserved + self.runtime
 
     def gib(self) -> dict[str, float]:
         return {k: v / GIB for k, v in asdict(self).items()}
@@ -89,6 +112,8 @@ class Estimate:
     fp8_recipe: str | None = None
     #: the MoE token dispatcher (None: a dense model)
     moe_dispatcher: str | None = None
+    #: failures, checkpoints and restarts (train/goodput.py), attached on request; None: not asked or failures off
+    goodput: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
@@ -109,7 +134,18 @@ class Estimate:
 
     @property
     def peak_memory_gib(self) -> float:
+        """Device memory of the peak rank (reserved + runtime): what `fits` judges."""
         return self.memory.total / GIB
+
+    @property
+    def peak_allocated_gib(self) -> float:
+        """torch.cuda.max_memory_allocated of the peak rank."""
+        return self.memory.allocated / GIB
+
+    @property
+    def peak_reserved_gib(self) -> float:
+        """torch.cuda.max_memory_reserved of the peak rank (torchtitan's and nanotron's printed peak)."""
+        return self.memory.reserved / GIB
 
     @property
     def fits(self) -> bool:
@@ -132,7 +168,10 @@ class Estimate:
             "mfu": self.mfu,
             "mfu_causal": self.mfu_causal,
             "hfu": self.hfu,
+            "flop_conventions": FLOP_CONVENTIONS,
             "peak_memory_gib": self.peak_memory_gib,
+            "peak_allocated_gib": self.peak_allocated_gib,
+            "peak_reserved_gib": self.peak_reserved_gib,
             "gpu_memory_gib": self.gpu_memory_gib,
             "usable_memory_gib": self.usable_memory_gib,
             "fits": self.fits,
@@ -150,4 +189,5 @@ class Estimate:
             "notes": list(self.notes),
             "stack": dict(self.stack),
             "error_band": self.error_band,
+            "goodput": self.goodput,
         }

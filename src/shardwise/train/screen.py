@@ -31,9 +31,10 @@ from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import device, job_device, low_precision
-from shardwise.cost.layer import PassCost, cp_comm_s
+from shardwise.cost.layer import TP_OVERLAP_MODES, PassCost
 from shardwise.cost.overlap import exposed_layer_comm
-from shardwise.cost.stack import attention_kernel, stack_profile
+from shardwise.cost.allocator import fragmentation_share
+from shardwise.cost.stack import attention_kernel, expandable_segments, stack_profile
 from shardwise.cost.step import host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.pipeline.schedule_info import StepTime
@@ -98,16 +99,20 @@ class LayerTable:
     fiw: np.ndarray
     act: np.ndarray
     tail: np.ndarray
+    modes: np.ndarray  # per key: the TP overlap mode chosen (index into TP_OVERLAP_MODES)
 
     def subset(self, mask: np.ndarray) -> LayerTable:
         """The table of the plans where `mask` is true (as :meth:`Candidates.keep` keeps them)."""
-        return LayerTable(self.keys, self.inv[mask], self.fiw, self.act, self.tail)
+        return LayerTable(self.keys, self.inv[mask], self.fiw, self.act, self.tail, self.modes)
 
 
 def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None,
-                flash_attention: bool = True) -> LayerTable:
+                flash_attention: bool = True, tp_overlap: str | None = None, engines: tuple[str, ...] = ()) -> LayerTable:
     """The per-layer costs of the candidates: :func:`shardwise.train.assembly.blocks` once per distinct
-    (tp, cp, cp_comm, all-to-all ranks of cp, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher)."""
+    (tp, cp, cp_comm, all-to-all ranks of cp, ep, etp, sp, recompute, micro-batch, recipe, MoE dispatcher),
+    each at the TP overlap mode that makes its layers fastest among those the stack runs (`tp_overlap`: the
+    job's fixed mode; `engines`: only modes each of these engines runs). The mode changes no memory and only the per-layer F, I and W, so the fastest layers
+    are the fastest step but for the data-parallel window a slower backward widens."""
     consts = constants or default_constants()
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     sp = ((c["sp"] == 1) & (c["tp"] > 1)).astype(np.int64)
@@ -119,19 +124,34 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
 
     routed = [training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": d})}) for d in c.dispatchers]
 
+    modes = (tp_overlap,) if tp_overlap and tp_overlap != "auto" else stack.tp_overlap_modes
+    if engines:
+        from shardwise.engines.support import ENGINE_TP_OVERLAP
+
+        modes = tuple(m for m in modes if all(m in ENGINE_TP_OVERLAP.get(e, ("none",)) for e in engines)) or ("none",)
+    counts = np.array([model.layers - model.moe_layers, model.moe_layers], dtype=float)
+
     def key_blocks(tp, cp, cpc, uly, ep, etp, sp_, rc, mb, rcp, disp):
         dev, lowp = recipes[rcp]
         groups = groups_of(tp, cp, cpc, uly, ep, etp)
-        return blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
-                      flash_attention, mb, lowp, groups, consts.moe)
+        best = None
+        for mode in (modes if tp > 1 and sp_ else ("none",)):
+            b = blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
+                       flash_attention, mb, lowp, groups, consts.moe, mode)
+            busy = sum(n * sum(exposed_layer_comm(x)[:3]) for n, x in zip(counts, (b.dense, b.moe), strict=True))
+            if best is None or busy < best[0]:
+                best = (busy, TP_OVERLAP_MODES.index(mode), b)
+        return best[1], best[2]
 
-    per_key = [key_blocks(*k) for k in uniq.tolist()]
+    chosen = [key_blocks(*k) for k in uniq.tolist()]
+    per_key = [b for _, b in chosen]
     parts = ([b.dense for b in per_key], [b.moe for b in per_key], [b.embedding for b in per_key], [b.head for b in per_key])
-    fiw = np.stack([np.stack(exposed_layer_comm(_stack(x), stack.tp_comm_overlap)[:3]) for x in parts]) if per_key else np.zeros((4, 3, 0))
+    fiw = np.stack([np.stack(exposed_layer_comm(_stack(x))[:3]) for x in parts]) if per_key else np.zeros((4, 3, 0))
     act = np.array([(b.act_dense, b.act_moe, b.act_embedding, b.act_output, b.act_recompute) for b in per_key]).reshape(-1, 5)
     tails = np.array([(lp.cast_bytes * lp.weights_per_step, lp.cast_kernels * lp.weights_per_step, lp.gather_bytes,
                        lp.weight_copy_bytes) for _, lp in recipes])
-    return LayerTable(uniq, inv, fiw, act, tails[uniq[:, LAYER_KEY.index("rcp")]].reshape(-1, 4))
+    return LayerTable(uniq, inv, fiw, act, tails[uniq[:, LAYER_KEY.index("rcp")]].reshape(-1, 4),
+                      np.array([m for m, _ in chosen], dtype=np.int64))
 
 
 #: the choices :func:`dominated` compares (the rest of a layer key stays the same)
@@ -166,32 +186,6 @@ def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
         np.fill_diagonal(dom, False)
         out[opts] = dom.any(axis=0)
     return out[table.inv]
-
-
-def dominated_cp_schemes(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> np.ndarray:
-    """Per plan: True where another CP scheme (cp_comm with its all-to-all ranks) of the same (tp, cp,
-    micro-batch), used by some candidate, moves no more context-parallel time per attention pass and hides it
-    under no less of the attention, without costing any layer. The scheme enters a layer's cost only
-    through that pass and whether the attention overlaps it (:func:`shardwise.cost.layer.cp_comm_s`: p2p
-    only), and the exposed time grows with the pass and shrinks with the window
-    (:func:`shardwise.cost.overlap.exposed_layer_comm`), so such a plan is one :func:`dominated` would drop
-    (ties keep the first scheme in search order, as there)."""
-    keys, inv = unique_rows([c["tp"], c["cp"], c["mb"], c["cpc"], c["uly"]])
-    out = np.zeros(len(keys), dtype=bool)
-    if len(keys) < 2:
-        return out[inv]
-    cost = np.array([cp_comm_s(model, mb * training.seq_len / cp, layer_groups(cluster, tp, cp, 1, tp, CP_COMMS[cpc], uly),
-                               training.activation_bytes) for tp, cp, mb, cpc, uly in keys.tolist()])
-    pass_s, hidden = cost[:, 0], cost[:, 1].astype(bool)
-    _, base_of = unique_rows([keys[:, 0], keys[:, 1], keys[:, 2]])  # keys are sorted: each base's schemes in order
-    same = base_of[:, None] == base_of[None, :]
-    no_worse = same & (pass_s[:, None] <= pass_s[None, :]) & (hidden[:, None] | ~hidden[None, :])  # [a, b]: a no worse than b
-    better = (pass_s[:, None] < pass_s[None, :]) | (hidden[:, None] & ~hidden[None, :])
-    first = np.arange(len(keys))[:, None] < np.arange(len(keys))[None, :]
-    dom = no_worse & (better | first)
-    np.fill_diagonal(dom, False)
-    out = dom.any(axis=0)
-    return out[inv]
 
 
 def dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None) -> list[int]:
@@ -238,19 +232,20 @@ def screen(
     offload: str = "none",
 ) -> dict[str, np.ndarray]:
     """Arrays (one per plan): step_lb_s, step_s (approximation) and memory_bytes (peak per GPU, as the
-    estimate counts it); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
+    estimate counts it); sets each plan's TP overlap mode (the array `tpo` of `c`); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
     and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp)."""
     consts = constants or default_constants()
     gpu = cluster.gpu
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     table = table or layer_table(c, model, cluster, training, consts, flash_attention)
+    c.arrays["tpo"] = table.modes[table.inv]  # each plan's TP overlap mode: the fastest for its layers (layer_table)
     n = len(c)
     fiw = [f[:, table.inv] for f in table.fiw]  # 4 x (3, n)
     act = table.act[table.inv]  # (n, 5)
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
-    mc = consts.memory
+    frag = fragmentation_share(consts.memory, expandable_segments(training, stack))
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
     p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
     gk, ginv = unique_rows([c[k] for k in ("rcp", "pp", "vpp", "sched", "tp", "ep")])
@@ -265,7 +260,7 @@ def screen(
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
                          dp_shard=dp * cp if dp_shard is None else dp_shard, offload=offload, overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
                          p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp,
-                         etp=r["etp"])
+                         etp=r["etp"], keep_unsharded=r["keep"], unsharded_grads=r["keep"])
         rows_total = len(cp)
         states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
         dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
@@ -273,13 +268,13 @@ def screen(
         for idx, shape, rank_kind, pipe_lb, pipe, activations, _, _ in batch:
             rows = slice(offset, offset + shape[0] * shape[1])
             offset = rows.stop
-            total = states[rows].reshape(shape)[rank_kind] + activations * (1 + mc.fragmentation)
+            total = states[rows].reshape(shape)[rank_kind] + activations * (1 + frag)
             opt_rest = opt_s[rows].reshape(shape).max(axis=0)
             if paged:  # adapter jobs: the optimizer states take what room is left (cost/adapters.py)
                 per_rank = [np.broadcast_to(x, (rows_total,))[rows].reshape(shape)[rank_kind]
                             for x in (tail.states.weights + tail.states.grads, tail.states.optimizer, tail.fixed_bytes)]
                 total, _resident, paging_s = paged_optimizer(ModelStateBytes(per_rank[0], 0.0, per_rank[1]), per_rank[2],
-                                                             activations * (1 + mc.fragmentation),
+                                                             activations * (1 + frag),
                                                              cluster.usable_memory_bytes, consts, gpu.arch)
                 opt_rest = (opt_s[rows].reshape(shape)[rank_kind] + paging_s).max(axis=0)
             rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + host_overhead_s(consts, stack.host_step_overhead)
@@ -324,6 +319,8 @@ def screen(
             "m": np.broadcast_to(m, shape), "p_dense": np.broadcast_to(kinds[:, 4:5], shape),
             "p_exp": np.broadcast_to(kinds[:, 5:6], shape), "fwd": kind_fiw[:, 0], "bwd": kind_fiw[:, 1] + kind_fiw[:, 2],
             "layers": np.broadcast_to(kinds[:, :2].sum(axis=1, keepdims=True), shape),
+            # ZeRO-3 under PP on stacks that keep the stage gathered (cost/stack.py keeps_unsharded)
+            "keep": np.broadcast_to((c["zero"][idx] == 3) & (pp > 1) & stack.fsdp_unsharded_with_pp, shape),
         }
         groups.append((idx, shape, rank_kind.ravel(), pipe_lb, pipe, activations, {k: np.ravel(v) for k, v in ranks.items()}, rcp))
         pending += shape[0] * shape[1]

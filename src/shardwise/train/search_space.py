@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.cost.layer import TP_OVERLAP_MODES
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_PIPELINE_STAGES
 from shardwise.pipeline import resolve, schedule_info
@@ -42,9 +43,9 @@ VPP_CHOICES = (1, 2, 3, 4, 6, 8)
 FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "uly", "ep", "etp", "zero", "sp", "rc", "mb", "sched", "rcp", "disp")
 #: job-file plan fields a search takes as fixed axes (dp: kept where GPUs / (tp pp cp) equals it)
 FIXED_AXES = ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ulysses", "ep", "etp", "zero", "sequence_parallel", "recompute",
-              "micro_batch", "schedule")
+              "micro_batch", "schedule", "tp_overlap")
 #: job-file plan fields every searched plan carries as given (TrainPlan's other fields)
-EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload")
+EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload", "reshard_after_forward", "microbatch_group")
 assert set(FIXED_AXES) | set(EVERY_PLAN) == set(TrainPlan.model_fields), "a TrainPlan field the planner would ignore"
 DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 
@@ -67,6 +68,7 @@ REASONS = {
     "batch_divide": "global batch is not a multiple of micro-batch x dp",
     "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
     "dominated": "another etp / cp_comm (and Ulysses size) / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
+    "tp_overlap": "the job's parallel.tp_overlap needs tp > 1 and sequence parallelism",
     "memory": "out of memory",
     "memory_cap": "exceeds --max-memory-gib",
 }
@@ -121,6 +123,8 @@ class Candidates:
             "sequence_parallel": bool(a["sp"]), "recompute": RECOMPUTE[a["rc"]], "micro_batch": a["mb"],
             "schedule": self.schedules[a["sched"]],
         }
+        if "tpo" in a:  # the overlap mode the screen chose for the plan's layers (screen.layer_table)
+            plan["tp_overlap"] = TP_OVERLAP_MODES[a["tpo"]]
         if plan["cp_comm"] == "a2a+p2p":
             plan["ulysses"] = a["uly"]
         if self.recipes != ("none",):
@@ -230,6 +234,8 @@ def enumerate_plans(
             raise ShardwiseError(f"parallel.ulysses: only used with cp_comm a2a+p2p (cp_comm is {fixed.get('cp_comm', 'searched')}); "
                                  "add cp_comm: a2a+p2p or leave ulysses out")
         axes["uly"] = [int(fixed["ulysses"])]
+    if fixed.get("tp_overlap", "none") not in TP_OVERLAP_MODES:
+        raise ShardwiseError(f"parallel.tp_overlap: {fixed['tp_overlap']} is not a mode; use one of {', '.join(TP_OVERLAP_MODES)}")
     if "sequence_parallel" in fixed:
         axes["sp"] = [int(bool(fixed["sequence_parallel"]))]
     if "recompute" in fixed:
@@ -294,6 +300,8 @@ def enumerate_plans(
     arrays = {k: np.repeat(v, counts) for k, v in cands.arrays.items() if k not in ("class", "weight")}
     arrays |= {k: checks[k][pick] for k in (*knobs, "m")}
     cands.arrays = arrays
+    if fixed.get("tp_overlap", "none") != "none":  # a fixed overlap mode splits the sequence-parallel collectives
+        cands.keep((cands["tp"] > 1) & (cands["sp"] == 1), "tp_overlap")
     if runnable_on:
         keep_runnable(cands, runnable_on, model, training, flash_attention)
     return cands

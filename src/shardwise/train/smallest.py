@@ -53,7 +53,8 @@ def _counts(limit: int) -> list[int]:
 def _breakdown(e: Estimate) -> str:
     m = e.memory
     parts = [("weights", m.params), ("gradients", m.grads), ("optimizer", m.optimizer),
-             ("activations", m.activations), ("runtime", m.overheads)]
+             ("activations", m.activations), ("buffers", m.buffers), ("fragmentation", m.fragmentation),
+             ("runtime", m.runtime)]
     return ", ".join(f"{name} {value / GIB:.1f}" for name, value in parts if value > 0)
 
 

@@ -21,8 +21,8 @@ TAIL = (("waiting for the slowest node", "straggler"), ("data-parallel gradient 
 
 def estimate_events(est: Estimate, pid: int = 1, flow_id: int = 1) -> list[dict]:
     """Trace events of one estimate (see the module docstring)."""
-    name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap = est.pipeline_inputs
-    sched, res = simulate_pipeline(name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap)
+    name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap, group = est.pipeline_inputs
+    sched, res = simulate_pipeline(name, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, rho, cap, group)
     p = est.plan
     title = (f"{est.name}: {est.model} on {est.num_gpus} x {est.gpu}, tp={p['tp']} pp={pp} vpp={vpp} "
              f"dp={p['dp']} cp={p['cp']} ep={p['ep']} {res.name}, {m} micro-batches (estimated)")

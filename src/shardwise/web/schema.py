@@ -12,6 +12,7 @@ from shardwise.serve.config import DeploymentSpec, SLOSpec
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.reliability import CheckpointSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.web.inputs import (
     ScheduleCompareBody,
@@ -35,6 +36,7 @@ class TrainJob(BaseModel):
     cluster: ClusterSpec
     training: TrainingSpec
     parallel: TrainPlan
+    checkpoint: CheckpointSpec | None = None
 
 
 class ServeJob(BaseModel):

@@ -71,12 +71,10 @@ def train_estimate(body: Any, progress: Progress = _quiet) -> Any:
 
 
 def estimate_result(jobs: list) -> Any:
-    from shardwise.specs.hetero import HeteroJob
-    from shardwise.train.estimate import estimate
-    from shardwise.train.hetero import hetero_estimate
+    from shardwise.train.goodput import estimate_with_goodput
     from shardwise.train.report import estimate_json
 
-    return estimate_json([hetero_estimate(j) if isinstance(j, HeteroJob) else estimate(j) for j in jobs])
+    return estimate_json([estimate_with_goodput(j) for j in jobs])
 
 
 def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:

@@ -188,7 +188,8 @@ function plot(target, traces, layout) {
 }
 
 const MEMORY_PARTS = [["params", "weights", "#2f6db5"], ["grads", "gradients", "#8fb8e8"], ["optimizer", "optimizer", "#d9762b"],
-  ["activations", "activations", "#3c9a4a"], ["overheads", "overheads", "#9aa3b2"]];
+  ["activations", "activations", "#3c9a4a"], ["buffers", "buffers", "#b9a6d6"], ["fragmentation", "allocator fragmentation", "#e3c26b"],
+  ["runtime", "CUDA context + NCCL", "#9aa3b2"]];
 
 function memoryChart(target, e) {
   const parts = e.memory_per_rank_parts_gib && e.memory_per_rank_parts_gib.length
@@ -336,6 +337,8 @@ function planLabel(p, recipe = p.fp8_recipe, dispatcher = p.moe_dispatcher) {  /
   parts.push(`z${p.zero}`, `mb${p.micro_batch}`, p.schedule);
   if (p.recompute !== "none") parts.push(`rc=${p.recompute}`);
   if (p.sequence_parallel && p.tp > 1) parts.push("sp");
+  if (p.tp_overlap && !["none", "auto"].includes(p.tp_overlap) && p.tp > 1) parts.push(`tpo=${p.tp_overlap}`);
+  if (p.microbatch_group) parts.push(`N${p.microbatch_group}`);
   return parts.join(" ");
 }
 
@@ -360,6 +363,7 @@ function trainJob() {
     tp: numberOr(v.tp, v.tp), pp: numberOr(v.pp, v.pp), vpp: numberOr(v.vpp, v.vpp), cp: numberOr(v.cp, v.cp),
     ep: numberOr(v.ep, v.ep), dp: !v.dp || v.dp === "auto" ? "auto" : numberOr(v.dp, v.dp), zero: Number(v.zero),
     sequence_parallel: v.sp === "1", recompute: v.recompute, micro_batch: numberOr(v.micro_batch, v.micro_batch), schedule: v.schedule,
+    tp_overlap: v.tp_overlap || "auto",
   };
   return { model, cluster, training, parallel };
 }
@@ -374,10 +378,18 @@ function estimateCards(e) {
     card("step time", `${fmt.sig(e.step_time_s, 4)} s`, `${e.microbatches} micro-batches`, "", "step_time_s", e.step_time_s),
     card("tokens/s per GPU", fmt.num(e.tokens_per_s_per_gpu), `${fmt.sig(e.model_tflops_per_gpu, 4)} model TFLOP/s`, "", "tokens_per_s_per_gpu", e.tokens_per_s_per_gpu),
     card("MFU", fmt.pct(e.mfu), `causal ${fmt.pct(e.mfu_causal)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu", e.mfu),
-    card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`, e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
+    card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, (e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`)
+      + (e.peak_reserved_gib !== undefined ? `; allocated ${fmt.num(e.peak_allocated_gib, 1)}, reserved ${fmt.num(e.peak_reserved_gib, 1)} GiB` : ""), e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
     card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan", "", "bubble_fraction", e.bubble_fraction),
     e.days_to_train !== null && e.days_to_train !== undefined ? card("days to train", fmt.num(e.days_to_train, 1), e.cost_usd ? fmt.usd(e.cost_usd) : null, "", "days_to_train", e.days_to_train) : null,
+    e.goodput ? card("effective training time", fmt.pct(e.goodput.ettr), goodputLine(e.goodput), "", "ettr", e.goodput.ettr) : null,
   ];
+}
+
+function goodputLine(g) {  // failures, checkpoints and restarts (docs/goodput.md)
+  const ck = g.checkpoint;
+  const days = g.days_to_train !== null ? `${fmt.num(g.days_to_train, 1)} days with failures` + (g.cost_usd ? ` · ${fmt.usd(g.cost_usd)}` : "") + " · " : "";
+  return `${days}MTTF ${fmt.sig(g.mttf_h, 3)} h · checkpoint every ${fmt.num(ck.interval_steps)} steps (${ck.mode}, ${fmt.sig(ck.blocking_s, 3)} s) · ${g.spares.nodes} spare nodes`;
 }
 
 async function planTimeline(host, e) {
@@ -551,6 +563,7 @@ function loadPlanIntoForm(e) {
   set("#train-tp", p.tp); set("#train-pp", p.pp); set("#train-vpp", p.vpp); set("#train-cp", p.cp); set("#train-ep", p.ep);
   set("#train-dp", "auto"); set("#train-zero", p.zero); set("#train-mb", p.micro_batch); set("#train-recompute", p.recompute);
   set("#train-schedule", p.schedule); $("#train-sp").checked = !!p.sequence_parallel;
+  set("#train-tp-overlap", p.tp_overlap || "auto");
   $("#train-parallel-box").open = true;
   runEstimate();
 }
