@@ -20,7 +20,15 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from shardwise.serve.adapters import AdapterSpec
-from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJobSpec, SLOSpec, SpeculativeSpec
+from shardwise.serve.config import (
+    DeploymentSpec,
+    EngineSpec,
+    LengthClass,
+    PoolSpec,
+    ServeJobSpec,
+    SLOSpec,
+    SpeculativeSpec,
+)
 from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.precision import PrecisionSpec
 from shardwise.serve.workload import SessionSpec, WorkloadSpec
