@@ -43,7 +43,11 @@ every GPU reads the n-1 peers' buffers after a barrier and reduces, 2 barriers a
 two-shot, a reduce-scatter and an all-gather through the buffers, 3 barriers and 2S(n-1)/n bytes; the
 faster (derived). A barrier costs one step of the scale-up fabric's fitted latency and bytes move at its
 fitted ring efficiency x the link rate (per peer link on a mesh). Larger messages and other groups use
-the network model's NCCL/RCCL collectives.
+the network model's NCCL/RCCL collectives. EP all-to-alls run DeepEP's kernels, which write each token
+straight to its destination (NVLink, RDMA/IBGDA) from many SMs at once instead of NCCL's chunked
+send/receive pair per peer (deepseek-ai/DeepEP README): the network model's all-to-all rates and
+per-level latency, without NCCL's per-remote-peer latency and chunk-pipeline term (fitted on nccl-tests'
+all-to-alls; derived).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from functools import cached_property
 import numpy as np
 
 from shardwise.cost.comm import collective_s
-from shardwise.cost.constants import fitted_network_constants
+from shardwise.cost.constants import NetworkConstants, fitted_network_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import linear_shapes, matmul_weights
 from shardwise.serve.constants import ServingConstants
@@ -87,6 +91,12 @@ def custom_all_reduce_s(size_bytes: float, n: int, net: Network) -> float | None
     one_shot = 2 * c.link_latency_s + size_bytes * (n - 1) / rate
     two_shot = 3 * c.link_latency_s + 2 * size_bytes * (n - 1) / n / rate
     return min(one_shot, two_shot)
+
+
+def deepep_network() -> NetworkConstants:
+    """The network constants DeepEP's all-to-alls run at: NCCL's rates and per-level latency, no
+    per-remote-peer latency or chunk pipeline (module docstring)."""
+    return replace(fitted_network_constants(), a2a_peer_latency_s=0.0, chunk_latency_s=0.0)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, pp: int, kv_bytes: float) -> float:
@@ -289,16 +299,17 @@ class StepTimer:
             tier = self._cluster.tier_for(self.ep, 1)
             dispatch = 1.0 if self.precision.weights == "fp8" else ACT_BYTES  # DeepEP dispatches FP8 with FP8 experts
             for b in (dispatch, ACT_BYTES):
-                latency_s, token_s = self._collective_terms("all_to_all", m.top_k * m.hidden * b, self.ep, tier)
+                latency_s, token_s = self._collective_terms("all_to_all", m.top_k * m.hidden * b, self.ep, tier, deepep_network())
                 fixed, per = fixed + m.moe_layers * latency_s, per + m.moe_layers * token_s
         return fixed, per
 
     @staticmethod
-    def _collective_terms(kind: str, per_token_bytes: float, n: int, tier: CommGroup) -> tuple[float, float]:
+    def _collective_terms(kind: str, per_token_bytes: float, n: int, tier: CommGroup,
+                          constants: NetworkConstants | None = None) -> tuple[float, float]:
         """(latency, seconds per token) of one collective in the network model: its transfer time is
         linear in the bytes, the latency the rest."""
-        transfer_s = collective_s(kind, per_token_bytes, n, tier, latency=False)
-        return collective_s(kind, per_token_bytes, n, tier) - transfer_s, transfer_s
+        transfer_s = collective_s(kind, per_token_bytes, n, tier, constants, latency=False)
+        return collective_s(kind, per_token_bytes, n, tier, constants) - transfer_s, transfer_s
 
     # --- iteration time ----------------------------------------------------------------------------
     def iteration_s(self, tokens: int, n_seqs: int, n_logits: int, decode_ctx: float = 0.0, prefill_pairs: float = 0.0,
