@@ -25,6 +25,9 @@ class FakeTimer:
     def iteration_s(self, tokens, n_seqs, n_logits, decode_ctx=0.0, prefill_pairs=0.0, decoders=0):
         return self.fixed_s + self.per_token_s * tokens + self.decode_attn_s_per_token * decode_ctx
 
+    def prefill_pairs(self, done, chunk):
+        return chunk * done + chunk * (chunk + 1) / 2.0
+
     def decode_fixed_table(self, max_batch):
         return np.array([self.iteration_s(b, b, b) if b else 0.0 for b in range(max_batch + 1)])
 

@@ -3,6 +3,8 @@
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import fitted_network_constants
@@ -50,3 +52,30 @@ def test_a_tensor_parallel_step_prices_its_all_reduces_as_vllms_custom_kernel_do
     assert _timer("llama-3.1-70b", tp=1).tp_all_reduces_s(1) == 0.0
 
 
+
+
+def test_prefill_attention_is_the_training_models_fused_kernel():
+    """A whole prompt's prefill attention is the device model's fused-attention tile model (Device.attention_s,
+    the kernel the training estimate times) over this GPU's heads, each layer; 33 query tiles x 32 heads of
+    Llama-3-8B fill the H100's 132 SMs in exactly 8 waves, so the kernel's wave bound adds nothing."""
+    timer = _timer("llama-3-8b")
+    prompt = 33 * 128
+    dev = timer.device
+    kernel_s = dev.attention_s(32, prompt, prompt, 128, causal=True) - dev.kernel_overhead_s  # its launch: kernels_s
+    assert timer.prefill_pairs(0, prompt) * timer.prefill_attn_s_per_pair == pytest.approx(32 * kernel_s, rel=1e-12)
+
+
+@given(done=st.integers(0, 40_000), chunk=st.integers(1, 20_000))
+def test_the_kernels_prefill_work_covers_every_causal_pair(done, chunk):
+    """Whole tiles and the loop's fixed part: never less work than the (query, key) pairs nor more than every
+    query tile over every key tile; on tile boundaries exactly the pairs plus each query tile's c0 and the
+    masked half of its diagonal tile."""
+    timer = _timer("llama-3-8b")
+    c0, t = timer.device.attention_shape.c0_fwd, 128
+    pairs = chunk * done + chunk * (chunk + 1) / 2
+    n_q, n_k = -(-chunk // t), -(-(done + chunk) // t)
+    assert pairs <= timer.prefill_pairs(done, chunk) <= t * t * n_q * (c0 + n_k)
+    aligned_q, aligned_done = n_q * t, (done // t) * t
+    aligned_pairs = aligned_q * aligned_done + aligned_q * (aligned_q + 1) / 2
+    expected = aligned_pairs + n_q * (t * t * (c0 + 0.5) - t / 2)
+    assert timer.prefill_pairs(aligned_done, aligned_q) == pytest.approx(expected, rel=1e-12)

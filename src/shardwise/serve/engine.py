@@ -35,7 +35,7 @@ from shardwise.serve.adapters import AdapterCache
 from shardwise.serve.config import EngineSpec
 from shardwise.serve.prefix_cache import PrefixCache
 from shardwise.serve.state import DECODE, DONE, PREFILL, WAITING, ITLRecord, RequestTable
-from shardwise.serve.timing import StepTimer, prefill_pairs
+from shardwise.serve.timing import StepTimer
 
 #: A scheduled prompt chunk: (request id, tokens already in the KV cache, tokens in this chunk).
 Chunk = tuple[int, int, int]
@@ -523,7 +523,7 @@ class Engine:
         table = self.table
         tokens = decoders + sum(c for _, _, c in chunks)
         completed = [rid for rid, before, c in chunks if before + c >= table.target[rid]]
-        pairs = sum(prefill_pairs(before, c) for _, before, c in chunks)
+        pairs = sum(self.timer.prefill_pairs(before, c) for _, before, c in chunks)
         context = self._context_sum_next_step() if decoders else 0.0
         dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
         if self.adapters is not None:

@@ -142,10 +142,11 @@ class SpecTimer:
     def decode_fixed_table(self, max_batch: int) -> np.ndarray:
         return np.array([0.0] + [self.iteration_s(b, b, b, decoders=b) for b in range(1, max_batch + 1)])
 
-    def prefill_s(self, prompt_tokens: int) -> float:
-        from shardwise.serve.timing import prefill_pairs
+    def prefill_pairs(self, done: int, chunk: int) -> float:
+        return self.target.prefill_pairs(done, chunk)
 
-        return self.iteration_s(prompt_tokens, 1, 1, 0.0, prefill_pairs(0, prompt_tokens))
+    def prefill_s(self, prompt_tokens: int) -> float:
+        return self.iteration_s(prompt_tokens, 1, 1, 0.0, self.prefill_pairs(0, prompt_tokens))
 
 
 def make_spec_timer(target: StepTimer, spec: SpeculativeSpec, alpha: float | None) -> tuple[SpecTimer, float, float]:

@@ -12,7 +12,8 @@ t = max(F_lin / R_lin, W_lin / (BW*eta_m))                 block linears (attent
                                                            the busiest GPU (uniform routing, below)
   + max(F_head / R16, W_head / (BW*eta_m))                  LM head, rows that sample a token
   + S_dec * max(KV_tok / (BW*eta_m), F_attn_tok / R_attn)   decode attention over S_dec context tokens
-  + P_pf * F_pair / (R_attn * s_kv)                         prefill attention over P_pf (query, key) pairs
+  + P_pf * F_pair / (R_attn * s_kv * f_d)                   prefill attention: P_pf the fused kernel's tile
+                                                           work in (query, key) pairs (below)
   + 2L * all_reduce(T*h*2 B, tp) + (pp-1) * send(T*h*2 B)   Megatron TP (Vidur execution_time.py), vLLM's
                                                            custom all-reduce inside a node (below), and PP
   + 2L_moe * all_to_all(T*k*h*b, ep)                        EP dispatch (FP8 with FP8 weights, DeepEP) and
@@ -29,7 +30,13 @@ from cost.comm's network model fitted on nccl-tests). R_lin is the weight format
 if every dimension were the device model's d0 longer (Device.gemm_s). Attention FLOPs per (query, key)
 pair and layer: 2*heads*(d_qk + d_v) (PaLM App. B); MLA decodes with the up-projections absorbed, over
 the latent: 2*heads*(2*c + r) (DeepSeek-V2 report Sec. 2.1.2; FlashMLA), and prefills with them
-expanded. Routed experts: of E experts with top-k routing, T tokens touch E*(1 - (1 - k/E)^T) of them in
+expanded. Prefill attention runs the training model's fused kernel (:mod:`shardwise.cost.attention`, the
+tile model fitted on FlashAttention-2/3 kernel benchmarks): a chunk of s_q new tokens over s_k = done + s_q
+keys costs, per (sequence, head), TILE^2 x (c0 n_q + n_q (n_k - n_q) + n_q (n_q + 1) / 2) pair-equivalents
+(n_q, n_k its query and key tiles: the loop's fixed part c0 per query tile, the causal diagonal tile
+computed whole), at the kernel's asymptote R_attn times its head-dimension factor f_d; a varlen launch
+balances the tiles of all chunks over the SMs (the model's wave and longest-CTA bounds, which matter only
+for prefills too small to fill the GPU, are left out). Routed experts: of E experts with top-k routing, T tokens touch E*(1 - (1 - k/E)^T) of them in
 expectation (uniform routing; derived); with EP the busiest of ep GPUs receives the mean n/ep of the
 n = T*k routed copies plus the Gumbel approximation of the maximum of ep binomial counts,
 sqrt(2 ln(ep) * n (1/ep)(1 - 1/ep)) (derived), times the deployment's `expert_imbalance`. A PP replica
@@ -58,6 +65,7 @@ from functools import cached_property
 
 import numpy as np
 
+from shardwise.cost.attention import TILE, tile_steps
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import NetworkConstants, fitted_network_constants
 from shardwise.cost.device import Device
@@ -264,7 +272,18 @@ class StepTimer:
 
     @cached_property
     def prefill_attn_s_per_pair(self) -> float:
-        return self.pair_flops / self.attn_rate / self.dp
+        """Seconds per pair-equivalent of :meth:`prefill_pairs` (the kernel's asymptote at this head dimension)."""
+        m = self.model
+        factor = self.device.attention_shape.head_dim_factor((m.d_head + m.d_v_head) / 2.0)
+        return self.pair_flops / (self.attn_rate * factor) / self.dp
+
+    def prefill_pairs(self, done: int, chunk: int) -> float:
+        """The fused kernel's work for `chunk` new tokens over `done` cached ones, in (query, key) pairs
+        (module docstring: the tile model's steps x TILE^2)."""
+        if chunk <= 0:
+            return 0.0
+        steps, _, _ = tile_steps(chunk, done + chunk, True, False, self.device.attention_shape.c0_fwd)
+        return steps * TILE * TILE
 
     # --- communication -----------------------------------------------------------------------------
     @cached_property
@@ -356,12 +375,7 @@ class StepTimer:
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """One whole prompt prefilled alone (the TTFT floor without queueing)."""
-        return self.iteration_s(prompt_tokens, 1, 1, 0.0, prefill_pairs(0, prompt_tokens))
-
-
-def prefill_pairs(done: int, chunk: int) -> float:
-    """Causal (query, key) pairs when `chunk` new tokens attend to `done` cached ones plus themselves."""
-    return chunk * done + chunk * (chunk + 1) / 2.0
+        return self.iteration_s(prompt_tokens, 1, 1, 0.0, self.prefill_pairs(0, prompt_tokens))
 
 
 def kv_transfer_s(model: ModelSpec, prompt_tokens: np.ndarray, kv_bytes: float, link_gbps: float, efficiency: float) -> np.ndarray:
