@@ -95,3 +95,40 @@ def test_impossible_layouts_say_what_to_change(deployment, match):
     dense = {"model": "llama-3.1-8b", "deployment": {"gpu": "h100", "dp_attention": 2}, "workload": {"rate": 1, "num_requests": 1}}
     with pytest.raises(ShardwiseError, match="dense: use replicas"):
         build_pools(parse_serve_job(dense), ServingConstants())
+
+
+def _flags(args):
+    return {a: (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True)
+            for i, a in enumerate(args) if a.startswith("--")}
+
+
+def test_the_ep_example_exports_its_layout_to_both_engines():
+    """16 attention ranks of tp 1 over two 8-GPU nodes, experts over all 16: vLLM's data-parallel engines
+    (8 local, the head's address) with expert parallelism and DeepEP's low-latency kernels; SGLang's one
+    16-GPU instance with dp attention and EP 16 over two nodes."""
+    from shardwise.handoff import export_serve
+    from shardwise.serve.config import load_serve_job
+    from tests.serve.conftest import ROOT
+
+    job = load_serve_job(ROOT / "examples" / "serve-deepseek-v3-ep-16xh200.yaml")
+    (vllm,) = export_serve(job, "vllm")
+    v = _flags(vllm.args)
+    assert (v["--tensor-parallel-size"], v["--data-parallel-size"], v["--data-parallel-size-local"]) == ("1", "16", "8")
+    assert v["--enable-expert-parallel"] is True and v["--all2all-backend"] == "deepep_low_latency"
+    (sgl,) = export_serve(job, "sglang")
+    s = _flags(sgl.args)
+    assert (s["--tp-size"], s["--dp-size"], s["--ep-size"], s["--nnodes"]) == ("16", "16", "16", "2")
+    assert s["--enable-dp-attention"] is True and (s["--moe-a2a-backend"], s["--deepep-mode"]) == ("deepep", "auto")
+
+
+def test_a_disaggregated_ep_split_uses_each_pools_deepep_kernels():
+    from shardwise.handoff import export_serve
+
+    pool = {"gpu": "h200", "tp": 1, "dp_attention": 8, "expert_parallel": True}
+    job = parse_serve_job({"model": "deepseek-v3", "precision": "fp8", "workload": {"rate": 1, "num_requests": 1},
+                           "deployment": {"prefill": pool, "decode": pool}})
+    prefill, decode, _router = export_serve(job, "vllm")
+    assert _flags(prefill.args)["--all2all-backend"] == "deepep_high_throughput"
+    assert _flags(decode.args)["--all2all-backend"] == "deepep_low_latency"
+    prefill, decode, _router = export_serve(job, "sglang")
+    assert (_flags(prefill.args)["--deepep-mode"], _flags(decode.args)["--deepep-mode"]) == ("normal", "low_latency")

@@ -10,8 +10,8 @@ vllm-router 0.1.17 and sglang-router 0.3.2 ``router_args.py``), checked by the t
   (vLLM balances requests over its data-parallel engines); an MoE replica's data-parallel attention
   ranks as ``--data-parallel-size`` with ``--enable-expert-parallel`` (EP over TP x DP; across nodes
   ``--data-parallel-size-local`` and ``--data-parallel-address``, the other nodes ``--headless``),
-  DeepEP all-to-all for a disaggregated pool (``--all2all-backend``: low-latency kernels to decode,
-  high-throughput ones to prefill); ``--max-num-seqs``, ``--max-num-batched-tokens`` (V1 always chunks
+  DeepEP all-to-all (``--all2all-backend``: high-throughput kernels to a prefill pool, low-latency ones
+  otherwise, as the simulator times them; vLLM has no per-batch switch like SGLang's ``--deepep-mode auto``); ``--max-num-seqs``, ``--max-num-batched-tokens`` (V1 always chunks
   prefills), ``--gpu-memory-utilization``, ``--block-size``, ``--[no-]enable-prefix-caching``,
   ``--max-model-len``, ``--[no-]async-scheduling``; ``--quantization fp8`` with FP8 weights, ``--kv-cache-dtype
   fp8`` with an FP8 cache (INT4/INT8/FP4 weights come from a quantised checkpoint, which vLLM reads);
@@ -129,8 +129,7 @@ def vllm_args(job: ServeJob, pool: PoolSpec | DeploymentSpec, e: EngineSpec, rol
         a += ["--data-parallel-size", str(pool.replicas)]
     if pool.expert_parallel:
         a.append("--enable-expert-parallel")
-        if role is not None:
-            a += ["--all2all-backend", "deepep_low_latency" if role == "decode" else "deepep_high_throughput"]
+        a += ["--all2all-backend", "deepep_high_throughput" if role == "prefill" else "deepep_low_latency"]
     a += ["--max-num-seqs", str(e.max_num_seqs), "--max-num-batched-tokens", str(e.max_num_batched_tokens),
           "--gpu-memory-utilization", str(e.gpu_memory_utilization), "--block-size", str(e.block_size),
           "--enable-prefix-caching" if e.caches_prefixes() else "--no-enable-prefix-caching"]
