@@ -71,3 +71,29 @@ def test_the_example_reports_the_hit_rate_and_the_ttft_it_saves():
     assert pc["ttft_saved_ms"]["mean"] > 0
     assert pc["ttft_saved_ms"]["ttft_mean_without_ms"] > m["ttft_ms"]["mean"]
     assert pc["ttft_saved_ms"]["mean"] == pytest.approx(pc["ttft_saved_ms"]["ttft_mean_without_ms"] - m["ttft_ms"]["mean"], rel=1e-6)
+
+
+def test_a_trace_of_conversations_replays_as_the_generated_ones(tmp_path):
+    """The same conversations as `workload.sessions` draws them, written as a trace with a session column,
+    give the same requests (each conversation keeping its system prompt) and the same hit rate and TTFT saved."""
+    wl = {"rate": 3, "num_requests": 240, "input_len": 120, "output_len": {"dist": "lognormal", "median": 150, "sigma": 0.5},
+          "prefix_len": 512, "prefix_groups": 3, "sessions": {"turns": 4, "turn_gap_s": 15}, "seed": 3}
+    drawn = build_requests(wl)
+    rows = [f"{float(t)!r},{i},{o},c{s}" for t, i, o, s in zip(drawn.arrival_s - drawn.arrival_s[0], drawn.input_len, drawn.output_len, drawn.session)]
+    trace = tmp_path / "conversations.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,session_id\n" + "\n".join(rows) + "\n")
+    traced = build_requests({"arrival": "trace", "path": str(trace), "prefix_len": 512, "prefix_groups": 3})
+    assert np.array_equal(traced.input_len, drawn.input_len) and np.array_equal(traced.prefix_group, drawn.prefix_group)
+    deployment = {"gpu": "a100-80gb", "engine": {"prefix_caching": True}}
+    _, gen = simulation_report(parse_serve_job({"model": "llama-3.1-8b", "deployment": deployment, "workload": wl}))
+    _, rep = simulation_report(parse_serve_job({"model": "llama-3.1-8b", "deployment": deployment,
+                                                "workload": {"arrival": "trace", "path": str(trace), "prefix_len": 512, "prefix_groups": 3}}))
+    assert rep["prefix_cache"]["hit_rate"] > 0.5
+    assert rep["prefix_cache"]["hit_rate"] == pytest.approx(gen["prefix_cache"]["hit_rate"], rel=1e-9)
+    assert rep["prefix_cache"]["ttft_saved_ms"]["mean"] == pytest.approx(gen["prefix_cache"]["ttft_saved_ms"]["mean"], rel=1e-6)
+
+
+def test_the_trace_example_reports_its_hit_rate_and_saved_ttft():
+    _, m = simulation_report(load_serve_job(ROOT / "examples" / "serve-multiturn-trace.yaml"))
+    assert m["completed"] == 600 and 0.5 < m["prefix_cache"]["hit_rate"] < 1.0
+    assert m["prefix_cache"]["ttft_saved_ms"]["mean"] > 0

@@ -51,7 +51,7 @@ class WorkloadSpec(BaseModel):
     cv: float = Field(default=1.0, gt=0, le=MAX_GAMMA_CV, description="coefficient of variation of gamma inter-arrival gaps")
     path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
     prefix_len: int = Field(default=0, ge=0, le=MAX_SEQUENCE_TOKENS, description="tokens of a shared system prompt inside input_len (for prefix caching)")
-    prefix_groups: int = Field(default=1, gt=0, le=MAX_SERVE_REQUESTS, description="distinct shared prefixes; request i uses prefix i mod groups")
+    prefix_groups: int = Field(default=1, gt=0, le=MAX_SERVE_REQUESTS, description="distinct shared prefixes; request (or conversation) i uses prefix i mod groups")
     sessions: SessionSpec | None = Field(default=None, description="multi-turn conversations: input_len / output_len "
                                          "are each turn's new user tokens and reply; a turn's prompt is the system "
                                          "prompt (prefix_len), every earlier turn and reply, and its own message")
@@ -233,7 +233,8 @@ def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = 
         out = np.minimum(out, np.maximum(max_len - inp, 1))
     if spec.prefix_len and np.any(inp < spec.prefix_len):
         raise ShardwiseError(f"workload.prefix_len ({spec.prefix_len}) is longer than some prompts; lower it or raise input_len")
-    group = np.arange(n, dtype=np.int64) % spec.prefix_groups
+    owner = np.arange(n, dtype=np.int64) if session is None else session  # a conversation keeps its system prompt
+    group = owner % spec.prefix_groups
     lengths = {w: describe_lengths(spec.length_spec(w)) for w in ("input", "output")}
     return Requests(np.asarray(t, float), np.asarray(inp, np.int64), np.asarray(out, np.int64), spec.prefix_len, group, lengths, session)
 
