@@ -86,6 +86,8 @@ def main() -> None:
     out = serving.device.to_dict()
     out.pop("network", None)  # the network's constants have their own file (scripts/fit_network.py)
     out["serving"] = {"constants": serving.to_dict(), "fit": serving_record}
+    if "cv" in fitted_data().get("serving", {}):  # scripts/fit_serving.py's leave-one-source-out, kept as it was
+        out["serving"]["cv"] = fitted_data()["serving"]["cv"]
     out["fit"] = {
         "script": "scripts/fit_constants.py",
         "data": "data/calibration/training-measurements.json",

@@ -121,7 +121,7 @@ def _with(doc, path, value):
     ("serve", _with(SERVE, ["deployment", "engine"], {"max_num_seqs": 64, "prefix_caching": True}), True),
     ("serve", _with(SERVE, ["deployment", "engine"], {"max_num_sequences": 64}), False),
     ("serve", _with(SERVE, ["deployment", "router"], "random"), False),
-    ("serve", _with(SERVE, ["precision"], "int8"), False),
+    ("serve", _with(SERVE, ["precision"], "int2"), False),
     ("serve", _with(SERVE, ["workload", "input_len"], {"dist": "zipf"}), False),
     ("serve", _with(SERVE, ["slo"], {"ttft_ms": -1}), False),
     ("serve", _with(SERVE, ["replicas"], 2), False),

@@ -182,7 +182,7 @@ class ServeSimulateBody(_Body):
     """`serve simulate`: a serve job document, and an uploaded trace for `workload.arrival: trace`."""
 
     model: ModelRef
-    precision: str = "bf16"
+    precision: str | dict[str, Any] = "bf16"
     deployment: dict[str, Any]
     workload: dict[str, Any]
     slo: dict[str, Any] | None = None
