@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardwise.engines.table import ENGINES, STACK, VERSIONS, Rule, rules, tp_overlap_modes
+from shardwise.engines.table import ENGINE_NAMES, ENGINES, STACK, VERSIONS, Rule, rules, tp_overlap_modes
 from shardwise.errors import ShardwiseError
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
@@ -239,7 +239,7 @@ def require(plan: TrainPlan, engine: str, model: ModelSpec | None = None, traini
     """Raise ShardwiseError with the one-line reason and what would run when ``engine`` refuses ``plan``."""
     v = verdict(plan, engine, model, training, arch=arch, version=version)
     if not v.runnable:
-        raise ShardwiseError(f"{label or engine} cannot run this plan: {v.reason}; would run: {v.instead}")
+        raise ShardwiseError(f"{label or ENGINE_NAMES[v.engine]} cannot run this plan: {v.reason}; would run: {v.instead}")
 
 
 def require_job(job: TrainJob, engine: str, version: str | None = None, label: str | None = None) -> None:

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from shardwise.specs.job import TrainJob
 
 ENGINES = ("torch", "torchtitan", "megatron", "deepspeed")
+#: How messages name each engine.
+ENGINE_NAMES = {"torch": "train run", "torchtitan": "torchtitan", "megatron": "Megatron-LM", "deepspeed": "DeepSpeed"}
 #: The engine releases every rule was read at (``train export --engine-version`` picks another where rules
 #: differ). torch: the build the executor runs on; Megatron-LM is a source checkout (its core release tag).
 VERSIONS = {"torch": "2.13.0", "torchtitan": "0.3.0", "megatron": "core_r0.20.0", "deepspeed": "0.19.8"}
@@ -112,7 +114,7 @@ class Knob:
     def rule(self, engine: str) -> Rule:
         ok = self.runs[engine]
         return Rule((engine,), lambda v: self.matters(v) & ~v.value_in(self.field, ok),
-                    self.reason.format(engine=engine, values=", ".join(ok)),
+                    self.reason.format(engine=ENGINE_NAMES[engine], values=", ".join(ok)),
                     self.instead or f"{self.field} " + " or ".join(ok),
                     self.source.get(engine, ""), self.versions.get(engine, (None, None)))
 
@@ -383,19 +385,19 @@ KNOBS: tuple[Knob, ...] = (
                     "megatron": ("none", "tensorwise", "delayed", "blockwise", "mxfp8", "nvfp4"),
                     "deepspeed": ALL_RECIPES},  # its precision rule refuses fp8/fp4 first
          {"megatron": _megatron_fp8},  # torchtitan: a converter in the config module it is given
-         "{engine} runs the low-precision recipes {values}",
+         "{engine} runs the low-precision recipes {values} only",
          {"torchtitan": _TT + "torchtitan/components/quantization/float8.py (Float8LinearConverter.Config.recipe_name)",
           "megatron": _MG + "megatron/core/transformer/transformer_config.py (fp8_recipe, fp4_recipe)"},
          versions={"torchtitan": ("0.3", None)}),
     Knob("recipe", {"torchtitan": ("none", "tensorwise", "rowwise", "mxfp8")}, {},
-         "{engine} 0.2 runs the low-precision recipes {values}",
+         "{engine} 0.2 runs the low-precision recipes {values} only",
          {"torchtitan": _TT02 + "torchtitan/config/job_config.py (Float8Linear.recipe_name, MXLinear)"},
          versions={"torchtitan": (None, "0.2.99")}),
     Knob("tp_overlap", {"torch": ("none", "bulk", "pipelined", "async"),  # TP runs un-overlapped on CPUs
                         "megatron": ("none", "bulk", "pipelined"), "torchtitan": ("none", "async"),
                         "deepspeed": ("none",)},
          {"megatron": _megatron_tp_overlap, "torchtitan": _torchtitan_tp_overlap},
-         "{engine} runs the TP overlap modes {values}",
+         "{engine} runs tp_overlap {values} only",
          {"megatron": _MG + "megatron/core/model_parallel_config.py (tp_comm_overlap)",
           "torchtitan": _TT + "torchtitan/config/configs.py (CompileConfig.enable_async_tensor_parallel)",
           "deepspeed": _DS + "deepspeed/runtime/tensor_parallel/config.py"},
@@ -409,7 +411,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("dispatcher", {"torchtitan": ("alltoall",), "megatron": ("alltoall", "allgather", "deepep"),
                         "deepspeed": ("alltoall", "deepep")},
          {"megatron": _megatron_dispatcher},  # DeepSpeed: expert_parallel.comm_backend in ds_config
-         "{engine} dispatches MoE tokens by {values}",
+         "{engine} dispatches MoE tokens by {values} only",
          {"torchtitan": _TT + "torchtitan/models/qwen3/config_registry.py (all-to-all; DeepEP needs its own config)",
           "megatron": _MG + "megatron/training/arguments.py (--moe-token-dispatcher-type, --moe-flex-dispatcher-backend)",
           "deepspeed": _DS + "deepspeed/module_inject/auto_ep_config.py (comm_backend)"},
