@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from shardwise.calibration.fit import PARAMS, Problem, apply, base_constants, in
 from shardwise.calibration.sources import sources
 from shardwise.calibration.validate import collect_cases, load_records, run_validation
 from shardwise.cli.main import main
-from shardwise.cost.constants import default_constants, fitted_data
+from shardwise.cost.constants import default_constants, fit_cv_data, fitted_data
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ def test_runs_estimated_over_gpu_memory_are_listed(tmp_path, capsys):
 
 
 def test_cli_cross_validation(capsys):
-    if not fitted_data().get("cv"):
+    if not fit_cv_data().get("cv"):
         pytest.skip("no cross-validation stored")
     assert main(["validate", "--cv"]) == 0
     out = capsys.readouterr().out
@@ -177,7 +178,7 @@ def test_cross_validation_spread_is_json_safe_and_optional():
 
 
 def test_cross_validation_classes_partition_the_held_out_rows():
-    if not fitted_data().get("cv"):
+    if not fit_cv_data().get("cv"):
         pytest.skip("no cross-validation stored")
     from shardwise.calibration.validate import cross_validation
 
@@ -322,7 +323,7 @@ def test_error_band_comes_from_held_out_runs_of_the_same_class():
     from shardwise.specs.job import job_from_mapping
     from shardwise.train.estimate import estimate
 
-    if not fitted_data().get("error_bands"):
+    if not fit_cv_data().get("error_bands"):
         pytest.skip("no cross-validation stored")
 
     def band(model, **parallel):
@@ -332,7 +333,7 @@ def test_error_band_comes_from_held_out_runs_of_the_same_class():
 
     dense, moe = band("llama-3.1-8b"), band("mixtral-8x7b", ep=8)
     assert dense["basis"].startswith("dense/") and moe["basis"].startswith("moe/")
-    bands = fitted_data()["error_bands"]["bands"]
+    bands = fit_cv_data()["error_bands"]["bands"]
     assert dense["pct"] == bands[dense["basis"]]["pct"] and moe["pct"] == bands[moe["basis"]]["pct"]
 
 
@@ -413,9 +414,43 @@ def test_a_source_stated_recompute_overrides_the_records_text():
     assert "recompute=none (the source's statement; the record says 'selective (block-level)')" in notes
     seventy = records["ibmcompile24_70B_a100_compile"]
     as_stated = build_job(seventy, stated, [])
-    as_recorded = build_job(seventy, Source(stated.prefix, stated.label, stated.group, stated.facts), [])
-    assert (as_stated.plan.recompute, as_recorded.plan.recompute) == ("full", "selective")
-    assert estimate(as_stated).memory.total / 2**30 < 80 < estimate(as_recorded).memory.total / 2**30
+    as_recorded = build_job(seventy, Source(stated.prefix, stated.label, stated.group, stated.facts), notes := [])
+    assert (as_stated.plan.recompute, as_recorded.plan.recompute) == ("full", "full")
+    assert any(n.startswith("recompute=full (the run ran: selective needs") for n in notes)
+    selective = replace(as_recorded, plan=as_recorded.plan.model_copy(update={"recompute": "selective"}))
+    assert estimate(as_stated).memory.total / 2**30 < 80 < estimate(selective).memory.total / 2**30
+
+
+def test_an_unstated_recompute_is_the_least_under_which_the_run_fits():
+    """A measured run fit in memory: a record whose scheme is assumed and does not fit reads the next scheme
+    that does; a stated scheme is kept even where the estimate puts it over the GPU's memory (the estimate,
+    not the record, is then what the over-memory list questions)."""
+    from shardwise.calibration.records import _least_recompute_that_fits, build_job
+    from shardwise.train.estimate import estimate
+
+    records = {r["id"]: r for r in load_records()}
+    tuned = records["ibmfp8fsdp2_t3_70B_bf16_512gpu"]  # "tuned (not stated)"
+    job = build_job(tuned, sources()["ibmfp8fsdp2"], notes := [])
+    assert job.plan.recompute == "full" and estimate(job).peak_memory_gib <= job.cluster.gpu.memory_gib
+    assert any("the run ran: selective needs" in n for n in notes)
+    small = build_job(records["ibmcompile24_7B_a100_compile"], sources()["ibmcompile24"], [])
+    assert _least_recompute_that_fits(small, kept := []) is small and kept == []  # fits as read: unchanged
+    stated = replace(job, plan=job.plan.model_copy(update={"recompute": "none"}))
+    assert build_job(records["fa2paper_t1_1.3b_8k_noflash"], sources()["fa2paper"], []).plan.recompute == "none"
+    assert _least_recompute_that_fits(stated, []).plan.recompute in ("selective", "full")
+
+
+@pytest.mark.parametrize(("text", "scheme", "stated"), [
+    ("remat policy save_qkv_proj", "selective", True), ("SAVE_DOT_ONLY checkpoint policy", "selective", True),
+    ("none (checkpoint=False)", "none", True), ("full (gradient checkpointing)", "full", True),
+    ("selective (block-level)", "selective", False), ("tuned (not stated)", "none", False), ("", "none", False),
+])
+def test_a_records_recompute_text_reads_as_a_scheme_and_whether_it_is_stated(text, scheme, stated):
+    """Named JAX checkpoint policies are the stack's selective, as stated; block-level or tuned schemes and
+    no text are open to the fit rule (the source's default where the record says nothing)."""
+    from shardwise.calibration.records import _recompute
+
+    assert _recompute({"recompute": text}, {}, []) == (scheme, stated)
 
 
 def test_megatron_2021_runs_have_neither_sequence_parallelism_nor_the_distributed_optimizer():

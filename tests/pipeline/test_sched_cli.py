@@ -26,10 +26,16 @@ def test_simulate_json(capsys):
     assert rc == 0
     d = json.loads(out)
     assert d["schedule"] == "interleaved" and d["vpp"] == 2
-    for key in ("makespan", "bubble_fraction", "bubble_ratio", "stage_bubble_ratio",
-                "peak_activation_microbatches", "ranks"):
+    for key in ("makespan", "bubble_fraction", "bubble_ratio", "stage_bubble_ratio", "peak_activation_microbatches"):
         assert key in d
-    assert len(d["ranks"]) == 4 and {"start", "end", "action"} <= set(d["ranks"][0][0])
+    assert "ranks" not in d  # the summary only: a pp 32 timeline is megabytes
+    rc, out, _ = run(capsys, "schedule", "simulate", "--schedule", "1F1B-I", "--pp", "4", "--microbatches", "8",
+                     "--vpp", "2", "--f", "0.5", "--i", "0.5", "--w", "0.5", "--comm", "0.01", "--format", "json",
+                     "--timeline")
+    full = json.loads(out)
+    assert {k: v for k, v in full.items() if k != "ranks"} == d
+    assert len(full["ranks"]) == 4 and {"start", "end", "action"} <= set(full["ranks"][0][0])
+    assert sum(len(r) for r in full["ranks"]) == 2 * 8 * (4 * 2)  # F and a whole B per micro-batch and stage
 
 
 @pytest.mark.parametrize("suffix", [".png", ".svg"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardwise.calibration.sources import Source
@@ -187,19 +187,46 @@ def _zero(par: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) ->
     return 1
 
 
-def _recompute(par: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> str:
+#: Recomputation schemes from least to most memory saved (the order the fit rule climbs).
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+def _recompute(par: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> tuple[str, bool]:
+    """The record's recomputation scheme and whether the record states it (False: assumed or tuned per run,
+    which :func:`_least_recompute_that_fits` may raise)."""
     text = str(par.get("recompute") or "").lower()
     if "recompute_override" in facts:  # the source states the run's scheme where the record's text is vaguer
         assumptions.append(f"recompute={facts['recompute_override']} (the source's statement; the record says {par.get('recompute')!r})")
-        return facts["recompute_override"]
-    for word in ("none", "selective", "full"):
+        return facts["recompute_override"], True
+    for word in RECOMPUTE_ORDER:
         if text.startswith(word):
-            return word
+            return word, not any(w in text for w in ("assumed", "block-level", "tuned"))
     if text.startswith(("remat", "custom", "save_", "minimal")):
-        return "selective"
+        # A named checkpoint policy (MaxText, Paxml) is costed as the stack's selective (data/stacks.yaml
+        # selective_recompute_gemms; docs/fidelity.md "Runs that ran" says why not per policy).
+        return "selective", True
     default = facts.get("recompute", "none")
     assumptions.append(f"recompute={default}" + (f" ({par.get('recompute')!r} in the record)" if text else ""))
-    return default
+    return default, False
+
+
+def _least_recompute_that_fits(job: TrainJob, assumptions: list[str]) -> TrainJob:
+    """A measured run fit in its GPUs' memory: where the record does not state its recomputation and the
+    assumed scheme's estimated peak is above the GPU's memory, the next scheme that fits (none -> selective
+    -> full; full if none does), with the reason among the assumptions."""
+    from shardwise.train.estimate import estimate  # the estimator sits above the calibration readers
+
+    hbm = job.cluster.gpu.memory_gib
+    scheme = job.plan.recompute
+    peak = estimate(job).peak_memory_gib
+    if peak <= hbm:
+        return job
+    for nxt in RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(scheme) + 1:]:
+        job = replace(job, plan=job.plan.model_copy(update={"recompute": nxt}))
+        if estimate(job).peak_memory_gib <= hbm or nxt == RECOMPUTE_ORDER[-1]:
+            assumptions.append(f"recompute={nxt} (the run ran: {scheme} needs {peak:.0f} GiB of the GPU's {hbm:.0f})")
+            return job
+    return job
 
 
 def _seq_len(record: dict[str, Any], facts: dict[str, Any], assumptions: list[str]) -> int:
@@ -251,7 +278,7 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
     tp, pp = int(tp or 1), int(pp or 1)
     cp, ep = int(facts["cp"] if "cp" in facts else par.get("cp") or 1), int(par.get("ep") or 1)
     etp = int(par["etp"]) if par.get("etp") else None
-    recompute = _recompute(par, facts, assumptions)
+    recompute, recompute_stated = _recompute(par, facts, assumptions)
     mb = par.get("micro_batch") or facts.get("micro_batch")
     if mb is None:
         mb = 1
@@ -304,7 +331,8 @@ def build_job(record: dict[str, Any], source: Source, assumptions: list[str]) ->
         expandable_segments=facts.get("expandable_segments"), grad_dtype=facts.get("grad_dtype", "fp32"),
     )
     plan = check_plan(model, cluster, training, plan)
-    return TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=record["id"])
+    job = TrainJob(model=model, cluster=cluster, training=training, plan=plan, name=record["id"])
+    return job if recompute_stated else _least_recompute_that_fits(job, assumptions)
 
 
 # --- FLOP conventions ----------------------------------------------------------------------------

@@ -43,6 +43,8 @@ _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in mi
 _PLACE = typer.Option(None, "--placement", help="auto: loop or v (default: v with --vpp 2, else loop).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
 _TRACE = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON; times taken as seconds).")
+_TIMELINE = typer.Option(False, "--timeline", help="With --format json: add every rank's timeline (ranks: start, "
+                         "end, action of each pass), written compactly; without it the JSON holds the summary only.")
 
 
 def _console() -> Console:
@@ -77,7 +79,8 @@ def _print_result(res: SimResult, console: Console) -> None:
 
 def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
                          comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: Format,
-                         plot: Path | None, trace: Path | None, placement: str | None = None) -> None:
+                         plot: Path | None, trace: Path | None, placement: str | None = None,
+                         timeline: bool = False) -> None:
     from shardwise.pipeline import load_csv, simulate
     from shardwise.pipeline.options import build_schedule
 
@@ -93,7 +96,7 @@ def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | N
 
         write_trace(simulation_trace(sched, res, w_retained_fraction=rho), trace)
     if fmt is Format.json:
-        echo_json(res.to_dict(), indent=1)
+        echo_json(res.to_dict(timeline=timeline), indent=None if timeline else 1)  # a timeline is megabytes at pp 32
         return
     console = _console()
     _print_result(res, console)
@@ -132,6 +135,7 @@ def simulate_cmd(
     format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
     trace: Path | None = _TRACE,
+    timeline: bool = _TIMELINE,
 ) -> None:
     """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank.
 
@@ -139,12 +143,12 @@ def simulate_cmd(
 
       shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png --trace zbv.json
 
-      shardwise schedule simulate --schedule interleaved --pp 8 --microbatches 32 --vpp 2 --f 1 --i 1.3 --w 0.6 --comm 0.04 --format json
+      shardwise schedule simulate --schedule interleaved --pp 8 --microbatches 32 --vpp 2 --f 1 --i 1.3 --w 0.6 --comm 0.04 --format json --timeline
 
       shardwise schedule simulate --schedule auto --pp 8 --microbatches 32 --mem-cap 8
     """
     _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot,
-                         trace, placement)
+                         trace, placement, timeline)
 
 
 @app.command("import")
@@ -154,6 +158,7 @@ def import_cmd(
     format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
     trace: Path | None = _TRACE,
+    timeline: bool = _TIMELINE,
 ) -> None:
     """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch).
 
@@ -163,7 +168,8 @@ def import_cmd(
 
       shardwise schedule import zb1p.csv --f 1 --i 1.2 --w 0.8 --comm 0.05 --format json
     """
-    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot, trace)
+    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot, trace,
+                         timeline=timeline)
 
 
 @app.command("export")

@@ -574,15 +574,6 @@ function selectedSchedules() { return $$("#sched-names input:checked").map((b) =
 
 function timesOf(text) { const xs = String(text).split(",").map((x) => x.trim()).filter(Boolean).map(Number); return xs.length === 1 ? xs[0] : xs; }
 
-function stageTimes(perRank, pp, v, placement) {  // a rank slice's time, split evenly over its v stages
-  if (!Array.isArray(perRank)) return perRank / v;
-  const S = pp * v;
-  return Array.from({ length: S }, (_, s) => {
-    const r = placement === "v" ? (s < pp ? s : 2 * pp - 1 - s) : s % pp;
-    return perRank[r] / v;
-  });
-}
-
 async function runSchedules() {
   showError("schedule", null);
   const v = formValues("schedule");
@@ -604,10 +595,9 @@ async function runSchedules() {
           el("td", { text: fmt.pct(r.stage_bubble_ratio) }), el("td", { text: fmt.sig(r.peak_activation_rank_microbatches, 3) })))));
     const ok = rows.filter((r) => !r.error);
     const sims = await Promise.all(ok.map((r) => {
-      const info = CATALOG.schedules.find((s) => s.name === r.schedule);
-      const tv = (x) => stageTimes(timesOf(x), body.pp, r.vpp, r.placement || info.placement);
+      // a rank slice's times, as compare takes them: the API splits them over the rank's stages
       return post("/api/schedule/simulate", { schedule: r.schedule, pp: body.pp, microbatches: body.microbatches, vpp: r.vpp,
-        f: tv(v.f), i: tv(v.i), w: tv(v.w), comm: body.comm, ...(r.placement ? { placement: r.placement } : {}) });
+        f: timesOf(v.f), i: timesOf(v.i), w: timesOf(v.w), comm: body.comm, ...(r.placement ? { placement: r.placement } : {}) });
     }));
     $("#sched-empty").hidden = true; $("#sched-out").hidden = false;
     $("#sched-legend").replaceWith(Object.assign(legend(), { id: "sched-legend" }));
