@@ -572,8 +572,6 @@ function loadPlanIntoForm(e) {
 
 function selectedSchedules() { return $$("#sched-names input:checked").map((b) => b.value); }
 
-function timesOf(text) { const xs = String(text).split(",").map((x) => x.trim()).filter(Boolean).map(Number); return xs.length === 1 ? xs[0] : xs; }
-
 async function runSchedules() {
   showError("schedule", null);
   const v = formValues("schedule");
@@ -595,9 +593,9 @@ async function runSchedules() {
           el("td", { text: fmt.pct(r.stage_bubble_ratio) }), el("td", { text: fmt.sig(r.peak_activation_rank_microbatches, 3) })))));
     const ok = rows.filter((r) => !r.error);
     const sims = await Promise.all(ok.map((r) => {
-      // a rank slice's times, as compare takes them: the API splits them over the rank's stages
+      // simulate takes compare's unit (a rank slice's time, split over its stages), so the form's values go as they are
       return post("/api/schedule/simulate", { schedule: r.schedule, pp: body.pp, microbatches: body.microbatches, vpp: r.vpp,
-        f: timesOf(v.f), i: timesOf(v.i), w: timesOf(v.w), comm: body.comm, ...(r.placement ? { placement: r.placement } : {}) });
+        f: body.f, i: body.i, w: body.w, comm: body.comm, ...(r.placement ? { placement: r.placement } : {}) });
     }));
     $("#sched-empty").hidden = true; $("#sched-out").hidden = false;
     $("#sched-legend").replaceWith(Object.assign(legend(), { id: "sched-legend" }));
