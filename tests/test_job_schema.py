@@ -133,3 +133,26 @@ def test_schema_and_parser_agree(kind, doc, ok):
         return
     assert schema_accepts(kind, doc) is ok
     assert parser_accepts(kind, doc) is ok
+
+
+def test_15e12_is_a_string_to_yaml_11_readers_and_the_schema_says_how_to_write_tokens():
+    """Issue 30: a job file's `tokens: 15e12` is a string to PyYAML (YAML 1.1 wants a dot and a signed
+    exponent); the schema's description of tokens says so and the spelling that every reader takes."""
+    assert yaml.safe_load("tokens: 15e12")["tokens"] == "15e12"
+    assert yaml.safe_load("tokens: 15.0e+12")["tokens"] == 15e12
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("tokens"), dict):
+                found.append(node["tokens"].get("description", ""))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(job_schema("train"))
+    assert found and all("15.0e+12" in d and "15e12" in d for d in found)
+    assert not schema_accepts("train", _with(TRAIN, ["training", "tokens"], "15e12"))
+    assert schema_accepts("train", _with(TRAIN, ["training", "tokens"], 15e12))

@@ -26,3 +26,14 @@ def test_downgrades_are_named_and_upgrades_pass():
     after = "numpy==1.26.4\npydantic==2.10.0\ntorchtitan==0.3.0\n"
     assert downgrades(before, after) == ["numpy 2.1.0 -> 1.26.4", "typer 0.12.0 was removed"]
     assert downgrades(before, before) == []
+
+
+def test_ci_gives_the_no_isolation_engines_install_the_build_tools_pyproject_needs():
+    """pyproject's license is a PEP 639 string, which setuptools reads from 77 on; a fresh Python 3.11 venv
+    has setuptools 65.5 and no wheel, and `pip install --no-build-isolation` builds with the venv's own."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(project["project"]["license"], str)
+    assert "setuptools>=77" in project["build-system"]["requires"] and "wheel" in project["build-system"]["requires"]
+    ci = (ROOT / ".ci/run").read_text()
+    engines = ci.index("--no-build-isolation -e '.[engines]'")
+    assert "pip install --quiet 'setuptools>=77' wheel" in ci[:engines]

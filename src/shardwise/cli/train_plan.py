@@ -45,7 +45,8 @@ def plan_cmd(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
     runnable_on: list[str] = typer.Option(None, "--runnable-on",
                                           help="Only plans one of these engines runs as is: torch (train run), "
-                                               "torchtitan, megatron, deepspeed (comma-separated)."),
+                                               "torchtitan, megatron, deepspeed (comma-separated); each costed with "
+                                               "its engine's stack, each engine's best shown."),
     export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
                                "runs and write the best one's launch script (to --output, else to stdout as is, with "
                                "the tables on stderr)."),

@@ -153,9 +153,10 @@ class ScheduleSimulateBody(_Body):
     pp: int = Field(default=4, ge=1, le=256, description="pipeline ranks")
     microbatches: int = Field(default=8, ge=1, le=16384)
     vpp: int | None = Field(default=None, ge=1, le=64, description="stages per rank (interleaved/bfs; V schedules use 2)")
-    f: Times = Field(default=1.0, description="forward time per stage: a number or per-stage values")
-    i: Times = Field(default=1.0, description="input-gradient (I) time per stage")
-    w: Times = Field(default=1.0, description="weight-gradient (W) time per stage")
+    f: Times = Field(default=1.0, description="forward time of a rank's slice, as schedule compare takes it: a number or "
+                     "pp per-rank values (split over the rank's stages), or pp*vpp per-stage values")
+    i: Times = Field(default=1.0, description="input-gradient (I) time of a rank's slice (as f)")
+    w: Times = Field(default=1.0, description="weight-gradient (W) time of a rank's slice (as f)")
     comm: float = Field(default=0.0, description="time per cross-rank hop")
     mem_cap: float | None = Field(default=None, description="auto: per-rank activation cap in micro-batches")
     placement: Literal["loop", "v"] | None = Field(default=None, description="auto: loop or v (default: v with vpp 2, else loop)")
