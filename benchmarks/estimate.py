@@ -16,7 +16,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from shardwise.cost.layer import embedding, lm_head, transformer_layer
+from shardwise.cost.layer import clear_caches
 from shardwise.specs.job import TrainJob, job_from_mapping
 from shardwise.train.assembly import _memo_tail
 from shardwise.train.estimate import estimate
@@ -59,12 +59,13 @@ def main() -> None:
         return estimate(job)
 
     print(f"same job, per-rank tails recomputed: {rate(tails_recomputed, same, args.seconds)}")
-    for f in (transformer_layer, lm_head, embedding, _memo_tail):
-        f.cache_clear()
+    clear_caches()
+    _memo_tail.cache_clear()
     print(f"{len(varied)} distinct plans: {rate(estimate, varied, args.seconds)} (first pass fills the caches)")
 
     def cold(job):
-        for f in (transformer_layer, lm_head, embedding, _timed, _memo_tail):
+        clear_caches()
+        for f in (_timed, _memo_tail):
             f.cache_clear()
         return estimate(job)
 

@@ -5,14 +5,14 @@
 
 from pathlib import Path
 
-from shardwise import estimate, export, plan, simulate_serving
+from shardwise import describe, estimate, export, plan, simulate_serving
 
 HERE = Path(__file__).parent
 
 # The best plans Megatron-LM runs as is, for Llama-3.1-8B on 16 H100s.
 result = plan("llama-3.1-8b", "h100", 16, seq_len=4096, global_batch=64, runnable_on=("megatron",), top=3)
 best = result.top[0]
-print(f"best plan: {best.plan} -> {best.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {best.peak_memory_gib:.1f} GiB")
+print(f"best plan: {describe(best)} -> {best.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {best.peak_memory_gib:.1f} GiB")
 
 # The same plan as a job, estimated again and handed off to Megatron-LM.
 job = {"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 16},

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation, row_class
-from shardwise.cost.constants import fitted_data
+from shardwise.cost.constants import fit_cv_data, fitted_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "fidelity.md"
@@ -74,7 +74,7 @@ def constants_table() -> str:
 
 
 def bands_table() -> str:
-    bands = fitted_data().get("error_bands", {}).get("bands", {})
+    bands = fit_cv_data().get("error_bands", {}).get("bands", {})
     lines = ["| basis (GPU family / stack) | held-out runs | 80% of them within |", "|---|---:|---:|"]
     for key, b in sorted(bands.items(), key=lambda kv: (kv[0].count("/"), kv[0]), reverse=True):
         lines.append(f"| {key} | {b['rows']} | ±{b['pct']:.0%} |")

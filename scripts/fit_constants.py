@@ -31,7 +31,7 @@ from shardwise.calibration.bands import error_bands
 from shardwise.calibration.fit import PARAMS, base_constants, fit_cases, fit_new_params, in_fit_scope, leave_one_group_out
 from shardwise.calibration.serving_fit import fit_serving
 from shardwise.calibration.validate import collect_cases
-from shardwise.cost.constants import FITTED_FILE, default_constants, fitted_data
+from shardwise.cost.constants import FIT_CV_FILE, FITTED_FILE, default_constants, fit_cv_data, fitted_data
 from shardwise.specs._loading import data_path
 
 
@@ -86,6 +86,8 @@ def main() -> None:
     out = serving.device.to_dict()
     out.pop("network", None)  # the network's constants have their own file (scripts/fit_network.py)
     out["serving"] = {"constants": serving.to_dict(), "fit": serving_record}
+    if "cv" in fitted_data().get("serving", {}):  # scripts/fit_serving.py's leave-one-source-out, kept as it was
+        out["serving"]["cv"] = fitted_data()["serving"]["cv"]
     out["fit"] = {
         "script": "scripts/fit_constants.py",
         "data": "data/calibration/training-measurements.json",
@@ -95,20 +97,16 @@ def main() -> None:
         "stderr": result.stderr,
         "cost": result.cost,
     }
-    previous = fitted_data()
-    if args.no_cv:
-        for key in ("cv", "error_bands"):
-            if key in previous:
-                out[key] = previous[key]
-    else:
+    cv_out = fit_cv_data()  # kept as it was with --no-cv
+    if not args.no_cv:
         import numpy as np
 
         def progress(group: str) -> None:
             print(f"  held out {group} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
 
         cv = leave_one_group_out(cases, base, result, progress, jobs=args.jobs)
-        out["cv"] = {"method": "leave one source group out; refit from the full fit", "groups": cv}
-        out["error_bands"] = error_bands(cv)
+        cv_out = {"cv": {"method": "leave one source group out; refit from the full fit", "groups": cv},
+                  "error_bands": error_bands(cv)}
         for group, fold in cv.items():
             errs = [abs(r["error"]) for r in fold["rows"] if r["in_scope"]]
             if errs:
@@ -116,7 +114,8 @@ def main() -> None:
     if args.dry_run:
         return
     data_path(FITTED_FILE).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {data_path(FITTED_FILE)} ({time.time() - t0:.0f} s)")
+    data_path(FIT_CV_FILE).write_text(json.dumps(cv_out, indent=1) + "\n")
+    print(f"wrote {data_path(FITTED_FILE)} and {data_path(FIT_CV_FILE)} ({time.time() - t0:.0f} s)")
     assert PARAMS  # the parameter list documents what is fitted
 
 

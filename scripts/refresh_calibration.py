@@ -3,7 +3,8 @@
     python scripts/refresh_calibration.py [--shared ../shared/calibration]
 
 Reserved for independent evaluation (never read, transcribed or fitted here): the Zero Bubble paper's
-14.6B and 28.3B rows. The communication records are copied whole.
+14.6B and 28.3B rows. The communication and serving records are copied whole (the serving ones are
+turned into serve jobs by shardwise.serve.measurements).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ def main() -> None:
     records = json.loads((shared / "training-measurements.json").read_text())
     kept = [r for r in records if not RESERVED.match(r["id"])]
     (TARGET / "training-measurements.json").write_text(json.dumps(kept, indent=1, ensure_ascii=False))
-    comm = shared / "comm-measurements.json"
-    if comm.exists():
-        shutil.copy(comm, TARGET / "comm-measurements.json")
-    print(f"training: {len(kept)} of {len(records)} records (reserved rows left out); comm: {'copied' if comm.exists() else 'absent'}")
+    copied = []
+    for name in ("comm-measurements.json", "serving-measurements.json"):
+        if (shared / name).exists():
+            shutil.copy(shared / name, TARGET / name)
+            copied.append(name)
+    print(f"training: {len(kept)} of {len(records)} records (reserved rows left out); copied: {', '.join(copied) or 'nothing'}")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardwise.cost.checkpoint import checkpoint_times, storage_tier
-from shardwise.cost.failures import DAY_S, fleet_rates, reliability_data, waits_by_spares
+from shardwise.cost.failures import DAY_S, fleet_rates, reliability_data, spare_candidates, waits_by_spares
 from shardwise.cost.goodput import (
     RunModel,
     daly_interval_s,
@@ -328,3 +329,24 @@ def test_the_default_jobs_days_and_dollars_change_with_failures_and_say_by_how_m
     main(["train", "estimate", str(path)])
     out = capsys.readouterr().out
     assert f"({g['days_to_train'] / est.days_to_train - 1:+.1%})" in out
+
+
+@settings(max_examples=40, deadline=None)
+@given(mttf_s=st.floats(600.0, 1e6), block_s=st.floats(0.1, 600.0), restart_s=st.floats(0.0, 3600.0),
+       step_s=st.floats(0.05, 60.0))
+def test_optimal_interval_is_the_best_whole_number_of_steps(mttf_s, block_s, restart_s, step_s):
+    """No whole number of steps near the optimum, nor on a coarse grid up to 4 M, gives a higher ETTR."""
+    run = RunModel(mttf_s, block_s, block_s, restart_s)
+    best = optimal_interval_s(run, step_s)
+    k = round(best / step_s)
+    near = [max(1, k + d) * step_s for d in range(-3, 4)]
+    grid = [max(1, round(t / step_s)) * step_s for t in np.geomspace(step_s, 4 * mttf_s, 400)]
+    assert ettr(run, best) >= max(ettr(run, t) for t in near + grid) - 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(rho=st.floats(1e-6, 3000.0))
+def test_spare_candidates_is_the_poisson_quantile(rho):
+    from scipy.stats import poisson
+
+    assert spare_candidates(rho) == int(poisson.ppf(1 - 1e-6, rho)) + 1

@@ -111,3 +111,32 @@ def test_cluster_validation():
         make_cluster("H100", 12)
     small = make_cluster("H100", 4)  # part of one node is fine
     assert small.nodes == 1
+
+
+def test_every_gpu_names_a_measured_family_of_its_own_vendor():
+    """A part without fitted constants borrows a measured part's (gpus.yaml `family`), never the untuned defaults."""
+    from shardwise.cost.constants import default_constants
+
+    consts = default_constants()
+    measured = {name for name, over in consts.per_gpu.items() if "gemm_efficiency" in over}
+    for name in gpu_names():
+        gpu = get_gpu(name)
+        family = get_gpu(gpu.family)
+        assert gpu.family in measured, f"{name}: family {gpu.family} has no fitted GEMM efficiency"
+        assert (gpu.intra_node_link == "xgmi") == (family.intra_node_link == "xgmi"), name  # AMD borrows from AMD
+        assert consts.compute_for(name) == consts.compute_for(gpu.family)
+
+
+def test_a_catalog_entry_without_a_family_is_refused(monkeypatch):
+    import shardwise.specs.hardware as hw
+
+    raw = {k: dict(v) for k, v in hw.load_yaml(hw.data_path("gpus.yaml")).items()}
+    del raw["H200"]["family"]
+    monkeypatch.setattr(hw, "load_yaml", lambda path: raw)
+    hw._catalog.cache_clear()
+    try:
+        with pytest.raises(ShardwiseError, match="H200 needs a family"):
+            hw._catalog()
+    finally:
+        monkeypatch.undo()
+        hw._catalog.cache_clear()

@@ -364,3 +364,20 @@ def test_equal_finish_split_adds_up_and_finishes_together(total, reps, data):
     t, m = continuous_batch_split(total, reps, per, fixed)
     assert sum(d * x for d, x in zip(reps, m, strict=True)) == pytest.approx(total)
     assert [a + x * c for a, x, c in zip(fixed, m, per, strict=True)] == pytest.approx([t] * g)
+
+
+def test_the_docs_figures_are_the_codes():
+    """docs/hetero.md and the README quote the example's plans, pick, bandwidth sweep and pipeline as
+    scripts/hetero_docs.py renders them now (run it after a refit)."""
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "scripts"))
+    try:
+        import hetero_docs
+    finally:
+        sys.path.remove(str(root / "scripts"))
+    for path in hetero_docs.FILES:
+        text = path.read_text()
+        assert hetero_docs.BLOCK.search(text), path
+        assert hetero_docs.refresh(text) == text, f"{path.name} is out of date: run python scripts/hetero_docs.py"

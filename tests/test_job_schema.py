@@ -17,7 +17,7 @@ from shardwise.serve.config import parse_serve_job  # noqa: E402
 from shardwise.specs.job import job_from_mapping  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml") if p.name != "sweep.yaml")  # sweep.yaml: a sweep
 MODELINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$")
 
 
@@ -77,7 +77,10 @@ def test_every_example_names_its_schema_and_validates(path):
     doc = yaml.load(path.read_text(), Loader=Yaml12Loader)
     errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator(kind).iter_errors(doc)]
     assert not errors, errors
-    assert parser_accepts(kind, yaml.safe_load(path.read_text()))
+    plain = yaml.safe_load(path.read_text())  # PyYAML reads YAML 1.1: 15e12 would be a string there
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator(kind).iter_errors(plain)]
+    assert not errors, f"a YAML 1.1 reader sees {errors}"
+    assert parser_accepts(kind, plain)
 
 
 TRAIN = {"model": "llama-3.1-8b", "cluster": {"gpu": "H100-SXM", "gpus": 16},
@@ -118,7 +121,7 @@ def _with(doc, path, value):
     ("serve", _with(SERVE, ["deployment", "engine"], {"max_num_seqs": 64, "prefix_caching": True}), True),
     ("serve", _with(SERVE, ["deployment", "engine"], {"max_num_sequences": 64}), False),
     ("serve", _with(SERVE, ["deployment", "router"], "random"), False),
-    ("serve", _with(SERVE, ["precision"], "int8"), False),
+    ("serve", _with(SERVE, ["precision"], "int2"), False),
     ("serve", _with(SERVE, ["workload", "input_len"], {"dist": "zipf"}), False),
     ("serve", _with(SERVE, ["slo"], {"ttft_ms": -1}), False),
     ("serve", _with(SERVE, ["replicas"], 2), False),
@@ -130,3 +133,26 @@ def test_schema_and_parser_agree(kind, doc, ok):
         return
     assert schema_accepts(kind, doc) is ok
     assert parser_accepts(kind, doc) is ok
+
+
+def test_15e12_is_a_string_to_yaml_11_readers_and_the_schema_says_how_to_write_tokens():
+    """Issue 30: a job file's `tokens: 15e12` is a string to PyYAML (YAML 1.1 wants a dot and a signed
+    exponent); the schema's description of tokens says so and the spelling that every reader takes."""
+    assert yaml.safe_load("tokens: 15e12")["tokens"] == "15e12"
+    assert yaml.safe_load("tokens: 15.0e+12")["tokens"] == 15e12
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("tokens"), dict):
+                found.append(node["tokens"].get("description", ""))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(job_schema("train"))
+    assert found and all("15.0e+12" in d and "15e12" in d for d in found)
+    assert not schema_accepts("train", _with(TRAIN, ["training", "tokens"], "15e12"))
+    assert schema_accepts("train", _with(TRAIN, ["training", "tokens"], 15e12))

@@ -11,7 +11,7 @@ from shardwise.calibration.fit import PARAMS, Problem, apply, base_constants, in
 from shardwise.calibration.sources import sources
 from shardwise.calibration.validate import collect_cases, load_records, run_validation
 from shardwise.cli.main import main
-from shardwise.cost.constants import default_constants, fitted_data
+from shardwise.cost.constants import default_constants, fit_cv_data, fitted_data
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_runs_estimated_over_gpu_memory_are_listed(tmp_path, capsys):
 
 
 def test_cli_cross_validation(capsys):
-    if not fitted_data().get("cv"):
+    if not fit_cv_data().get("cv"):
         pytest.skip("no cross-validation stored")
     assert main(["validate", "--cv"]) == 0
     out = capsys.readouterr().out
@@ -178,7 +178,7 @@ def test_cross_validation_spread_is_json_safe_and_optional():
 
 
 def test_cross_validation_classes_partition_the_held_out_rows():
-    if not fitted_data().get("cv"):
+    if not fit_cv_data().get("cv"):
         pytest.skip("no cross-validation stored")
     from shardwise.calibration.validate import cross_validation
 
@@ -323,7 +323,7 @@ def test_error_band_comes_from_held_out_runs_of_the_same_class():
     from shardwise.specs.job import job_from_mapping
     from shardwise.train.estimate import estimate
 
-    if not fitted_data().get("error_bands"):
+    if not fit_cv_data().get("error_bands"):
         pytest.skip("no cross-validation stored")
 
     def band(model, **parallel):
@@ -333,7 +333,7 @@ def test_error_band_comes_from_held_out_runs_of_the_same_class():
 
     dense, moe = band("llama-3.1-8b"), band("mixtral-8x7b", ep=8)
     assert dense["basis"].startswith("dense/") and moe["basis"].startswith("moe/")
-    bands = fitted_data()["error_bands"]["bands"]
+    bands = fit_cv_data()["error_bands"]["bands"]
     assert dense["pct"] == bands[dense["basis"]]["pct"] and moe["pct"] == bands[moe["basis"]]["pct"]
 
 

@@ -1,4 +1,4 @@
-"""The typed Python API: ``from shardwise import estimate, plan, simulate_serving, export``.
+"""The typed Python API: ``from shardwise import estimate, plan, simulate_serving, export, describe``.
 
 Each function takes what the matching command takes (a job file path or mapping, or keyword arguments)
 and returns the same result objects the CLI prints.
@@ -45,6 +45,15 @@ def plan(model: str | dict[str, Any], gpu: str, gpus: int, seq_len: int, global_
     training = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision)
     return plan_search(load_model(model), make_cluster(gpu, gpus), training, objective, top_k=top,
                        runnable_on=tuple(runnable_on), **options)
+
+
+def describe(e: Estimate) -> str:
+    """A ranked plan in the CLI's compact form, as `train plan`'s ``plan`` column prints it
+    (``tp8 pp4 v2 dp2 z1 mb1 interleaved rc=selective sp``)."""
+    from shardwise.train.plan_report import plan_label
+    from shardwise.train.planner import searched_fields
+
+    return plan_label(searched_fields(e))
 
 
 def simulate_serving(job: str | Path | dict[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,10 @@ from typing import Any
 from rich.console import Console
 
 
-def make_console() -> Console:
-    return Console() if sys.stdout.isatty() else Console(width=160)
+def make_console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr), 160 columns wide when not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr) if stream.isatty() else Console(stderr=stderr, width=160)
 
 
 def finite(node: Any) -> Any:

@@ -20,9 +20,18 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from shardwise.serve.adapters import AdapterSpec
-from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJobSpec, SLOSpec
+from shardwise.serve.config import (
+    DeploymentSpec,
+    EngineSpec,
+    LengthClass,
+    PoolSpec,
+    ServeJobSpec,
+    SLOSpec,
+    SpeculativeSpec,
+)
 from shardwise.serve.lengths import LengthSpec
-from shardwise.serve.workload import WorkloadSpec
+from shardwise.serve.precision import PrecisionSpec
+from shardwise.serve.workload import SessionSpec, WorkloadSpec
 from shardwise.specs.hardware import GroupSpec, GroupsSpec, NetworkSpec, NicSpec
 from shardwise.specs.hetero import HeteroLayoutFields
 from shardwise.specs.job import ClusterSpec
@@ -56,6 +65,9 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "serve-length": (LengthSpec, "length"),
     "serve-slo": (SLOSpec, "slo"),
     "serve-adapters": (AdapterSpec, "adapters"),
+    "serve-precision": (PrecisionSpec, "precision mapping"),
+    "serve-speculative": (SpeculativeSpec, "speculative"),
+    "serve-sessions": (SessionSpec, "sessions"),
 }
 
 #: Fields the parser takes in a wider shape than their annotation (validated later or converted first).

@@ -57,10 +57,17 @@ SERVE_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("serve-*.yaml") if "
 @pytest.mark.parametrize("path", SERVE_EXAMPLES, ids=lambda p: p.stem)
 def test_serve_flags_exist_in_the_pinned_release(engine, path):
     job = load_serve_job(path)
-    flags = table(engine)
-    for exp in export_serve(job, engine):
-        check_flags(exp.args, flags)
-    assert "--num-scheduler-steps" not in flags  # the V0 knob is gone from current vLLM
+    exports = export_serve(job, engine)
+    for exp in exports:
+        check_flags(exp.args, table(exp.engine))  # the engine's server, or the P/D router's own parser
+    assert "--num-scheduler-steps" not in table(engine)  # the V0 knob is gone from current vLLM
+    if job.deployment.kind == "disaggregated":
+        *pools, router = exports
+        assert router.engine == f"{engine}-router"
+        ports = [int(dict(zip(e.args, e.args[1:]))["--port"]) for e in pools]
+        assert len(set(ports)) == 2 and int(dict(zip(router.args, router.args[1:]))["--port"]) not in ports
+        for port in ports:  # the router sends to both pools
+            assert any(a.endswith(f":{port}") for a in router.args)
 
 
 def test_v0_knobs_are_refused_without_a_release_to_replay(tmp_path):

@@ -1,10 +1,13 @@
 """The automatic schedule and the comparison table."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import check_schedule, compare_schedules, generate_schedule, simulate
 from shardwise.pipeline.auto import auto_schedule
+from shardwise.pipeline.options import simulate_options
 
 
 def test_auto_is_registered_with_its_parameters():
@@ -80,3 +83,26 @@ def test_compare_reports_inadmissible_schedules_instead_of_failing():
     rows = {r["schedule"]: r for r in compare_schedules(4, 6, names=["1f1b", "dualpipev", "interleaved"])}
     assert "error" in rows["dualpipev"] and "2*pp" in rows["dualpipev"]["error"]
     assert "makespan" in rows["1f1b"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(pp=st.integers(2, 6), extra=st.integers(0, 12), vpp=st.sampled_from([2, 3]),
+       times=st.lists(st.floats(0.3, 2.0), min_size=3, max_size=3), comm=st.sampled_from([0.0, 0.05, 0.3]),
+       cap=st.one_of(st.none(), st.floats(1.0, 12.0)), retained=st.sampled_from([0.5, 1.0]))
+def test_auto_in_compare_is_never_worse_than_a_named_schedule_at_the_same_memory(pp, extra, vpp, times, comm, cap,
+                                                                                 retained):
+    """A named schedule whose peak fits auto's cap (default pp micro-batches of a rank's slice) is never
+    faster than auto's row, whatever its layout (one stage per rank, vpp looped, V)."""
+    f, i, w = times
+    rows = compare_schedules(pp, pp + extra, vpp, f, i, w, comm, cap, retained)
+    auto = next(r for r in rows if r["schedule"] == "auto")
+    limit = pp if cap is None else cap
+    for r in rows:
+        if r["schedule"] != "auto" and "error" not in r and r["peak_activation_rank_microbatches"] <= limit + 1e-9:
+            assert "error" not in auto, auto
+            assert auto["makespan"] <= r["makespan"] * (1 + 1e-9), (r, auto)
+            assert auto["peak_activation_rank_microbatches"] <= limit + 1e-9
+    if "error" not in auto:  # `schedule simulate --schedule auto` with the row's vpp and placement gives the row
+        again = simulate_options("auto", pp, pp + extra, auto["vpp"], f, i, w, comm, cap, retained,
+                                 placement=auto["placement"])
+        assert again.makespan == pytest.approx(auto["makespan"], rel=1e-12)

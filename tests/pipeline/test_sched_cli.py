@@ -26,10 +26,16 @@ def test_simulate_json(capsys):
     assert rc == 0
     d = json.loads(out)
     assert d["schedule"] == "interleaved" and d["vpp"] == 2
-    for key in ("makespan", "bubble_fraction", "bubble_ratio", "stage_bubble_ratio",
-                "peak_activation_microbatches", "ranks"):
+    for key in ("makespan", "bubble_fraction", "bubble_ratio", "stage_bubble_ratio", "peak_activation_microbatches"):
         assert key in d
-    assert len(d["ranks"]) == 4 and {"start", "end", "action"} <= set(d["ranks"][0][0])
+    assert "ranks" not in d  # the summary only: a pp 32 timeline is megabytes
+    rc, out, _ = run(capsys, "schedule", "simulate", "--schedule", "1F1B-I", "--pp", "4", "--microbatches", "8",
+                     "--vpp", "2", "--f", "0.5", "--i", "0.5", "--w", "0.5", "--comm", "0.01", "--format", "json",
+                     "--timeline")
+    full = json.loads(out)
+    assert {k: v for k, v in full.items() if k != "ranks"} == d
+    assert len(full["ranks"]) == 4 and {"start", "end", "action"} <= set(full["ranks"][0][0])
+    assert sum(len(r) for r in full["ranks"]) == 2 * 8 * (4 * 2)  # F and a whole B per micro-batch and stage
 
 
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
@@ -88,7 +94,7 @@ def test_list(capsys):
         (["simulate", "--schedule", "nope"], "unknown schedule"),
         (["simulate", "--schedule", "interleaved", "--vpp", "1"], "at least two stages"),
         (["simulate", "--f", "fast"], "--f takes a number"),
-        (["simulate", "--f", "1,2,3"], "per-stage values"),
+        (["simulate", "--f", "1,2,3"], "per-rank numbers or 4 per-stage numbers"),
         (["simulate", "--schedule", "1f1b", "--mem-cap", "3"], "only applies to --schedule auto"),
         (["simulate", "--schedule", "dualpipev", "--pp", "4", "-m", "4"], "at least 2\\*pp"),
         (["export", "--schedule", "zbv", "--vpp", "3"], "exactly two stages"),
@@ -111,3 +117,17 @@ def test_malformed_csv_import_is_a_user_error(capsys, tmp_path):
     deadlock.write_text("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n")
     rc, _, err = run(capsys, "schedule", "import", str(deadlock))
     assert rc == 2 and "deadlock" in err
+
+
+@pytest.mark.parametrize("schedule, vpp", [("zbv", 2), ("interleaved", 2), ("1f1b", 1)])
+def test_simulate_and_compare_take_times_in_the_same_unit(capsys, schedule, vpp):
+    """--f/--i/--w are a rank slice's times in both commands: the same flags give the same makespan."""
+    times = ["--f", "1,1.2,1,1", "--i", "1", "--w", "0.5", "--comm", "0.05"]
+    rc, out, _ = run(capsys, "schedule", "simulate", "--schedule", schedule, "--pp", "4", "--microbatches", "8",
+                     "--vpp", str(vpp), *times, "--format", "json")
+    assert rc == 0
+    simulated = json.loads(out)["makespan"]
+    rc, out, _ = run(capsys, "schedule", "compare", "--pp", "4", "--microbatches", "8", "--vpp", str(vpp), *times,
+                     "--schedules", schedule, "--format", "json")
+    assert rc == 0
+    assert json.loads(out)[0]["makespan"] == pytest.approx(simulated, rel=1e-12)

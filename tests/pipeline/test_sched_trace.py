@@ -24,7 +24,7 @@ def test_zbv_pp8_trace_from_the_cli(tmp_path, capsys, load_trace):
     """The issue's acceptance case: ZB-V, pp = 8, 32 micro-batches, with point-to-point time."""
     path = tmp_path / "zbv.json"
     assert main(["schedule", "simulate", "--schedule", "zbv", "--pp", "8", "--microbatches", "32",
-                 "--f", "1", "--i", "1", "--w", "1", "--comm", "0.05", "--trace", str(path)]) == 0
+                 "--f", "2", "--i", "2", "--w", "2", "--comm", "0.05", "--trace", str(path)]) == 0
     assert "trace written" in capsys.readouterr().out
     (proc,) = load_trace(path).values()
     assert "zbv" in proc["name"]
@@ -36,7 +36,7 @@ def test_zbv_pp8_trace_from_the_cli(tmp_path, capsys, load_trace):
         assert {e["name"] for e in compute} == {"F", "I", "W"}
         assert len({e["args"]["stage"] for e in compute}) == 2
         assert {e["args"]["microbatch"] for e in compute} == set(range(32))
-        assert all(e["dur"] == 1e6 for e in compute)  # 1 s per action, in microseconds
+        assert all(e["dur"] == 1e6 for e in compute)  # a rank slice of 2 s over 2 stages: 1 s per action, in us
         assert all(0 < e["dur"] <= 0.05 * US + 1e-6 for e in proc["slices"][tid] if e["cat"] == "communication")
     # one arrow per cross-rank hop: 2 pp - 2 of the 2 pp - 1 stage boundaries cross ranks (stages pp-1 and
     # pp share rank pp-1), once forward and once backward per micro-batch

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,8 @@ from shardwise.serve.policies import make_engine
 from shardwise.serve.state import RequestTable
 from shardwise.serve.workload import Requests
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 class FakeTimer:
     """Iteration time = fixed_s + per_token_s * tokens + ctx_s * decode context (hand-checkable)."""
@@ -18,8 +22,11 @@ class FakeTimer:
     def __init__(self, fixed_s: float = 0.010, per_token_s: float = 1e-4, ctx_s: float = 0.0):
         self.fixed_s, self.per_token_s, self.decode_attn_s_per_token = fixed_s, per_token_s, ctx_s
 
-    def iteration_s(self, tokens, n_seqs, n_logits, decode_ctx=0.0, prefill_pairs=0.0):
+    def iteration_s(self, tokens, n_seqs, n_logits, decode_ctx=0.0, prefill_pairs=0.0, decoders=0):
         return self.fixed_s + self.per_token_s * tokens + self.decode_attn_s_per_token * decode_ctx
+
+    def prefill_pairs(self, done, chunk):
+        return chunk * done + chunk * (chunk + 1) / 2.0
 
     def decode_fixed_table(self, max_batch):
         return np.array([self.iteration_s(b, b, b) if b else 0.0 for b in range(max_batch + 1)])

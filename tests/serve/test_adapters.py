@@ -23,6 +23,7 @@ from shardwise.serve.adapters import AdapterCache, AdapterCost, AdapterSpec, slo
 from shardwise.serve.config import EngineSpec
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.memory import kv_capacity
+from shardwise.serve.precision import Precision
 from shardwise.serve.timing import StepTimer
 from shardwise.specs.hardware import get_gpu
 from shardwise.specs.model import load_model
@@ -101,7 +102,7 @@ def test_popularity_draws_are_deterministic_and_zipf_favours_the_first_adapters(
 # --- memory -------------------------------------------------------------------------------------------------
 def _cost(model="llama-2-7b", tp=1, pp=1, gpu="a100-80gb", **spec):
     m = load_model(model)
-    timer = StepTimer(m, get_gpu(gpu), tp, pp, "bf16", 2.0, ServingConstants())
+    timer = StepTimer(m, get_gpu(gpu), tp, pp, Precision(), ServingConstants())
     return AdapterCost(AdapterSpec(**spec), m, timer)
 
 
@@ -125,10 +126,10 @@ def test_kv_cache_shrinks_by_exactly_the_slots():
     """10 slots of 16 MiB = 160 MiB; a Llama-2-7B KV block is 16 tokens x 2 x 32 x 4096 x 2 B = 8 MiB, so
     the cache loses exactly 20 blocks (320 tokens) and exactly 160 MiB of KV bytes."""
     m, gpu, c = load_model("llama-2-7b"), get_gpu("a100-80gb"), ServingConstants()
-    base = kv_capacity(m, gpu, 1, 1, 2.0, 0.9, 16, 8192, 256, c)
+    base = kv_capacity(m, gpu, 1, 1, Precision(), 0.9, 16, 8192, 256, c)
     slots = _cost(count=10, rank=8, max_loras=10).reserved_bytes_per_gpu
     assert slots == 160 * MIB
-    lora = kv_capacity(m, gpu, 1, 1, 2.0, 0.9, 16, 8192, 256, c, slots)
+    lora = kv_capacity(m, gpu, 1, 1, Precision(), 0.9, 16, 8192, 256, c, slots)
     assert base.num_blocks - lora.num_blocks == 20 and base.tokens - lora.tokens == 320
     assert (base.kv_gib - lora.kv_gib) * 2**30 == pytest.approx(160 * MIB, abs=1e-3)
     assert lora.adapters_gib == 160 / 1024
@@ -286,14 +287,14 @@ def test_kv_capacity_never_grows_with_rank_slots_or_targets(model, tp, rank, hig
     m, gpu, c = load_model(model), get_gpu("h100"), ServingConstants()
 
     def tokens(r, s, t):
-        m_timer = StepTimer(m, gpu, tp, 1, "bf16", 2.0, c)
+        m_timer = StepTimer(m, gpu, tp, 1, Precision(), c)
         cost = AdapterCost(AdapterSpec(count=s, rank=r, targets=t, max_loras=s), m, m_timer)
         try:
-            return kv_capacity(m, gpu, tp, 1, 2.0, 0.9, 16, 8192, 256, c, cost.reserved_bytes_per_gpu).tokens
+            return kv_capacity(m, gpu, tp, 1, Precision(), 0.9, 16, 8192, 256, c, cost.reserved_bytes_per_gpu).tokens
         except ShardwiseError:  # the slots leave no room: no KV cache
             return 0
 
-    base = kv_capacity(m, gpu, tp, 1, 2.0, 0.9, 16, 8192, 256, c).tokens
+    base = kv_capacity(m, gpu, tp, 1, Precision(), 0.9, 16, 8192, 256, c).tokens
     t0 = tokens(rank, slots, targets)
     assert base >= t0 >= tokens(min(rank + higher, 512), slots, targets) and t0 >= tokens(rank, slots + more, targets)
     assert t0 >= tokens(rank, slots, "all")

@@ -96,9 +96,26 @@ def test_plan_with_impossible_slo_says_so(capsys):
     assert out.err == "note: --gpus a100-80gb:2 is the old spelling of --gpu-mix a100-80gb:2; it will be removed\n"
 
 
-def test_validation_held_out_rows_meet_the_15_percent_bar(capsys):
-    assert main(["serve", "validate", "--split", "validate", "--format", "json"]) == 0
+def test_validation_compares_every_simulable_record_of_every_source(capsys):
+    """The hand-transcribed records and the shared calibration layout both run, each row named by its source;
+    the MI355X point, whose GPU is not in the catalog, is listed as not simulated."""
+    from shardwise.serve.measurements import load_measurements
+
+    assert main(["serve", "validate", "--split", "fit", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    headline = [r for r in rows if r["headline"]]
-    assert len(headline) == 12
-    assert all(abs(r["error"]) <= 0.15 for r in headline), [(r["id"], r["metric"], round(r["error"], 3)) for r in headline]
+    data = load_measurements()
+    fit = {r["id"] for r in data["records"] if r["split"] == "fit" and not r.get("skip")}
+    assert {r["id"] for r in rows} == fit
+    assert {"amd_mi300x_vllm", "sglang_vllm060", "lambda_vllm"} <= {r["source"] for r in rows}
+    assert any(r.get("skip") and "MI355X" in r["skip"] for r in data["records"])
+
+
+def test_held_out_sources_meet_the_serving_bar(capsys):
+    """Leave-one-source-out (stored by scripts/fit_serving.py): each source's headline figures predicted by
+    constants fitted without it; mean |error| within 15% for at least 80% of the sources, none above 25%."""
+    assert main(["serve", "validate", "--cv", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    per_source = out["per_source"]
+    assert len(per_source) >= 4
+    assert max(s["mape"] for s in per_source.values()) <= 0.25, per_source
+    assert sum(s["mape"] <= 0.15 for s in per_source.values()) >= 0.8 * len(per_source), per_source

@@ -11,8 +11,11 @@ from shardwise.serve.memory import (
     kv_capacity,
     weight_bytes_per_gpu,
 )
+from shardwise.serve.precision import Precision
 from shardwise.specs.hardware import get_gpu
 from shardwise.specs.model import load_model
+
+BF16 = Precision()
 
 
 def test_kv_bytes_per_token_llama3_8b_is_128_kib():
@@ -40,9 +43,9 @@ def test_kv_capacity_llama3_8b_a100_hand_worked():
     128256 x 4 B x 2 logits) - 1.25 GiB overhead = 58,905,845,760 B; / (16 x 131,072 B) = 28,088 blocks."""
     m, gpu = load_model("llama-3.1-8b"), get_gpu("a100-80gb")
     c = ServingConstants(non_torch_gib=1.25)
-    assert weight_bytes_per_gpu(m, 1, 1, 2) == 16_060_522_496
-    assert activation_peak_bytes(m, 1, 8192, 256, 2) == 8192 * 90_112 + 256 * 128_256 * 8
-    cap = kv_capacity(m, gpu, 1, 1, 2, 0.9, 16, 8192, 256, c)
+    assert weight_bytes_per_gpu(m, 1, 1, BF16) == 16_060_522_496
+    assert activation_peak_bytes(m, 1, 8192, 256) == 8192 * 90_112 + 256 * 128_256 * 8
+    cap = kv_capacity(m, gpu, 1, 1, BF16, 0.9, 16, 8192, 256, c)
     assert cap.num_blocks == 28_088
     assert cap.tokens == 449_408
     assert cap.kv_gib == pytest.approx(58_905_845_760 / GIB)
@@ -50,9 +53,9 @@ def test_kv_capacity_llama3_8b_a100_hand_worked():
 
 def test_kv_capacity_grows_with_tp_and_fp8():
     m, gpu, c = load_model("llama-3.1-70b"), get_gpu("h100"), ServingConstants()
-    tp4 = kv_capacity(m, gpu, 4, 1, 2, 0.9, 16, 8192, 256, c).tokens
-    tp8 = kv_capacity(m, gpu, 8, 1, 2, 0.9, 16, 8192, 256, c).tokens
-    fp8 = kv_capacity(m, gpu, 4, 1, 1, 0.9, 16, 8192, 256, c).tokens
+    tp4 = kv_capacity(m, gpu, 4, 1, BF16, 0.9, 16, 8192, 256, c).tokens
+    tp8 = kv_capacity(m, gpu, 8, 1, BF16, 0.9, 16, 8192, 256, c).tokens
+    fp8 = kv_capacity(m, gpu, 4, 1, Precision("fp8", "fp8"), 0.9, 16, 8192, 256, c).tokens
     assert tp8 > 2 * tp4  # weights per GPU halve too
     assert fp8 > 2 * tp4
 
@@ -60,4 +63,4 @@ def test_kv_capacity_grows_with_tp_and_fp8():
 def test_model_that_does_not_fit_is_a_clear_error():
     m, gpu = load_model("llama-3.1-70b"), get_gpu("a100-80gb")
     with pytest.raises(ShardwiseError, match="does not fit on A100-80GB with tp=1"):
-        kv_capacity(m, gpu, 1, 1, 2, 0.9, 16, 8192, 256, ServingConstants())
+        kv_capacity(m, gpu, 1, 1, BF16, 0.9, 16, 8192, 256, ServingConstants())

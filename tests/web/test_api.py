@@ -110,12 +110,12 @@ def test_schedule_simulate_and_compare_equal_cli(client, capsys, tmp_path):
     body = {"schedule": "interleaved", "pp": 4, "microbatches": 8, "vpp": 2, "f": "1,1,1,1.2,1,1,1,1.2", "i": 1.3,
             "w": [0.6] * 8, "comm": 0.05}
     args = ["schedule", "simulate", "--schedule", "interleaved", "--pp", "4", "--microbatches", "8", "--vpp", "2",
-            "--f", "1,1,1,1.2,1,1,1,1.2", "--i", "1.3", "--w", ",".join(["0.6"] * 8), "--comm", "0.05"]
-    assert client.post("/api/schedule/simulate", json=body).json() == cli_json(capsys, *args)
+            "--f", "1,1,1,1.2,1,1,1,1.2", "--i", "1.3", "--w", ",".join(["0.6"] * 8), "--comm", "0.05", "--timeline"]
+    assert client.post("/api/schedule/simulate", json=body).json() == cli_json(capsys, *args)  # the page draws the timeline
     csv_path = tmp_path / "zb.csv"
     assert main_ok(capsys, "schedule", "export", "--schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "-o", str(csv_path))
     uploaded = client.post("/api/schedule/simulate", json={"csv": csv_path.read_text(), "i": 1.2}).json()
-    assert uploaded == cli_json(capsys, "schedule", "import", str(csv_path), "--i", "1.2") | {"schedule": "uploaded"}
+    assert uploaded == cli_json(capsys, "schedule", "import", str(csv_path), "--i", "1.2", "--timeline") | {"schedule": "uploaded"}
     compare = {"pp": 4, "microbatches": 12, "f": 1, "i": 1.3, "w": 0.6, "schedules": "1f1b,zbv,zb-h2,v-min"}
     assert client.post("/api/schedule/compare", json=compare).json() == cli_json(
         capsys, "schedule", "compare", "--pp", "4", "--microbatches", "12", "--i", "1.3", "--w", "0.6",
@@ -164,10 +164,15 @@ def test_serve_simulate_with_an_uploaded_trace_equals_cli(client, capsys):
     assert client.post("/api/serve/simulate", json=body).json() == cli_json(capsys, "serve", "simulate", str(trace))
 
 
-def test_serve_plan_equals_cli(client, capsys):
+@pytest.mark.parametrize("flags, fields", [
+    (["--gpu-mix", "a100-80gb:2"], {"gpu_mix": "a100-80gb:2"}),
+    (["--gpu", "a100-80gb", "--gpus", "2"], {"gpu": "a100-80gb", "gpus": 2}),  # gpus: a count, as on the CLI
+])
+def test_serve_plan_equals_cli(client, capsys, flags, fields):
+    """The API's serve plan fields are the CLI's flags (docs/web.md): gpu, gpus as a count, gpu_mix."""
     args = ["serve", "plan", "--model", "llama-3.1-8b", "--rate", "4", "--slo-ttft-ms", "800", "--slo-tpot-ms", "80",
-            "--gpus", "a100-80gb:2", "--no-mix", "--no-disagg", "--num-requests", "100"]
-    body = {"model": "llama-3.1-8b", "rate": 4, "slo_ttft_ms": 800, "slo_tpot_ms": 80, "gpus": "a100-80gb:2",
+            *flags, "--no-mix", "--no-disagg", "--num-requests", "100"]
+    body = {"model": "llama-3.1-8b", "rate": 4, "slo_ttft_ms": 800, "slo_tpot_ms": 80, **fields,
             "mix": False, "disaggregation": False, "num_requests": 100}
     r = client.post("/api/serve/plan?plot=true", json=body)
     assert r.status_code == 200, r.text

@@ -38,7 +38,8 @@ from scipy.optimize import least_squares
 from shardwise.calibration.records import Case
 from shardwise.calibration.validate import row_class, signed_error
 from shardwise.cost.attention import fitted_attention_efficiency
-from shardwise.cost.constants import CITED_PER_GPU, DEFAULT_FAMILIES, Constants, fitted_data
+from shardwise.cost.constants import CITED_PER_GPU, Constants, fitted_data
+from shardwise.specs.hardware import catalog_families
 from shardwise.cost.stack import host_overhead_stacks
 
 LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
@@ -146,7 +147,7 @@ def base_constants(hbm: dict[str, float] | None = None) -> Constants:
     per_gpu = {k: {**v, **fitted_attention_efficiency().get(k, {})} for k, v in per_gpu.items()}
     for k, v in fitted_attention_efficiency().items():
         per_gpu.setdefault(k, dict(v))
-    base = Constants(families=dict(DEFAULT_FAMILIES), per_gpu=per_gpu)
+    base = Constants(families=catalog_families(), per_gpu=per_gpu)
     return replace(base, compute=replace(base.compute, **compute)) if compute else base
 
 

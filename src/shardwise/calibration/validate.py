@@ -196,9 +196,9 @@ def cross_validation(path: str | Path | None = None) -> dict[str, Any]:
     (stored per fold by scripts/fit_constants.py; the predictions are recomputed with today's code),
     split into dense BF16, FP8 and MoE rows (each class has its own target)."""
     from shardwise.calibration.fit import apply, base_constants, held_out_rows
-    from shardwise.cost.constants import fitted_data
+    from shardwise.cost.constants import fit_cv_data, fitted_data
 
-    folds = fitted_data().get("cv", {}).get("groups", {})
+    folds = fit_cv_data().get("cv", {}).get("groups", {})
     if not folds:
         raise ShardwiseError("no cross-validation stored; run: python scripts/fit_constants.py")
     cases, _ = collect_cases(path)

@@ -13,6 +13,7 @@ from shardwise.errors import ShardwiseError
 
 if TYPE_CHECKING:
     from shardwise.handoff import Export
+    from shardwise.serve.config import ServeJob
     from shardwise.specs.job import TrainJob
 
 _VERSION = typer.Option(None, "--engine-version", help="Engine release to target (default: the pinned one).")
@@ -83,24 +84,46 @@ def train_export_cmd(
     emit([export_train(load_train_job(job, rank), to, engine_version)], format, output)
 
 
+def load_serve_export_job(path: Path, rank: int = 1) -> ServeJob:
+    """A serve job file, or the JSON of `serve plan --format json` (rank 1: its chosen deployment; 2..: the
+    runners-up)."""
+    from shardwise.serve.config import load_serve_job, parse_serve_job
+    from shardwise.specs._loading import read_document
+
+    doc = read_document(path)
+    if not (isinstance(doc, dict) and "chosen" in doc and "runners_up" in doc):
+        return load_serve_job(path)
+    plans = [c for c in [doc.get("chosen"), *(doc.get("runners_up") or [])] if c]
+    if not plans:
+        raise ShardwiseError(f"{path}: the plan found no feasible deployment; nothing to export")
+    if not 1 <= rank <= len(plans):
+        raise ShardwiseError(f"--rank {rank}: {path} holds {len(plans)} deployments (1: the chosen one); give 1..{len(plans)}")
+    job = {"model": doc["model"], "precision": doc.get("precision", "bf16"), "deployment": plans[rank - 1]["deployment"],
+           "workload": {"rate": 1, "num_requests": 1}}
+    return parse_serve_job(job, base_dir=path.resolve().parent, where=f"{path} (plan {rank})")
+
+
 def serve_export_cmd(
-    job: Path = typer.Argument(..., help="Serve job file (what `serve simulate` reads; `serve plan -f json` writes its deployment)."),
+    job: Path = typer.Argument(..., help="Serve job file, or the JSON written by `serve plan --format json`."),
     to: str = typer.Option(..., "--to", help="vllm | sglang"),
     engine_version: str = _VERSION,
     format: str = _FORMAT,
     output: Path = _OUT,
+    rank: int = typer.Option(1, "--rank", help="Which deployment of a `serve plan` JSON (1 = the chosen one)."),
 ) -> None:
-    """Write the serve command of each pool of a deployment for vLLM or SGLang.
+    """Write the serve command of each pool of a deployment for vLLM or SGLang (and, for a prefill/decode
+    split, the router that joins the pools).
 
     Examples:
 
       shardwise serve export examples/serve-llama3.1-8b-a100.yaml --to vllm --format args
 
       shardwise serve export examples/serve-llama3.1-70b-disagg.yaml --to sglang -o serve.sh
+
+      shardwise serve plan job.yaml --gpu h100 --gpus 16 -f json > plan.json && shardwise serve export plan.json --to vllm
     """
     from shardwise.handoff import export_serve
-    from shardwise.serve.config import load_serve_job
 
     if format == "file":
         raise ShardwiseError("--format file: vLLM and SGLang take flags; use --format args or script")
-    emit(export_serve(load_serve_job(job), to, engine_version), format, output)
+    emit(export_serve(load_serve_export_job(job, rank), to, engine_version), format, output)

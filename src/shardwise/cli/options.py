@@ -12,8 +12,6 @@ from typing import Any
 
 import typer
 
-from shardwise.errors import ShardwiseError
-
 
 class Format(str, Enum):
     """What a command prints: rich tables or JSON."""
@@ -28,29 +26,7 @@ def format_option() -> Any:
 
 
 def gpu_mix_option(gpu: list[str] | None, gpus: str | None, gpu_mix: str | None) -> tuple[str, str | None]:
-    """The GPU mix `serve plan` may use, from ``--gpu TYPE[,TYPE] --gpus N`` (N of each type) or
-    ``--gpu-mix TYPE:N,TYPE:N``; returns (mix text, deprecation note or None). ``--gpus TYPE:N,...``, the
-    old spelling of ``--gpu-mix``, still works with a note."""
-    from shardwise.serve.plan_cli import DEFAULT_GPU_MIX, DEFAULT_GPUS_PER_TYPE
-    from shardwise.train.plan_inputs import split_list
+    """The GPU mix `serve plan` may use (:func:`shardwise.serve.plan_cli.gpu_mix_text`, shared with the web API)."""
+    from shardwise.serve.plan_cli import gpu_mix_text
 
-    types = split_list(gpu)
-    if gpus is not None and any(c.isalpha() for c in gpus):
-        if types or gpu_mix:
-            raise ShardwiseError(f"--gpus takes a number of GPUs, got {gpus!r}; write --gpu TYPE --gpus N or --gpu-mix TYPE:N,...")
-        return gpus, f"--gpus {gpus} is the old spelling of --gpu-mix {gpus}; it will be removed"
-    if gpu_mix is not None:
-        if types or gpus is not None:
-            raise ShardwiseError("give either --gpu-mix TYPE:N,... or --gpu TYPE --gpus N, not both")
-        return gpu_mix, None
-    if gpus is not None and not types:
-        raise ShardwiseError(f"--gpus {gpus} needs --gpu TYPE (or use --gpu-mix TYPE:N,...)")
-    if not types:
-        return DEFAULT_GPU_MIX, None
-    try:
-        count = int(gpus) if gpus is not None else DEFAULT_GPUS_PER_TYPE
-    except ValueError:
-        raise ShardwiseError(f"--gpus takes a number of GPUs, got {gpus!r}") from None
-    if count <= 0:
-        raise ShardwiseError(f"--gpus must be positive, got {count}")
-    return ",".join(f"{t}:{count}" for t in types), None
+    return gpu_mix_text(gpu, gpus, gpu_mix)

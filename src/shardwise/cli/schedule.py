@@ -35,13 +35,16 @@ _SCHEDULE = typer.Option("1f1b", "--schedule", "-s", help="Schedule name (see `s
 _PP = typer.Option(4, "--pp", help="Pipeline ranks.")
 _MB = typer.Option(8, "--microbatches", "-m", help="Micro-batches per step.")
 _VPP = typer.Option(None, "--vpp", help="Stages per rank (interleaved/bfs; V schedules use 2).")
-_F = typer.Option("1", "--f", help="Forward time per stage: a number or comma-separated per-stage values.")
-_I = typer.Option("1", "--i", help="Input-gradient (I) time per stage.")
-_W = typer.Option("1", "--w", help="Weight-gradient (W) time per stage.")
+_F = typer.Option("1", "--f", help="Forward time of a rank's slice (as schedule compare): a number or pp per-rank values, split over the rank's stages; or pp*vpp per-stage values.")
+_I = typer.Option("1", "--i", help="Input-gradient (I) time of a rank's slice (as --f).")
+_W = typer.Option("1", "--w", help="Weight-gradient (W) time of a rank's slice (as --f).")
 _COMM = typer.Option(0.0, "--comm", help="Time per cross-rank hop (latency + bytes/bandwidth).")
 _CAP = typer.Option(None, "--mem-cap", help="auto: per-rank activation cap in micro-batches (default pp).")
+_PLACE = typer.Option(None, "--placement", help="auto: loop or v (default: v with --vpp 2, else loop).")
 _RHO = typer.Option(1.0, "--w-retained", help="Fraction of a micro-batch's activations held from I to W.")
 _TRACE = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON; times taken as seconds).")
+_TIMELINE = typer.Option(False, "--timeline", help="With --format json: add every rank's timeline (ranks: start, "
+                         "end, action of each pass), written compactly; without it the JSON holds the summary only.")
 
 
 def _console() -> Console:
@@ -76,12 +79,13 @@ def _print_result(res: SimResult, console: Console) -> None:
 
 def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | None, f: str, i: str, w: str,
                          comm: float, mem_cap: float | None, rho: float, from_csv: Path | None, fmt: Format,
-                         plot: Path | None, trace: Path | None) -> None:
+                         plot: Path | None, trace: Path | None, placement: str | None = None,
+                         timeline: bool = False) -> None:
     from shardwise.pipeline import load_csv, simulate
     from shardwise.pipeline.options import build_schedule
 
     imported = load_csv(from_csv) if from_csv is not None else None
-    sched, times = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported)
+    sched, times = build_schedule(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, rho, imported, placement)
     res = simulate(sched, *times, p2p_s=comm, w_retained_fraction=rho)  # options.simulate_options, keeping sched
     if plot is not None:
         from shardwise.pipeline.plot import plot_timeline
@@ -92,7 +96,7 @@ def _simulate_and_report(schedule: str, pp: int, microbatches: int, vpp: int | N
 
         write_trace(simulation_trace(sched, res, w_retained_fraction=rho), trace)
     if fmt is Format.json:
-        echo_json(res.to_dict(), indent=1)
+        echo_json(res.to_dict(timeline=timeline), indent=None if timeline else 1)  # a timeline is megabytes at pp 32
         return
     console = _console()
     _print_result(res, console)
@@ -126,11 +130,12 @@ def list_cmd() -> None:
 def simulate_cmd(
     schedule: str = _SCHEDULE, pp: int = _PP, microbatches: int = _MB, vpp: int | None = _VPP,
     f: str = _F, i: str = _I, w: str = _W, comm: float = _COMM, mem_cap: float | None = _CAP,
-    w_retained: float = _RHO,
+    w_retained: float = _RHO, placement: str | None = _PLACE,
     from_csv: Path | None = typer.Option(None, "--from-csv", help="Simulate a schedule CSV (PyTorch layout)."),
     format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
     trace: Path | None = _TRACE,
+    timeline: bool = _TIMELINE,
 ) -> None:
     """Time a schedule: makespan, bubbles in both senses, peak activation memory per rank.
 
@@ -138,12 +143,12 @@ def simulate_cmd(
 
       shardwise schedule simulate --schedule zbv --pp 8 --microbatches 32 --plot zbv.png --trace zbv.json
 
-      shardwise schedule simulate --schedule interleaved --pp 8 --microbatches 32 --vpp 2 --f 1 --i 1.3 --w 0.6 --comm 0.04 --format json
+      shardwise schedule simulate --schedule interleaved --pp 8 --microbatches 32 --vpp 2 --f 1 --i 1.3 --w 0.6 --comm 0.04 --format json --timeline
 
       shardwise schedule simulate --schedule auto --pp 8 --microbatches 32 --mem-cap 8
     """
     _simulate_and_report(schedule, pp, microbatches, vpp, f, i, w, comm, mem_cap, w_retained, from_csv, format, plot,
-                         trace)
+                         trace, placement, timeline)
 
 
 @app.command("import")
@@ -153,6 +158,7 @@ def import_cmd(
     format: Format = format_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Write a timeline (.png or .svg)."),
     trace: Path | None = _TRACE,
+    timeline: bool = _TIMELINE,
 ) -> None:
     """Validate and simulate a schedule CSV made elsewhere (e.g. by PyTorch).
 
@@ -162,7 +168,8 @@ def import_cmd(
 
       shardwise schedule import zb1p.csv --f 1 --i 1.2 --w 0.8 --comm 0.05 --format json
     """
-    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot, trace)
+    _simulate_and_report("1f1b", 1, 1, None, f, i, w, comm, None, w_retained, file, format, plot, trace,
+                         timeline=timeline)
 
 
 @app.command("export")
@@ -227,10 +234,11 @@ def compare_cmd(
                 "stage_bubble_ratio", "peak act. (rank mb)"):
         table.add_column(col, justify="left" if col == "schedule" else "right")
     for row in rows:
+        vpp_text = str(row["vpp"]) + (f" ({row['placement']})" if "placement" in row else "")
         if "error" in row:
-            table.add_row(row["schedule"], str(row["vpp"]), "[dim]n/a: " + row["error"][:60] + "[/dim]")
+            table.add_row(row["schedule"], vpp_text, "[dim]n/a: " + row["error"][:60] + "[/dim]")
             continue
-        table.add_row(row["schedule"], str(row["vpp"]), f"{row['makespan']:.6g}", f"{row['stage_span']:.6g}",
+        table.add_row(row["schedule"], vpp_text, f"{row['makespan']:.6g}", f"{row['stage_span']:.6g}",
                       f"{row['bubble_fraction']:.4f}", f"{row['bubble_ratio']:.4f}",
                       f"{row['stage_bubble_ratio']:.4f}", f"{row['peak_activation_rank_microbatches']:.3g}")
     _console().print(table)

@@ -55,7 +55,7 @@ def simulate(
         return
     from shardwise.serve.report import metrics_tables, print_tables
 
-    print_tables(metrics_tables(f"{spec.name} ({spec.precision}) on {'; '.join(metrics['deployment'])}", metrics))
+    print_tables(metrics_tables(f"{spec.name} ({spec.precision.label}) on {'; '.join(metrics['deployment'])}", metrics))
     if plot_cdf is not None:
         typer.echo(f"latency CDFs written to {plot_cdf}")
 
@@ -74,12 +74,15 @@ def plan(
     gpu_mix: str = typer.Option(None, "--gpu-mix", help="GPU types with the count available of each, "
                                 "e.g. h100:8,a100-80gb:16."),
     workload: Path = typer.Option(None, "--workload", help="Workload file (YAML/JSON `workload:` block or a CSV trace)."),
-    precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8."),
+    precision: str = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | int8 | int4 | fp4 (weights; fp8 also the KV cache)."),
     disaggregation: bool = typer.Option(True, "--disagg/--no-disagg", help="Also search prefill/decode-disaggregated deployments."),
     mix: bool = typer.Option(True, "--mix/--no-mix", help="Also search GPU-type mixes by length class (MILP)."),
     num_requests: int = typer.Option(None, "--num-requests", help="Requests per candidate simulation (default 600)."),
+    speculative: str = typer.Option(None, "--speculative", help="Also try speculative decoding: METHOD[:TOKENS[:DRAFT]], "
+                                    "e.g. eagle3:3, ngram:4, draft:4:llama-3.2-1b (needs workload.acceptance_rate)."),
     format: Format = format_option(),
     plot: Path = typer.Option(None, "--plot", help="Write the cost-vs-rate curve of the candidates to this PNG."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar (as train plan's)."),
 ) -> None:
     """Find the cheapest deployment that meets the SLOs at the target rate.
 
@@ -93,7 +96,8 @@ def plan(
     from shardwise.serve.planner import plan as run_plan
 
     mix_text, note = gpu_mix_option(gpu, gpus, gpu_mix)
-    request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, mix_text, workload, precision, num_requests)
+    request = plan_request(job, model, rate, slo_ttft_ms, slo_tpot_ms, attainment, mix_text, workload, precision, num_requests,
+                           speculative)
     if note:
         typer.echo(f"note: {note}", err=True)
     done = [0.0]  # percent of the search, as the planner reports it
@@ -101,7 +105,7 @@ def plan(
     def report(message: str, fraction: float) -> None:
         done[0] = 100.0 * fraction
 
-    with watch("serve plan: searching (%)", lambda: done[0], total=100):
+    with watch("serve plan: searching (%)", lambda: done[0], total=100, enabled=False if no_progress else None):
         result = run_plan(request, disaggregation=disaggregation, mix=mix, progress=report)
     if plot is not None:
         from shardwise.serve.planner import cost_curves
@@ -119,18 +123,40 @@ def plan(
 @app.command()
 def validate(
     format: Format = format_option(),
-    split: str = typer.Option("all", "--split", help="fit | validate | all."),
+    split: str = typer.Option("all", "--split", help="fit | context | all."),
+    cv: bool = typer.Option(False, "--cv", help="Leave-one-source-out: each source's rows predicted by constants fitted "
+                            "without it (stored by scripts/fit_serving.py)."),
 ) -> None:
-    """Compare the simulator with published vLLM/SGLang runs (data/serving_measurements.yaml).
+    """Compare the simulator with published vLLM/SGLang runs (data/serving_measurements.yaml and
+    data/calibration/serving-measurements.json), per source.
 
     Examples:
 
       shardwise serve validate
 
-      shardwise serve validate --split validate --format json
-    """
-    from shardwise.serve.validate import print_validation, run_validation
+      shardwise serve validate --cv
 
+      shardwise serve validate --split fit --format json
+    """
+    from shardwise.errors import ShardwiseError
+    from shardwise.serve.validate import per_source, print_validation, run_validation, stored_cv, verdict
+
+    if split not in ("fit", "context", "all"):
+        raise ShardwiseError(f"--split must be fit, context or all, got {split!r}")
+    if cv:
+        stored = stored_cv()
+        if not stored:
+            raise ShardwiseError("no stored cross-validation: run scripts/fit_serving.py (it refits once per source)")
+        rows = [r for fold in stored["folds"].values() for r in fold["rows"] if split in ("all", r["split"])]
+        by_source = per_source(rows)
+        if format is Format.json:
+            echo_json({"rows": rows, "per_source": by_source, "verdict": verdict(by_source),
+                       "parameters": {s: f["parameters"] for s, f in stored["folds"].items()}})
+            return
+        for r in rows:
+            r.setdefault("citation", r["source"])
+        print_validation(rows, "Held out: each source predicted by constants fitted without it (error = simulated / published - 1)")
+        return
     rows = run_validation(split=split)
     if format is Format.json:
         echo_json(rows)

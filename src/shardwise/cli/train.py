@@ -37,7 +37,7 @@ def estimate_cmd(
     from shardwise.specs.job import load_jobs
     from shardwise.train.goodput import estimate_with_goodput
     from shardwise.train.hetero_report import hetero_table
-    from shardwise.train.report import estimate_json, estimate_table
+    from shardwise.train.report import engine_verdicts_of, estimate_json, estimate_table
     from shardwise.train.result import Estimate
 
     jobs = load_jobs(job)
@@ -54,12 +54,12 @@ def estimate_cmd(
         write_trace(trace_document(events, source="shardwise train estimate", jobs=len(results)), trace)
         typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
-        echo_json(estimate_json(results))
+        echo_json(estimate_json(results, jobs))
         return
 
     console = make_console()
-    for r in results:
-        console.print(estimate_table(r) if isinstance(r, Estimate) else hetero_table(r))
+    for r, j in zip(results, jobs):
+        console.print(estimate_table(r, engine_verdicts_of(j)) if isinstance(r, Estimate) else hetero_table(r))
 
 
 @app.command("goodput")

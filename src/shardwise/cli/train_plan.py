@@ -45,9 +45,13 @@ def plan_cmd(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
     runnable_on: list[str] = typer.Option(None, "--runnable-on",
                                           help="Only plans one of these engines runs as is: torch (train run), "
-                                               "torchtitan, megatron, deepspeed (comma-separated)."),
+                                               "torchtitan, megatron, deepspeed (comma-separated); each costed with "
+                                               "its engine's stack, each engine's best shown."),
     export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
-                               "runs and print the best one's launch script."),
+                               "runs and write the best one's launch script (to --output, else to stdout as is, with "
+                               "the tables on stderr)."),
+    output: Path = typer.Option(None, "--output", "-o", help="With --export: write the launch script here (and the "
+                                "files it reads beside it) instead of stdout."),
     method: str = typer.Option(None, "--method", help="full | lora | qlora (adapters on a frozen, for qlora NF4, base). "
                                "A fine-tune without --gpus finds the smallest GPU count that fits; --seq-len and "
                                "--global-batch default to 2048 and 16."),
@@ -67,6 +71,8 @@ def plan_cmd(
       shardwise train plan --model deepseek-v3 --gpu h100 --gpus 1024 --seq-len 4096 --global-batch 4096 --precision fp8
 
       shardwise train plan --model llama-3.1-70b --method qlora --gpu l40s --tokens 1e8
+
+      shardwise train plan --model llama-3.1-70b --gpu h100 --gpus 64 --seq-len 8192 --global-batch 128 --export megatron -o launch.sh
     """
     from shardwise.engines.support import parse_engines
     from shardwise.train.plan_inputs import plan_inputs, run_plan
@@ -105,6 +111,10 @@ def plan_cmd(
     note = runnability_note(best, spec, training)
     if plot:
         plot_front(results, fronts, best, plot)
+    if output is not None and launch is None:
+        from shardwise.errors import ShardwiseError
+
+        raise ShardwiseError("--output: train plan writes a launch script there; add --export ENGINE")
     if format is Format.json:
         out = plan_json(objective, results, best, fronts, inputs)
         if verdicts is not None:
@@ -112,9 +122,14 @@ def plan_cmd(
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}
+            if output is not None:
+                from shardwise.cli.export import emit
+
+                emit([launch], "script", output)
         echo_json(out)
         return
-    console = make_console()
+    # A launch script is text for bash: written to --output, or to stdout untouched (the tables go to stderr).
+    console = make_console(stderr=launch is not None and output is None)
     if verdicts is not None:
         console.print(f"[bold]smallest count that fits: {gpus} x {clusters[0].gpu.name}[/bold]")
         for v in verdicts:
@@ -123,15 +138,17 @@ def plan_cmd(
     console.print(top_table(results, best, objective, labels))
     if note:
         console.print(f"[bold yellow]note:[/bold yellow] {note}")
-    title = "Pareto front: throughput vs $/M tokens" if len(results) > 1 else "Pareto front: throughput vs peak memory"
+    title = "Pareto front: throughput vs $/M tokens" if len({r.gpu for r in results}) > 1 else "Pareto front: throughput vs peak memory"
     console.print(front_table(fronts, title))
     console.print(summary_text(results))
     if plot:
         console.print(f"plot written to {plot}")
     if launch is not None:
+        from shardwise.cli.export import emit
+
         console.print(f"[bold]launch of plan #1 in {launch.engine} {launch.version}[/bold] "
-                      "(shardwise train export writes it to a file):")
-        console.print(launch.script(), markup=False, highlight=False)
+                      + (f"written to {output}" if output is not None else "on stdout"))
+        emit([launch], "script", output)
 
 
 def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, format: Format, schedules: list[str] | None,

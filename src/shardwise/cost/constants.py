@@ -17,9 +17,11 @@ from typing import Any
 
 from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.specs._loading import data_path
+from shardwise.specs.hardware import catalog_families
 
 GIB = 2**30
 FITTED_FILE = "fitted_constants.json"
+FIT_CV_FILE = "fit_cv.json"  # the cross-validation report, apart from the constants
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class ComputeConstants:
     gemm_efficiency: float = 0.70  # fitted per GPU family: asymptotic achieved/peak of large 16-bit GEMMs
     gemm_overhead_s: float = 5e-6  # fitted: fixed time per GEMM (launch)
     gemm_dim_offset: float = 0.0  # fitted: a GEMM's short-dimension cost, as elements added to each dimension (cost/device.py)
-    kernel_overhead_s: float = 4e-6  # assumed: per-kernel launch gap on the GPU (a few us: CUDA C Best Practices Guide)
+    kernel_overhead_s: float = 4e-6  # fitted: per-kernel launch gap on the GPU (start: a few us, CUDA C Best Practices Guide)
     # the attention kernels' forward asymptote at head dim 128 (cost/attention.py), fitted per GPU family on the
     # kernel benchmarks (scripts/fit_attention.py); the starting values:
     attention_efficiency: float = 0.73  # cited: FlashAttention-2 forward asymptote on A100, 73% of peak (Dao 2023 Sec. 4.1)
@@ -192,25 +194,6 @@ class Constants:
         return replace(base, **kwargs)
 
 
-# GPU families: parts without their own measurements borrow the values of the closest measured part
-# (same silicon where possible: Hopper parts share GH100; H20 is a cut-down GH100).
-DEFAULT_FAMILIES = {
-    "A100-40GB": "A100-80GB",
-    "A10G": "A100-80GB",
-    "RTX-4090": "A100-80GB",
-    "L40S": "A100-80GB",
-    "L4": "A100-80GB",
-    "H100-PCIe": "H100-SXM",
-    "H200": "H100-SXM",
-    "H800": "H100-SXM",
-    "H20": "H100-SXM",
-    "A800-80GB": "A100-80GB",
-    "H100-SXM-96GB": "H100-SXM",
-    "H100-NVL": "H100-SXM",
-    "GB200": "B200",
-    "MI325X": "MI300X",
-}
-
 # Cited per-family starting values (fitted ones are overlaid from data/fitted_constants.json).
 CITED_PER_GPU: dict[str, dict[str, float]] = {
     # FlashAttention-2 reaches ~35% of H100 peak (Shah et al. 2024, FlashAttention-3 Sec. 1).
@@ -229,6 +212,13 @@ def _merge_per_gpu(base: dict[str, dict[str, float]], over: dict[str, dict[str, 
     return out
 
 
+def fit_cv_data() -> dict[str, Any]:
+    """The training fit's cross-validation (data/fit_cv.json: ``cv``, each held-out source's rows, and the
+    ``error_bands`` drawn from them; {} before the fit script has written it)."""
+    path = data_path(FIT_CV_FILE)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def fitted_data() -> dict[str, Any]:
     """The raw content of data/fitted_constants.json ({} when the fit script has not written it)."""
     path = data_path(FITTED_FILE)
@@ -244,7 +234,7 @@ def default_constants() -> Constants:
     fitted = Constants.from_dict({k: v for k, v in data.items() if k in {f.name for f in fields(Constants)} - {"network"}})
     # The attention kernels' asymptotes come from their own fit on kernel benchmarks (scripts/fit_attention.py).
     per_gpu = _merge_per_gpu(_merge_per_gpu(CITED_PER_GPU, fitted.per_gpu), fitted_attention_efficiency())
-    return replace(fitted, per_gpu=per_gpu, families={**DEFAULT_FAMILIES, **fitted.families})
+    return replace(fitted, per_gpu=per_gpu, families=catalog_families())  # the catalog names each GPU's family
 
 
 def network_constants(constants: Constants | None = None) -> NetworkConstants:

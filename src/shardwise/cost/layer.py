@@ -241,7 +241,24 @@ def elementwise_bytes_per_token(model: ModelSpec, moe_layer: bool, tp: int, sp: 
     return norms_and_adds + act_bytes * width * (3 if model.mlp == "swiglu" else 2)
 
 
-@lru_cache(maxsize=4096)
+@dataclass(frozen=True)
+class _LayerCore:
+    """The parts of one layer pass that no TP overlap mode changes (:func:`transformer_layer` applies the mode)."""
+
+    gemm: float
+    gemm_tp: float  # the GEMMs beside the TP collectives
+    chunked: float  # extra time of those GEMMs split in tp chunks (tp > 1 only)
+    forward: float  # gemm + attention + elementwise forward
+    backward: float  # attention + elementwise input-gradient pass, without the GEMMs
+    recompute_s: float
+    recompute_tp_share: float  # share of a pass's TP collectives the recomputed forward repeats
+    tp_pass: float
+    cp_f: float
+    cp_b: float
+    ep_pass: float
+    a2a_share: float
+
+
 def transformer_layer(
     model: ModelSpec,
     moe_layer: bool,
@@ -262,7 +279,44 @@ def transformer_layer(
     """One transformer layer, one micro-batch of `tokens` local tokens (b*s/cp) attending to `seq_kv` keys.
     `lowp`: the low-precision recipe (block linears in FP8/FP4, plus their casts; :mod:`shardwise.cost.lowp`);
     `moe`: how an MoE layer routes its tokens; `tp_overlap`: how TP communication overlaps the GEMMs
-    (:func:`tp_exposed_s`)."""
+    (:func:`tp_exposed_s`). The mode-independent part is cached once for every mode the planner tries."""
+    c = _layer_core(model, moe_layer, tokens, seq_kv, sp, recompute, flash, dev, groups, stack, act_bytes, lowp, moe,
+                    moe_consts)
+    return _with_tp_overlap(c, tp_overlap if groups.tp > 1 else "none", groups.tp, stack.tp_comm_overlap)
+
+
+@lru_cache(maxsize=8192)
+def _with_tp_overlap(c: _LayerCore, mode: str, tp: int, share: float) -> PassCost:
+    """A layer pass with TP overlap `mode`: split in tp chunks, the overlapped GEMMs run at chunk shapes
+    (`c.chunked`) and lose TP_OVERLAP_SM_SHARE of their speed to the communication kernels beside them."""
+    split_fwd = mode in ("pipelined", "async")
+    chunked = c.chunked if split_fwd else 0.0
+    tp_f, tp_b = tp_exposed_s(mode, c.tp_pass, c.tp_pass, c.gemm_tp, c.gemm_tp, tp, share)
+    fwd_extra = chunked + TP_OVERLAP_SM_SHARE * c.gemm_tp if split_fwd else 0.0
+    bwd_extra = (TP_OVERLAP_SM_SHARE * c.gemm_tp if mode != "none" else 0.0) + (chunked if mode == "async" else 0.0)
+    # The recomputed forward's collectives overlap as the forward's do (without an overlap mode, as the backward's).
+    tp_recompute = c.recompute_tp_share * c.tp_pass
+    tp_recompute *= (1.0 - share) if mode == "none" else (tp_f / c.tp_pass if c.tp_pass else 0.0)
+    ep_exposed = max(c.ep_pass * (1.0 - c.a2a_share), c.ep_pass - c.a2a_share * (c.gemm + c.backward))
+    return PassCost(
+        f_s=c.forward + fwd_extra,
+        i_s=c.gemm + c.backward + bwd_extra,
+        w_s=c.gemm,
+        recompute_s=c.recompute_s,
+        tp_fwd_s=tp_f,
+        tp_bwd_s=tp_b + tp_recompute,
+        cp_fwd_s=c.cp_f,
+        cp_bwd_s=c.cp_b,
+        ep_fwd_s=ep_exposed,
+        ep_bwd_s=max(c.ep_pass * (1.0 - c.a2a_share), c.ep_pass - c.a2a_share * c.forward),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _layer_core(model: ModelSpec, moe_layer: bool, tokens: float, seq_kv: int, sp: bool, recompute: str, flash: bool,
+                dev: Device, groups: Groups, stack: StackProfile, act_bytes: float, lowp: LowPrecision, moe: MoeSpec,
+                moe_consts: MoeConstants) -> _LayerCore:
+    """The mode-independent costs of :func:`transformer_layer`."""
     tp = groups.tp
     h, heads = model.hidden, model.heads / tp
     # --- block linears (m, n, k, count, speed); each has a dgrad and a wgrad twin of equal FLOPs ---
@@ -332,39 +386,22 @@ def transformer_layer(
     # another micro-batch's compute of the layer, so only what that compute cannot cover stays exposed.
     ep_pass = 2 * dispatch
     a2a_share = 1.0 if moe.overlap_a2a else (0.0 if moe.overlap_a2a is False else stack.ep_comm_overlap)
-    mode = tp_overlap if tp > 1 else "none"
-    split_fwd = mode in ("pipelined", "async")
-    # Split in tp chunks, the overlapped GEMMs run at chunk shapes (tokens / tp rows, tp of them) and lose
-    # TP_OVERLAP_SM_SHARE of their speed to the communication kernels beside them.
+    # Split in tp chunks (pipelined and async overlap), the GEMMs beside the collectives run at chunk shapes.
     chunked = (sum(tp * _gemm(dev, m / tp, n, k, c, lowp.active) / speed for m, n, k, c, speed in tp_linears) - gemm_tp
-               if split_fwd else 0.0)
-    tp_f, tp_b = tp_exposed_s(mode, tp_pass, tp_pass, gemm_tp, gemm_tp, tp, stack.tp_comm_overlap)
-    fwd_extra = chunked + TP_OVERLAP_SM_SHARE * gemm_tp if split_fwd else 0.0
-    bwd_extra = (TP_OVERLAP_SM_SHARE * gemm_tp if mode != "none" else 0.0) + (chunked if mode == "async" else 0.0)
+               if tp > 1 else 0.0)
     # --- recomputation ----------------------------------------------------------------------------
     forward = gemm + attn_f + elem_f
     if recompute == "full":
-        recompute_s, tp_recompute = forward, tp_pass
+        recompute_s, tp_share = forward, 1.0
     elif recompute == "selective":
         share = stack.selective_recompute_gemms
         recompute_s = (0.0 if flash else attn_f) + share * (gemm + elem_f)
-        tp_recompute = share * tp_pass
+        tp_share = share
     else:
-        recompute_s, tp_recompute = 0.0, 0.0
-    # The recomputed forward's collectives overlap as the forward's do (without an overlap mode, as the backward's).
-    tp_recompute *= (1.0 - stack.tp_comm_overlap) if mode == "none" else (tp_f / tp_pass if tp_pass else 0.0)
-    return PassCost(
-        f_s=forward + fwd_extra,
-        i_s=gemm + attn_b + elem_b + bwd_extra,
-        w_s=gemm,
-        recompute_s=recompute_s,
-        tp_fwd_s=tp_f,
-        tp_bwd_s=tp_b + tp_recompute,
-        cp_fwd_s=cp_f,
-        cp_bwd_s=cp_b,
-        ep_fwd_s=max(ep_pass * (1.0 - a2a_share), ep_pass - a2a_share * (gemm + attn_b + elem_b)),
-        ep_bwd_s=max(ep_pass * (1.0 - a2a_share), ep_pass - a2a_share * forward),
-    )
+        recompute_s, tp_share = 0.0, 0.0
+    return _LayerCore(gemm=gemm, gemm_tp=gemm_tp, chunked=chunked, forward=forward, backward=attn_b + elem_b,
+                      recompute_s=recompute_s, recompute_tp_share=tp_share, tp_pass=tp_pass, cp_f=cp_f, cp_b=cp_b,
+                      ep_pass=ep_pass, a2a_share=a2a_share)
 
 
 @lru_cache(maxsize=1024)
@@ -389,3 +426,9 @@ def embedding(model: ModelSpec, tokens: float, sp: bool, dev: Device, groups: Gr
     kind = "reduce_scatter" if sp else "all_reduce"
     comm = collective_s(kind, rows, groups.tp, groups.tp_tier)
     return PassCost(f_s=dev.memory_s(2 * rows), w_s=dev.memory_s(2 * rows), tp_fwd_s=comm, tp_bwd_s=0.0)
+
+
+def clear_caches() -> None:
+    """Empty the layer-cost caches (benchmarks time a cold estimate with them)."""
+    for f in (_layer_core, _with_tp_overlap, lm_head, embedding):
+        f.cache_clear()

@@ -1,52 +1,31 @@
 """What each training engine can run: for a plan and an engine, runnable, or one line saying why not and
-what would run instead.
+what would run instead, read from the engine-rules table (:mod:`shardwise.engines.table`: each rule with
+its source and the engine versions it holds for).
 
-Engines: ``torch`` (our own ``train run`` executor, :mod:`shardwise.execute`), ``torchtitan`` 0.3.0,
-``megatron`` (Megatron-LM ``pretrain_gpt.py``, core 0.20) and ``deepspeed`` 0.19.8. Each rule is one
-predicate over the plan's fields, written with numpy operators so the same rule checks one plan (the
-exporters, ``train run``) or every candidate of the planner at once (``train plan --runnable-on``).
-
-Sources of each rule (read at these versions):
-
-- torch: the executor's own limits (``execute/worker.py``, ``execute/runners.py``); ZeRO-1 with TP:
-  ``torch.distributed.optim.ZeroRedundancyOptimizer`` takes plain tensors; FSDP2 with a split-backward
-  schedule: torch's ``_PipelineScheduleRuntime`` runs W on parameters FSDP2 keeps out of autograd (found
-  by ``train run --check``).
-- torchtitan 0.3.0: ``config/configs.py`` (ParallelismConfig: ``data_parallel_replicate_degree`` replicates,
-  ``data_parallel_shard_degree`` is FSDP2 -- no optimizer-only sharding, i.e. no ZeRO-1;
-  ``models/llama3/parallelize.py`` always applies FSDP2, replicated over ``dp_replicate``);
-  ``trainer.py`` ``TrainingConfig.mixed_precision_param`` in {bfloat16, float32} (no fp16), float8 is a
-  model converter chosen in ``config_registry`` (not a command-line flag);
-  ``distributed/pipeline_parallel.py`` (every torch.distributed.pipelining schedule, or a CSV run by
-  ``_PipelineScheduleRuntime``).
-- Megatron-LM (core_r0.20 main, ``megatron/core/pipeline_parallel/schedules.py``): 1F1B without
-  interleaving and interleaved 1F1B only; ``megatron/training/arguments.py``: ``--use-distributed-optimizer``
-  (ZeRO-1), Megatron-FSDP ``--data-parallel-sharding-strategy optim_grads|optim_grads_params`` (ZeRO-2/3).
-- DeepSpeed 0.19.8: ``runtime/pipe/engine.py`` asserts ``zero_optimization_stage() < 2`` ("ZeRO-2 and
-  ZeRO-3 are incompatible with pipeline parallelism") and runs its own ``TrainSchedule`` (1F1B,
-  ``runtime/pipe/schedule.py``); tensor parallelism is AutoTP (``runtime/tensor_parallel/config.py``
-  ``autotp_size``), which the pipeline engine does not use and which keeps activations replicated
-  (no sequence parallelism); no ring-attention context parallelism (DeepSpeed-Ulysses splits heads, a
-  different scheme); expert parallelism is set in the model code (``deepspeed.moe.layer.MoE(ep_size=)``).
+Each rule is a predicate over a :class:`PlanView` (the plan's fields as numpy arrays), so the same rule
+checks one plan (the exporters, ``train run``, the labels of ranked plans) or every candidate of the
+planner at once (``train plan --runnable-on``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardwise.engines.table import ENGINE_NAMES, ENGINES, STACK, VERSIONS, Rule, rules, tp_overlap_modes
 from shardwise.errors import ShardwiseError
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
-ENGINES = ("torch", "torchtitan", "megatron", "deepspeed")
+if TYPE_CHECKING:
+    from shardwise.specs.job import TrainJob
+
 RECOMPUTE = ("none", "selective", "full")
+CP_COMMS = ("p2p", "allgather", "a2a", "a2a+p2p")
 FUSED_BACKWARD = ("gpipe", "1f1b", "interleaved", "bfs")
-MEGATRON_SCHEDULES = ("1f1b", "interleaved")
 
 
 @lru_cache(maxsize=64)
@@ -65,7 +44,9 @@ def splits_backward(schedule: str) -> bool:
 
 @dataclass
 class PlanView:
-    """Plan fields as equal-length numpy arrays (one element per plan), plus what is shared by all."""
+    """Plan fields as equal-length numpy arrays (one element per plan), plus what is shared by all.
+    ``sched``, ``cpc``, ``rcp`` and ``disp`` index ``schedules``, ``cp_comms``, ``recipes`` (the resolved
+    low-precision recipe, "none" for 16-bit GEMMs) and ``dispatchers``; the other fields are the job's."""
 
     tp: np.ndarray
     pp: np.ndarray
@@ -82,6 +63,26 @@ class PlanView:
     precision: str = "bf16"
     flash_attention: bool = True
     method: str = "full"
+    etp: np.ndarray | None = None  # expert TP (tp where None)
+    cpc: np.ndarray | None = None  # index into cp_comms (p2p where None)
+    cp_comms: tuple[str, ...] = CP_COMMS
+    rcp: np.ndarray | None = None  # index into recipes (the first where None)
+    recipes: tuple[str, ...] = ("none",)
+    disp: np.ndarray | None = None  # index into dispatchers
+    dispatchers: tuple[str, ...] = ("alltoall",)
+    tp_overlap: str = "none"  # resolved (auto: the stack's default)
+    microbatch_group: int | None = None
+    reshard_after_forward: bool | None = None
+    offload: str = "none"
+    dp_shard: int | None = None
+    grouped_gemm: str = "on"  # moe.grouped_gemm: on | off
+    overlap_a2a: str = "default"  # moe.overlap_a2a: default (unset: the stack's share) | on | off
+    expandable_segments: str = "off"  # the allocator the estimate costed: on | off
+
+    def __post_init__(self) -> None:
+        zeros = np.zeros(len(self.tp), dtype=np.int64)
+        self.etp = self.tp if self.etp is None else self.etp
+        self.cpc, self.rcp, self.disp = (zeros if x is None else x for x in (self.cpc, self.rcp, self.disp))
 
     def sched_in(self, names: tuple[str, ...]) -> np.ndarray:
         return np.isin(self.sched, [i for i, s in enumerate(self.schedules) if s in names])
@@ -89,119 +90,100 @@ class PlanView:
     def split(self) -> np.ndarray:
         return np.isin(self.sched, [i for i, s in enumerate(self.schedules) if splits_backward(s)])
 
+    _NAMED = {"cp_comm": ("cpc", "cp_comms"), "recipe": ("rcp", "recipes"), "dispatcher": ("disp", "dispatchers")}
+
+    def value_in(self, name: str, values: tuple[str, ...]) -> np.ndarray:
+        """Per plan: whether the choice ``name`` (a named field or a scalar of the job) is one of ``values``."""
+        if name in self._NAMED:
+            idx, names = self._NAMED[name]
+            return np.isin(getattr(self, idx), [i for i, s in enumerate(getattr(self, names)) if s in values])
+        return np.full(len(self.tp), self.scalar(name) in values)
+
+    def scalar(self, name: str) -> Any:
+        """The value of choice ``name`` for a one-plan view ("none" for an unset optional knob)."""
+        if name in self._NAMED:
+            idx, names = self._NAMED[name]
+            return getattr(self, names)[int(getattr(self, idx)[0])]
+        value = getattr(self, name)
+        return "none" if value is None else value
+
     @classmethod
-    def of(cls, plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None) -> PlanView:
-        """A one-plan view (dp must be resolved: a checked job's plan)."""
+    def of(cls, plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None,
+           recipe: str | None = None, arch: str | None = None) -> PlanView:
+        """A one-plan view (dp must be resolved: a checked job's plan). ``recipe``: the low-precision recipe
+        that was costed (default: the job's, ``auto`` resolved by its stack on ``arch``)."""
         from shardwise.pipeline import resolve, schedule_info
 
         name = resolve(plan.schedule)
         vpp = schedule_info(name).vpp_rule.held(plan.pp, plan.vpp)
         one = lambda x: np.array([int(x)])  # noqa: E731
+        training = training or TrainingSpec(seq_len=1, global_batch=1)
+        recipe = recipe or _costed_recipe(training, arch)
+        mode = plan.tp_overlap if plan.tp_overlap != "auto" else _stack_default_tp_overlap(training.framework)
         return cls(one(plan.tp), one(plan.pp), one(vpp), one(plan.cp), one(plan.ep), one(plan.dp or 1),
                    one(plan.zero), one(plan.sp), one(RECOMPUTE.index(plan.recompute)), one(0), (name,), model,
-                   training.precision if training else "bf16", plan.flash_attention,
-                   training.method if training else "full")
+                   training.precision, plan.flash_attention, training.method, etp=one(plan.expert_tp),
+                   cpc=one(CP_COMMS.index(plan.cp_comm)), rcp=one(0), recipes=(recipe,), disp=one(0),
+                   dispatchers=(training.moe.dispatcher,), tp_overlap=mode, microbatch_group=plan.microbatch_group,
+                   reshard_after_forward=plan.reshard_after_forward, offload=plan.offload, dp_shard=plan.dp_shard,
+                   **training_knobs(training))
+
+    @classmethod
+    def of_job(cls, job: TrainJob, recipe: str | None = None) -> PlanView:
+        return cls.of(job.plan, job.model, job.training, recipe, job.cluster.gpu.arch)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """`refuses(view)` is true where the engine cannot run the plan; `reason` says why (one line),
-    `instead` what would run."""
+def training_knobs(training: TrainingSpec) -> dict[str, str]:
+    """The job-level choices the table reads, as values of its knobs: MoE grouped GEMMs, the expert
+    all-to-all overlap, and the allocator's expandable segments as the estimate costs them (the job's
+    setting, else its stack's default)."""
+    from shardwise.cost.stack import expandable_segments, stack_profile
 
-    refuses: Callable[[PlanView], Any]
-    reason: str
-    instead: str
-
-
-def _model(v: PlanView, test: Callable[[ModelSpec, PlanView], Any]) -> np.ndarray:
-    """``test(model, view)`` where the model is known; false where it is not (the rule needs it)."""
-    if v.model is None:
-        return np.zeros(len(v.tp), dtype=bool)
-    return np.broadcast_to(np.asarray(test(v.model, v), dtype=bool), v.tp.shape)
+    onoff = lambda x: "on" if x else "off"  # noqa: E731
+    moe = training.moe
+    return {"grouped_gemm": onoff(moe.grouped_gemm),
+            "overlap_a2a": "default" if moe.overlap_a2a is None else onoff(moe.overlap_a2a),
+            "expandable_segments": onoff(expandable_segments(training, stack_profile(training.framework, "hopper")))}
 
 
-# Adapter fine-tunes (training.method lora / qlora) are estimated and planned, but neither the executor
-# nor the exporters write adapters or a quantized base: no engine runs them as is.
-ADAPTERS = Rule(lambda v: np.full(len(v.tp), v.method != "full"),
-                "adapter fine-tunes (method lora / qlora) are planned but not run or exported by shardwise",
-                "method full, or the plan's degrees in a LoRA recipe (torchtune, PEFT + accelerate)")
+def _costed_recipe(training: TrainingSpec, arch: str | None) -> str:
+    """The low-precision recipe a job's estimate runs (:func:`shardwise.cost.lowp.resolve_recipe`)."""
+    from shardwise.cost.stack import stack_profile
+    from shardwise.specs.training import FP4_RECIPES, RECIPE_ARCHS
 
-RULES: dict[str, tuple[Rule, ...]] = {
-    "torch": (
-        ADAPTERS,
-        Rule(lambda v: v.cp > 1, "the executor does not run context parallelism", "cp 1"),
-        Rule(lambda v: (v.ep > 1) | _model(v, lambda m, _: m.is_moe), "the executor runs dense models only",
-             "a dense model with ep 1"),
-        Rule(lambda v: (v.zero == 1) & (v.tp > 1) & (v.dp > 1),
-             "zero 1 with tp > 1 is not run by the executor (torch's ZeroRedundancyOptimizer takes plain "
-             "tensors, not TP-sharded DTensors)", "zero 0, 2 or 3"),
-        Rule(lambda v: (v.zero >= 2) & (v.dp > 1) & v.split(),
-             "zero 2/3 (FSDP2) with a schedule that splits backward into I and W loses weight gradients in "
-             "torch's pipeline runtime (it computes W for the sharded parameters, which FSDP2 keeps out of "
-             "the autograd graph; --check shows it)",
-             "zero 0 or 1 with this schedule, or a fused-backward schedule (gpipe, 1f1b, interleaved, bfs) "
-             "with zero 2/3"),
-        Rule(lambda v: _model(v, lambda m, w: m.tied_embeddings & ((w.tp > 1) | (w.pp > 1))),
-             "tied_embeddings runs only without TP and PP in the executor", "tied_embeddings: false"),
-        Rule(lambda v: _model(v, lambda m, w: m.n_kv_heads % w.tp != 0),
-             "the executor splits KV heads across TP ranks: tp must divide the KV heads",
-             "a tp that divides kv_heads"),
-        Rule(lambda v: _model(v, lambda m, w: (m.ffn % w.tp != 0) | (m.vocab % w.tp != 0)),
-             "tp must divide model.ffn and model.vocab in the executor", "sizes tp divides"),
-        Rule(lambda v: _model(v, lambda m, w: m.layers < w.pp * w.vpp),
-             "the executor needs at least one layer per stage", "fewer stages (pp*vpp <= layers)"),
-    ),
-    "torchtitan": (
-        ADAPTERS,
-        Rule(lambda v: v.zero == 1, "ZeRO-1 is not in torchtitan: its data parallelism is FSDP2, which either "
-             "replicates everything or shards parameters, gradients and optimizer state together",
-             "zero 0 (replicated), 2 (FSDP2 without resharding after forward) or 3 (FSDP2)"),
-        Rule(lambda v: np.full(len(v.tp), v.precision == "fp16"),
-             "torchtitan trains in bf16 or fp32 (mixed_precision_param has no float16)", "precision bf16"),
-    ),
-    "megatron": (
-        ADAPTERS,
-        Rule(lambda v: (v.pp > 1) & ~v.sched_in(MEGATRON_SCHEDULES),
-             "Megatron-LM runs 1F1B and interleaved 1F1B only (no GPipe, BFS, zero-bubble or V schedules)",
-             "schedule 1f1b (vpp 1) or interleaved (vpp > 1)"),
-        Rule(lambda v: (v.pp > 1) & v.sched_in(("1f1b",)) & (v.vpp > 1),
-             "Megatron-LM's 1F1B with several stages per rank is its interleaved schedule", "schedule interleaved"),
-        Rule(lambda v: (v.pp > 1) & v.sched_in(("interleaved",)) & (v.vpp == 1),
-             "interleaved 1F1B needs vpp > 1 in Megatron-LM", "schedule 1f1b"),
-    ),
-    "deepspeed": (
-        ADAPTERS,
-        Rule(lambda v: v.cp > 1, "DeepSpeed has no ring-attention context parallelism (DeepSpeed-Ulysses "
-             "splits attention heads instead)", "cp 1"),
-        Rule(lambda v: v.ep > 1, "expert parallelism is set in the model code in DeepSpeed "
-             "(deepspeed.moe.layer.MoE ep_size), not by a launch configuration", "ep 1"),
-        Rule(lambda v: (v.pp > 1) & (v.zero >= 2), "ZeRO-2 and ZeRO-3 are incompatible with DeepSpeed's "
-             "pipeline engine", "zero 0 or 1 with pp > 1, or pp 1 with zero 2/3"),
-        Rule(lambda v: (v.pp > 1) & ~(v.sched_in(("1f1b",)) & (v.vpp == 1)),
-             "DeepSpeed's pipeline engine runs its own 1F1B TrainSchedule only", "schedule 1f1b with vpp 1"),
-        Rule(lambda v: (v.pp > 1) & (v.tp > 1), "DeepSpeed's pipeline engine does not combine with AutoTP "
-             "tensor parallelism", "tp 1 with pp > 1, or pp 1 with tp > 1"),
-        Rule(lambda v: (v.tp > 1) & (v.sp == 1), "DeepSpeed AutoTP keeps activations replicated across "
-             "TP ranks (no sequence parallelism)", "sequence_parallel false"),
-        Rule(lambda v: (v.rc == RECOMPUTE.index("selective")) & (not v.flash_attention),
-             "DeepSpeed checkpoints whole layers (no selective recompute of attention alone)",
-             "recompute full or none"),
-    ),
-}
+    if not training.low_precision:
+        return "none"
+    if training.fp8_recipe != "auto":
+        return training.fp8_recipe
+    if training.precision == "fp4":
+        return FP4_RECIPES[0]
+    recipe = stack_profile(training.framework, arch or "hopper").fp8_recipe
+    archs = RECIPE_ARCHS.get(recipe)
+    return recipe if not archs or arch is None or arch in archs else "tensorwise"
+
+
+def _stack_default_tp_overlap(framework: str) -> str:
+    from shardwise.cost.stack import stack_profile
+
+    return stack_profile(framework, "hopper").tp_overlap_modes[0]
+
+
+#: TP overlap modes each engine runs (the planner chooses among them): from the table's tp_overlap knob.
+ENGINE_TP_OVERLAP = {e: tp_overlap_modes(e) for e in ("megatron", "torchtitan", "deepspeed")}
 
 
 def _check_engine(engine: str) -> str:
     key = engine.strip().lower()
-    if key not in RULES:
+    if key not in ENGINES:
         raise ShardwiseError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     return key
 
 
-def first_refusal(view: PlanView, engine: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per plan: the index of the first rule that refuses it (or -1) for ``engine``; and the ok mask."""
-    rules = RULES[_check_engine(engine)]
+def first_refusal(view: PlanView, engine: str, version: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per plan: the index into ``rules(engine, version)`` of the first rule that refuses it (or -1); and
+    the ok mask."""
     which = np.full(len(view.tp), -1, dtype=np.int64)
-    for k, rule in enumerate(rules):
+    for k, rule in enumerate(rules(_check_engine(engine), version)):
         hit = np.broadcast_to(np.asarray(rule.refuses(view), dtype=bool), which.shape)
         which = np.where((which < 0) & hit, k, which)
     return which, which < 0
@@ -213,37 +195,56 @@ class Verdict:
     runnable: bool
     reason: str | None = None
     instead: str | None = None
+    source: str | None = None
 
     def line(self) -> str:
         return "runs as is" if self.runnable else f"{self.reason}; would run: {self.instead}"
 
 
-def verdict(plan: TrainPlan, engine: str, model: ModelSpec | None = None, training: TrainingSpec | None = None) -> Verdict:
-    """Whether ``engine`` runs ``plan`` as is (``plan.dp`` resolved)."""
+def view_verdict(view: PlanView, engine: str, version: str | None = None) -> Verdict:
+    """The verdict for a one-plan view."""
     engine = _check_engine(engine)
-    which, _ = first_refusal(PlanView.of(plan, model, training), engine)
+    which, _ = first_refusal(view, engine, version)
     k = int(which[0])
     if k < 0:
         return Verdict(engine, True)
-    rule = RULES[engine][k]
-    return Verdict(engine, False, rule.reason, rule.instead)
+    rule: Rule = rules(engine, version)[k]
+    return Verdict(engine, False, rule.reason, rule.instead, rule.source)
 
 
-def verdicts(plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None) -> dict[str, Verdict]:
-    return {e: verdict(plan, e, model, training) for e in ENGINES}
+def verdict(plan: TrainPlan, engine: str, model: ModelSpec | None = None, training: TrainingSpec | None = None,
+            recipe: str | None = None, arch: str | None = None, version: str | None = None) -> Verdict:
+    """Whether ``engine`` (at ``version``, default the pinned one) runs ``plan`` as is (``plan.dp``
+    resolved); ``recipe``: the low-precision recipe that was costed (default: the job's)."""
+    return view_verdict(PlanView.of(plan, model, training, recipe, arch), engine, version)
 
 
-def runnable_on(plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None) -> list[str]:
+def job_verdict(job: TrainJob, engine: str, version: str | None = None) -> Verdict:
+    return view_verdict(PlanView.of_job(job), engine, version)
+
+
+def verdicts(plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None,
+             recipe: str | None = None, arch: str | None = None) -> dict[str, Verdict]:
+    return {e: verdict(plan, e, model, training, recipe, arch) for e in ENGINES}
+
+
+def runnable_on(plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None,
+                recipe: str | None = None, arch: str | None = None) -> list[str]:
     """The engines that run ``plan`` as is."""
-    return [e for e, v in verdicts(plan, model, training).items() if v.runnable]
+    return [e for e, v in verdicts(plan, model, training, recipe, arch).items() if v.runnable]
 
 
 def require(plan: TrainPlan, engine: str, model: ModelSpec | None = None, training: TrainingSpec | None = None,
-            label: str | None = None) -> None:
+            label: str | None = None, arch: str | None = None, version: str | None = None) -> None:
     """Raise ShardwiseError with the one-line reason and what would run when ``engine`` refuses ``plan``."""
-    v = verdict(plan, engine, model, training)
+    v = verdict(plan, engine, model, training, arch=arch, version=version)
     if not v.runnable:
-        raise ShardwiseError(f"{label or engine} cannot run this plan: {v.reason}; would run: {v.instead}")
+        raise ShardwiseError(f"{label or ENGINE_NAMES[v.engine]} cannot run this plan: {v.reason}; would run: {v.instead}")
+
+
+def require_job(job: TrainJob, engine: str, version: str | None = None, label: str | None = None) -> None:
+    """:func:`require` for a job (its GPU resolves an ``auto`` recipe as the estimate does)."""
+    require(job.plan, engine, job.model, job.training, label, job.cluster.gpu.arch, version)
 
 
 def parse_engines(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -254,7 +255,11 @@ def parse_engines(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, 
     return tuple(dict.fromkeys(_check_engine(x) for x in items if x.strip()))
 
 
-#: Tensor-parallel overlap modes (TrainPlan.tp_overlap) each engine runs: Megatron-LM's Transformer Engine
-#: userbuffers (--tp-comm-overlap, with or without the split all-gather/reduce-scatter overlaps), torchtitan's
-#: async TP (--compile.enable_async_tensor_parallel); DeepSpeed has neither.
-ENGINE_TP_OVERLAP = {"megatron": ("none", "bulk", "pipelined"), "torchtitan": ("none", "async"), "deepspeed": ("none",)}
+def costing_stack(engine: str, training: TrainingSpec) -> TrainingSpec:
+    """``training`` as a plan offered for ``engine`` is costed: with that engine's software stack."""
+    stack = STACK.get(engine)
+    return training if stack is None or stack == training.framework else training.model_copy(update={"framework": stack})
+
+
+__all__ = ["ENGINES", "ENGINE_TP_OVERLAP", "VERSIONS", "PlanView", "Verdict", "costing_stack", "first_refusal", "job_verdict",
+           "parse_engines", "require", "require_job", "runnable_on", "verdict", "verdicts", "view_verdict"]

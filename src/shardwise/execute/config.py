@@ -62,6 +62,8 @@ class RunConfig:
     #: micro-batches per DP rank (None: even split / ``microbatches`` on every DP rank)
     layer_split: tuple[int, ...] | None = None
     dp_microbatches: tuple[int, ...] | None = None
+    #: zero 3: FSDP2 frees the gathered parameters after each forward (parallel.reshard_after_forward)
+    reshard_after_forward: bool = True
 
     @property
     def world_size(self) -> int:
@@ -149,7 +151,7 @@ def config_from_job(
     nproc = world if nproc is None else nproc
     # What the executor cannot run is stated once, with every engine's limits (engines/support.py).
     require(p if schedule is None else p.model_copy(update={"schedule": schedule}), "torch", m, job.training,
-            label="train run")
+            label="train run", arch=job.cluster.gpu.arch)
     _need(nproc == job.cluster.num_gpus,
           f"--nproc {nproc} does not match cluster.gpus {job.cluster.num_gpus} of the job (tp*pp*dp = "
           f"{p.tp}*{p.pp}*{dp}); set cluster.gpus: {nproc} in the job file or pass --nproc {job.cluster.num_gpus}")
@@ -194,6 +196,7 @@ def config_from_job(
               "pipeline); use pp: 1 to check it")
     return RunConfig(
         model=m, tp=p.tp, pp=p.pp, dp=dp, zero=p.zero, micro_batch=p.micro_batch, microbatches=mb,
+        reshard_after_forward=p.reshard_after_forward is not False,
         seq_len=job.training.seq_len, schedule=sched_name, vpp=vpp, steps=steps, backend=backend, seed=seed,
         check=check, calibrate=calibrate, fault=fault, timeout_s=timeout_s, notes=tuple(notes),
         layer_split=None if layer_split is None else tuple(layer_split),

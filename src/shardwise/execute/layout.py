@@ -50,12 +50,13 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> None:
         parallelize_module(model, tp_mesh, top)
 
 
-def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, zero: int) -> None:
+def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, zero: int, reshard_after_forward: bool = True) -> None:
     """FSDP2 per transformer block and at the root (torchtitan's wrapping); zero 2 keeps parameters
-    gathered between forward and backward, zero 3 reshards after forward."""
+    gathered between forward and backward, zero 3 reshards after forward unless the plan says not to
+    (parallel.reshard_after_forward: false)."""
     from torch.distributed.fsdp import fully_shard
 
-    reshard = zero == 3
+    reshard = zero == 3 and reshard_after_forward
     for block in model.layers.values():
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)

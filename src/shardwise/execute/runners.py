@@ -42,7 +42,7 @@ def _parallelize(mod: GPT, cfg: RunConfig, mesh: DeviceMesh) -> GPT:
     if cfg.tp > 1:
         apply_tp(mod, mesh["tp"])
     if uses_fsdp(cfg):
-        apply_fsdp(mod, mesh["dp"], cfg.zero)
+        apply_fsdp(mod, mesh["dp"], cfg.zero, cfg.reshard_after_forward)
     return mod
 
 

@@ -52,9 +52,17 @@ class Export:
             lines += [f"cat > {shlex.quote(name)} <<'SHARDWISE_EOF'", text.rstrip("\n"), "SHARDWISE_EOF", ""]
         for k, v in self.env.items():
             lines.append(f"export {k}={v}")
-        words = self.launcher + [shlex.quote(w) for w in self.args]  # launcher words may hold ${VAR}
+        words = self.launcher + [_quote(w) for w in self.args]  # launcher words may hold ${VAR}
         lines += ["", " \\\n    ".join(_lines(words)), ""]
         return "\n".join(lines)
+
+
+def _quote(word: str) -> str:
+    """Shell-quote an argument; one holding ${VAR} (a host or path the user sets) in double quotes, so the
+    shell expands it."""
+    if "${" in word and not any(c in word for c in '"`\\'):
+        return f'"{word}"'
+    return shlex.quote(word)
 
 
 def _lines(words: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ command runs before a dataset is prepared (replace with ``--data-path`` and a to
 
 from __future__ import annotations
 
-from shardwise.errors import ShardwiseError
+from shardwise.engines.table import knob_env, knob_words
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve
 from shardwise.specs.job import TrainJob
@@ -49,7 +49,7 @@ def model_args(m: ModelSpec, seq_len: int) -> list[str]:
         a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     if m.is_moe:
         a += ["--num-experts", str(m.experts), "--moe-router-topk", str(m.top_k),
-              "--moe-ffn-hidden-size", str(m.d_expert), "--moe-grouped-gemm"]
+              "--moe-ffn-hidden-size", str(m.d_expert)]  # --moe-grouped-gemm: the table's grouped_gemm knob
         if m.shared_experts:
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_experts * m.d_expert)]
         if m.dense_layers:
@@ -85,20 +85,8 @@ def parallel_args(job: TrainJob) -> list[str]:
     if p.pp > 1:
         vpp = p.vpp if resolve(p.schedule) == "interleaved" else 1
         a += ["--pipeline-model-parallel-layout", pipeline_layout(job.model, p.pp * vpp)]
-        if p.microbatch_group is not None:
-            if p.microbatch_group < p.pp:  # schedules.py: N must lie in [PP, M]
-                raise ShardwiseError(f"Megatron-LM cannot run microbatch_group {p.microbatch_group} < pp {p.pp} (its "
-                                     "interleaved schedule needs pp <= N <= micro-batches); would run: N >= pp")
-            a += ["--microbatch-group-size-per-virtual-pipeline-stage", str(p.microbatch_group)]
     if p.sp:
         a.append("--sequence-parallel")
-    if p.tp_overlap == "async" and p.tp > 1:
-        raise ShardwiseError("Megatron-LM cannot run tp_overlap async (torchtitan's async TP); would run: tp_overlap "
-                             "pipelined (--tp-comm-overlap) or bulk")
-    if p.tp_overlap in ("bulk", "pipelined") and p.tp > 1:  # Transformer Engine userbuffers (model_parallel_config.py)
-        a.append("--tp-comm-overlap")
-        if p.tp_overlap == "bulk":  # only the bulk dgrad/wgrad overlaps, no split all-gather / reduce-scatter
-            a += ["--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs"]
     if p.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     elif p.recompute == "selective":
@@ -106,19 +94,24 @@ def parallel_args(job: TrainJob) -> list[str]:
     a += ["--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(tr.global_batch)]
     if p.zero == 1:
         a.append("--use-distributed-optimizer")
-    elif p.zero >= 2:
+    elif p.zero >= 2:  # docs/user-guide/features/megatron_fsdp.md: the distributed optimizer, no fused wgrad accumulation
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-              "optim_grads" if p.zero == 2 else "optim_grads_params", "--ckpt-format", "fsdp_dtensor"]
+              "optim_grads" if p.zero == 2 else "optim_grads_params", "--ckpt-format", "fsdp_dtensor",
+              "--use-distributed-optimizer", "--no-gradient-accumulation-fusion"]
+    if p.offload == "optimizer":
+        a.append("--optimizer-cpu-offload")
     if p.overlap_grad_reduce and dp * p.cp > 1:
         a.append("--overlap-grad-reduce")
         if p.zero >= 1:
             a.append("--overlap-param-gather")
-    if tr.precision in ("bf16", "fp8"):
+    if tr.precision in ("bf16", "fp8", "fp4"):
         a.append("--bf16")
     elif tr.precision == "fp16":
         a.append("--fp16")
-    if tr.precision == "fp8":
-        a += ["--fp8-format", "hybrid", "--transformer-impl", "transformer_engine"]
+    if tr.low_precision:
+        a += ["--transformer-impl", "transformer_engine"]
+    a += knob_words("megatron", job)  # fp8/fp4 recipe, TP overlap, micro-batch groups, MoE dispatcher, grouped
+    # GEMMs, expert all-to-all overlap
     if not p.flash_attention:
         a += ["--attention-backend", "unfused"]
     return a
@@ -134,14 +127,14 @@ def run_args(job: TrainJob) -> list[str]:
 
 
 def export_megatron(job: TrainJob, version: str = VERSION) -> Export:
-    from shardwise.engines.support import require
+    from shardwise.engines.support import require_job
 
-    require(job.plan, "megatron", job.model, job.training)
+    require_job(job, "megatron", version)
     args = model_args(job.model, job.training.seq_len) + parallel_args(job) + run_args(job)
     notes = ["NullTokenizer pads the vocabulary to a multiple of 128 x tp (Megatron's --make-vocab-size-divisible-by)"]
     per_node = min(job.cluster.gpus_per_node, job.cluster.num_gpus)
     # TP/CP want one CUDA connection (validate_args asserts it before Blackwell); Megatron-FSDP asserts the opposite
-    env = {} if job.plan.zero >= 2 else {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    env = ({} if job.plan.zero >= 2 else {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}) | knob_env("megatron", job, version)
     return Export("megatron", version, args, torchrun(per_node, job.cluster.nodes, script="pretrain_gpt.py"), env,
                   {}, ("megatron-bridge-overrides.txt", bridge_overrides(job)), notes, title=job.name,
                   script_writes_config=False)

@@ -25,6 +25,7 @@ gradient-accumulation step otherwise; ``global_batch_size`` is the plan's global
 
 from __future__ import annotations
 
+from shardwise.engines.table import TORCHTITAN_MODELS, knob_env, knob_words
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve, schedule_info
@@ -33,16 +34,13 @@ from shardwise.specs.job import TrainJob
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.train.stages import stage_contents
 
-#: Our presets -> torchtitan (module, 0.3 config function, 0.2 flavor). Numbers checked in the tests
-#: against the config torchtitan builds (models/llama3/__init__.py, models/deepseek_v3/__init__.py).
-MODELS = {
-    "llama-3.1-8b": ("llama3", "llama3_8b", "8B"),
-    "llama-3-8b": ("llama3", "llama3_8b", "8B"),
-    "llama-3.1-70b": ("llama3", "llama3_70b", "70B"),
-    "llama-3-70b": ("llama3", "llama3_70b", "70B"),
-    "llama-3.1-405b": ("llama3", "llama3_405b", "405B"),
-    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
-}
+#: Our presets -> torchtitan (module, 0.3 config function, 0.2 flavor): the engine-rules table's list.
+MODELS = TORCHTITAN_MODELS
+#: torchtitan's model_registry flavor of each 0.3 config function (models/*/__init__.py configs dicts).
+FLAVORS = {"llama3_8b": "8B", "llama3_70b": "70B", "llama3_405b": "405B", "qwen3_30b_a3b": "30B-A3B",
+           "deepseek_v3_671b": "671B"}
+#: config functions whose model already carries a low-precision converter (llama3_405b applies float8)
+CONVERTED = {"llama3_405b"}
 #: Our schedule -> the torch.distributed.pipelining class whose IR equals ours.
 NATIVE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "bfs": "LoopedBFS",
           "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
@@ -90,28 +88,19 @@ def stage_modules(model: ModelSpec, stages: int, output: str = "lm_head") -> lis
 
 
 def export_torchtitan(job: TrainJob, version: str = "0.3.0") -> Export:
-    from shardwise.engines.support import require
+    from shardwise.engines.support import PlanView, require_job
     from shardwise.pipeline import generate_schedule, write_csv_text
 
     p, model, tr = job.plan, job.model, job.training
-    require(p, "torchtitan", model, tr)
     major = _version(version)
+    require_job(job, "torchtitan", version)
     module, config, flavor = torchtitan_model(model)
     sched_name = resolve(p.schedule)
     vpp = schedule_info(sched_name).vpp_rule.held(p.pp, p.vpp)
     dp = p.dp or 1
     m = job.microbatches
     notes: list[str] = []
-    if tr.precision == "fp8" and major >= (0, 3):
-        raise ShardwiseError("torchtitan 0.3 cannot run this plan: float8 is a converter of the model's "
-                             "config_registry function, not a command-line flag; would run: --engine-version 0.2 "
-                             "(model.converters in the TOML) or a config function with Float8LinearConverter")
-    if p.microbatch_group is not None:
-        raise ShardwiseError("torchtitan cannot run a microbatch_group: torch.distributed.pipelining's Interleaved1F1B "
-                             "groups micro-batches in rounds of about pp; would run: leave microbatch_group out")
-    if p.tp_overlap in ("bulk", "pipelined"):
-        raise ShardwiseError(f"torchtitan cannot run tp_overlap {p.tp_overlap} (Transformer Engine userbuffers); would run: "
-                             "tp_overlap async (its async TP) or none")
+    recipe = PlanView.of_job(job).scalar("recipe")  # the costed low-precision recipe ("none": 16-bit)
     if p.zero == 0:
         dp_rep, dp_shard, reshard = dp, 1, None
     elif p.zero == 3:  # torchtitan's default keeps the stage gathered under PP, as the estimate does (cost/stack.py)
@@ -139,6 +128,8 @@ def export_torchtitan(job: TrainJob, version: str = "0.3.0") -> Export:
     local = p.micro_batch * m if p.pp > 1 else p.micro_batch
     training = {"local_batch_size": local, "global_batch_size": tr.global_batch, "seq_len": tr.seq_len,
                 "mixed_precision_param": "float32" if tr.precision == "fp32" else "bfloat16"}
+    if p.offload == "optimizer+params":  # FSDP2 CPU offload of parameters, gradients and optimizer state
+        training["enable_cpu_offload"] = True
     if p.tp > 1 and not p.sequence_parallel:
         if major >= (0, 3):
             par["enable_sequence_parallel"] = False
@@ -147,8 +138,8 @@ def export_torchtitan(job: TrainJob, version: str = "0.3.0") -> Export:
     if p.recompute == "selective" and p.flash_attention:
         notes.append("selective recompute: torchtitan's per-op SAC also recomputes matmuls (memory lower than planned)")
     if major >= (0, 3):
-        return _export_03(job, module, config, par, training, files, notes, version)
-    return _export_02(job, module, flavor, par, training, files, notes, version)
+        return _export_03(job, module, config, par, training, files, notes, version, recipe)
+    return _export_02(job, module, flavor, par, training, files, notes, version, recipe)
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -170,21 +161,63 @@ def _flag(section: str, key: str, value: object) -> list[str]:
     return [f"--{section}.{key}", str(value)]
 
 
+CONFIG_MODULE = "shardwise_torchtitan_config"
+
+
+def _converters(module: str, recipe: str, moe: bool) -> list[str]:
+    """torchtitan 0.3 converters (components/quantization) that run ``recipe`` on the transformer blocks'
+    linear layers (and, for MoE models, the experts' grouped GEMMs); the LM head and the router stay in
+    16-bit, as the estimate assumes (cost/lowp.py)."""
+    skip = '["lm_head", "router.gate"]' if moe else '["lm_head"]'
+    if recipe == "rowwise":
+        out = [f'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns={skip}, model_compile_enabled=compiled)']
+        return out + (["Float8GroupedExpertsConverter.Config(model_compile_enabled=compiled)"] if moe else [])
+    if recipe == "mxfp8":
+        out = ["MXFP8LinearConverter.Config(fqns=[\"layers\"], model_compile_enabled=compiled)"]
+        return out + (["MXFP8GroupedExpertsConverter.Config(model_compile_enabled=compiled)"] if moe else [])
+    if recipe == "nvfp4":
+        return ['NVFP4LinearConverter.Config(fqns=["layers"], model_compile_enabled=compiled)']
+    return []
+
+
+def config_module(module: str, config: str, recipe: str, moe: bool) -> str:
+    """A config_registry module (``--module shardwise_torchtitan_config``) whose function is torchtitan's
+    ``config`` with the model's converters set to the costed recipe (none for a 16-bit plan)."""
+    conv = _converters(module, recipe, moe)
+    classes = sorted({c.split(".")[0] for c in conv})
+    lines = [f'"""torchtitan config written by shardwise: {config} with low-precision recipe {recipe}."""', ""]
+    if classes:
+        lines.append(f"from torchtitan.components.quantization import {', '.join(classes)}")
+    lines += [f"from torchtitan.models.{module} import model_registry",
+              f"from torchtitan.models.{module}.config_registry import {config}", "", "",
+              f"def shardwise_{config}():", f"    config = {config}()",
+              '    compiled = config.compile.enable and "model" in config.compile.components',
+              f'    config.model_spec = model_registry("{FLAVORS[config]}", converters=[' + ", ".join(conv) + "])",
+              "    return config", ""]
+    return "\n".join(lines)
+
+
 def _export_03(job: TrainJob, module: str, config: str, par: dict[str, object], training: dict[str, object],
-               files: dict[str, str], notes: list[str], version: str) -> Export:
+               files: dict[str, str], notes: list[str], version: str, recipe: str) -> Export:
     p = job.plan
-    args = ["--module", module, "--config", config]
+    env = knob_env("torchtitan", job, version)  # expandable segments, as the estimate costed the allocator
+    if recipe != "none" or config in CONVERTED:  # the recipe is a converter of the config: our own config module
+        files[f"{CONFIG_MODULE}.py"] = config_module(module, config, recipe, job.model.is_moe)
+        args = ["--module", CONFIG_MODULE, "--config", f"shardwise_{config}"]
+        env["PYTHONPATH"] = ".${PYTHONPATH:+:$PYTHONPATH}"
+        if recipe != "none":
+            notes.append(f"{recipe}: the converters in {CONFIG_MODULE}.py need torchao and a GPU that runs the recipe")
+    else:
+        args = ["--module", module, "--config", config]
     for k, v in par.items():
         args += _flag("parallelism", k, v)
     for k, v in training.items():
         args += _flag("training", k, v)
     if p.pp > 1 or p.ep > 1:
         args.append("--training.disable_cuda_graphs")
-    if p.tp_overlap == "async" and p.tp > 1:  # async TP runs under torch.compile (CompileConfig.__post_init__)
-        args += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
+    args += knob_words("torchtitan", job, version)  # TP overlap (async TP)
     args.append(f"activation-checkpoint:{RECOMPUTE[p.recompute]}")
-    return Export("torchtitan", version, args, _launcher(job, "torchtitan.train"),
-                  {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, files, None, notes, title=job.name)
+    return Export("torchtitan", version, args, _launcher(job, "torchtitan.train"), env, files, None, notes, title=job.name)
 
 
 def _toml_value(v: object) -> str:
@@ -198,22 +231,29 @@ def _toml_value(v: object) -> str:
 
 
 def _export_02(job: TrainJob, module: str, flavor: str, par: dict[str, object], training: dict[str, object],
-               files: dict[str, str], notes: list[str], version: str) -> Export:
+               files: dict[str, str], notes: list[str], version: str, recipe: str) -> Export:
     p = job.plan
-    if p.tp_overlap == "async" and p.tp > 1:
-        raise ShardwiseError("torchtitan 0.2 export of tp_overlap async is not written; would run: --engine-version 0.3")
-    model = {"name": module, "flavor": flavor}
-    if job.training.precision == "fp8":
+    model: dict[str, object] = {"name": module, "flavor": flavor}
+    quantize: dict[str, object] = {}
+    if recipe in ("tensorwise", "rowwise"):  # job_config.py Float8Linear.recipe_name (None is tensorwise)
         model["converters"] = ["quantize.linear.float8"]
+        quantize = {"recipe_name": recipe, "filter_fqns": ["output"]}
+    elif recipe == "mxfp8":
+        model["converters"] = ["quantize.linear.mx"]
     par = {k: v for k, v in par.items() if k != "enable_sequence_parallel"}
     sections = {"model": model, "training": training, "parallelism": par,
                 "activation_checkpoint": {"mode": RECOMPUTE[p.recompute]}}
+    if quantize:
+        sections["quantize.linear.float8"] = quantize
+    if p.tp_overlap == "async" and p.tp > 1:  # 0.2: [compile] enable, [parallelism] enable_async_tensor_parallel
+        sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+        par["enable_async_tensor_parallel"] = True
     text = "# torchtitan <= 0.2 job config written by shardwise\n"
     for name, body in sections.items():
         text += f"\n[{name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in body.items())
     fname = f"{job.name}-torchtitan.toml"
     return Export("torchtitan", version, ["--job.config_file", fname], _launcher(job, "torchtitan.train"),
-                  {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, files, (fname, text), notes, title=job.name)
+                  knob_env("torchtitan", job, version), files, (fname, text), notes, title=job.name)
 
 
 def _launcher(job: TrainJob, module: str) -> list[str]:

@@ -125,40 +125,51 @@ def compare_schedules(
     Times are per rank slice (one number, or ``pp`` numbers); a schedule with ``v`` stages per rank
     splits a rank's time evenly over them (``vpp`` is used by interleaved and bfs, V schedules use 2).
     Peak activation is in micro-batches of a rank's slice (1F1B's rank 0 = pp). A schedule that does
-    not admit the configuration gets a row with ``error`` set instead of figures.
+    not admit the configuration gets a row with ``error`` set instead of figures. ``auto`` is searched
+    on every layout the named rows use (one stage per rank, ``vpp`` looped stages, the V) under the cap
+    ``mem_cap`` (default pp) and keeps the shortest makespan, so it is never slower than a named schedule
+    whose peak fits that cap (each is one of its seeds, timed the same way).
     """
-    from shardwise.pipeline.registry import check_counts, generate_schedule, list_schedules, schedule_info
+    from shardwise.pipeline.registry import check_counts, list_schedules, schedule_info
 
     check_counts(pp=pp, microbatches=microbatches, vpp=vpp)
     check_schedule_size(pp, max(vpp, 2), 3 * pp * max(vpp, 2) * microbatches, "schedule compare")
     rows = []
     for name in names or list_schedules():
         info = schedule_info(name)
-        v = info.vpp_rule.fixed or (vpp if info.compare_with_vpp else info.vpp_rule.default)
-        row: dict = {"schedule": info.name, "vpp": v}
-        try:
-            times = [_rank_to_stage(x, pp, v, info.placement_at(v), label)
-                     for x, label in ((f_s, "f_s"), (i_s, "i_s"), (w_s, "w_s"))]
-            kw = {}
-            if info.takes_costs:
-                kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": p2p_s,
-                      "mem_cap": mem_cap, "w_retained_fraction": w_retained_fraction}
-            sched = generate_schedule(info.name, pp, microbatches, v, **kw)
-            res = simulate(sched, *times, p2p_s=p2p_s, w_retained_fraction=w_retained_fraction)
-        except ShardwiseError as exc:
-            row["error"] = str(exc)
-            rows.append(row)
-            continue
-        row.update(
-            makespan=res.makespan,
-            stage_span=res.stage_span,
-            bubble_fraction=res.bubble_fraction,
-            bubble_ratio=res.bubble_ratio,
-            stage_bubble_ratio=res.stage_bubble_ratio,
-            peak_activation_rank_microbatches=max(res.peak_activation_rank_microbatches),
-        )
-        rows.append(row)
+        if info.takes_costs:
+            layouts = list(dict.fromkeys([(1, "loop"), (vpp, "loop"), (2, "v")]))
+        else:
+            v = info.vpp_rule.fixed or (vpp if info.compare_with_vpp else info.vpp_rule.default)
+            layouts = [(v, info.placement_at(v))]
+        tried = [_compare_row(info.name, pp, microbatches, v, placement, (f_s, i_s, w_s), p2p_s, mem_cap,
+                              w_retained_fraction, info.takes_costs) for v, placement in layouts]
+        done = [r for r in tried if "error" not in r]
+        rows.append(min(done, key=lambda r: (r["makespan"], r["stage_span"])) if done else tried[0])
     return rows
+
+
+def _compare_row(name: str, pp: int, m: int, v: int, placement: str, rank_times: tuple, p2p_s: float,
+                 mem_cap: float | None, w_retained_fraction: float, takes_costs: bool) -> dict:
+    """One row of :func:`compare_schedules`: the schedule on ``v`` stages per rank placed by ``placement``."""
+    from shardwise.pipeline.registry import generate_schedule
+
+    row: dict = {"schedule": name, "vpp": v}
+    try:
+        times = [_rank_to_stage(x, pp, v, placement, label) for x, label in zip(rank_times, ("f_s", "i_s", "w_s"))]
+        kw = {}
+        if takes_costs:
+            kw = {"f_s": times[0], "i_s": times[1], "w_s": times[2], "p2p_s": p2p_s, "mem_cap": mem_cap,
+                  "w_retained_fraction": w_retained_fraction, "placement": placement}
+        sched = generate_schedule(name, pp, m, v, **kw)
+        res = simulate(sched, *times, p2p_s=p2p_s, w_retained_fraction=w_retained_fraction)
+    except ShardwiseError as exc:
+        return row | {"error": str(exc)}
+    if takes_costs:
+        row["placement"] = placement
+    return row | {"makespan": res.makespan, "stage_span": res.stage_span, "bubble_fraction": res.bubble_fraction,
+                  "bubble_ratio": res.bubble_ratio, "stage_bubble_ratio": res.stage_bubble_ratio,
+                  "peak_activation_rank_microbatches": max(res.peak_activation_rank_microbatches)}
 
 
 def _rank_to_stage(x: float | Sequence[float], pp: int, v: int, placement: str, label: str) -> np.ndarray:

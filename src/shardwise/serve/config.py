@@ -17,11 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_SEQUENCE_TOKENS, MAX_SERVE_ENGINES
 from shardwise.serve.adapters import AdapterSpec
+from shardwise.serve.precision import Precision, PrecisionSpec
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.model import ModelSpec, load_model
-
-BYTES_PER_ELEMENT = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -42,6 +41,17 @@ def parse_block(cls: type[M], data: Any, where: str) -> M:
 #: multi-step scheduling (the V0 engine and --num-scheduler-steps are gone from vllm/engine/arg_utils.py;
 #: the 0.33.0 flag table in data/engines/vllm.json has neither).
 VLLM_V1_ONLY = (0, 11)
+#: The V1 engine is vLLM's default from this release on (VLLM_USE_V1=1 by default; vLLM 0.8.0 release notes).
+VLLM_V1_DEFAULT = (0, 8)
+#: vLLM V1 schedules step n+1 while step n runs by default from this release on (vLLM PR #27614; v0.14.0).
+VLLM_ASYNC_DEFAULT = (0, 14)
+#: SGLang's overlap scheduler (CPU scheduling of the next batch while the GPU runs this one) is on by
+#: default from this release on (SGLang v0.4 release blog, "zero-overhead batch scheduler").
+SGLANG_OVERLAP = (0, 4)
+#: The scheduler policies a job may name (docs/serving.md): vLLM's V1 engine (current), SGLang (0.4+ with
+#: its overlap scheduler and radix cache; older releases replay their prefill-first scheduler), and vLLM's
+#: V0 engine, kept to replay benchmarks of vLLM before 0.11.
+SCHEDULERS = ("vllm-v1", "sglang", "vllm-v0")
 
 
 def _release(version: str) -> tuple[str, tuple[int, ...]]:
@@ -53,32 +63,61 @@ def _release(version: str) -> tuple[str, tuple[int, ...]]:
         raise ValueError(f"version {version!r} is not ENGINE-X.Y.Z (e.g. vllm-0.6.0, sglang-0.3.0)") from None
 
 
-class EngineSpec(BaseModel):
-    """Engine knobs, named as vLLM's engine arguments. Current vLLM (V1) behaviour unless ``version``
-    names an older release to replay."""
+SPEC_METHODS = ("draft", "eagle", "eagle3", "mtp", "ngram")
+
+
+class SpeculativeSpec(BaseModel):
+    """Speculative decoding (vLLM --speculative-config, SGLang --speculative-algorithm): a cheap proposer
+    drafts `num_tokens` tokens, the model verifies them in one forward pass (:mod:`shardwise.serve.speculative`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    version: str | None = Field(default=None, description="engine release to replay (vllm-0.6.0, sglang-0.3.0); "
-                                "default: current vLLM V1")
+    method: Literal["draft", "eagle", "eagle3", "mtp", "ngram"] = Field(
+        description="draft (a small model), eagle / eagle3 (a one-layer head on the model's features), mtp (the "
+                    "model's multi-token-prediction layer, DeepSeek-V3), ngram (prompt lookup, no GPU work)")
+    num_tokens: int = Field(default=3, gt=0, le=16, description="tokens drafted per step (vLLM num_speculative_tokens, "
+                            "SGLang --speculative-num-steps)")
+    draft_model: str | dict[str, Any] | None = Field(default=None, description="method draft: the draft model (a preset, "
+                                                     "config.json path or mapping); eagle/eagle3/mtp: the head's Hugging Face "
+                                                     "repository for the export (optional)")
+
+
+class EngineSpec(BaseModel):
+    """Engine knobs, named as vLLM's engine arguments. Current vLLM (V1) behaviour unless ``scheduler``
+    names another engine or ``version`` an older release to replay."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    scheduler: Literal["vllm-v1", "sglang", "vllm-v0"] | None = Field(
+        default=None, description="scheduler policy: vllm-v1 (current vLLM), sglang (SGLang 0.4+: overlap scheduler, "
+                                  "radix cache), vllm-v0 (replay of vLLM before 0.11); default: from version, else vllm-v1")
+    version: str | None = Field(default=None, description="engine release to replay (vllm-0.6.0, vllm-0.8.5, sglang-0.3.0); "
+                                "default: the current release of the scheduler's engine")
     max_num_seqs: int = Field(default=256, gt=0, le=MAX_NUM_SEQS, description="most requests running at once")
     max_num_batched_tokens: int = Field(default=8192, gt=0, le=MAX_SEQUENCE_TOKENS, description="token budget of one iteration "
                                         "(decode tokens + prompt tokens)")
     chunked_prefill: bool = Field(default=True, description="true: mixed batches of decodes and prompt chunks "
-                                  "(vLLM V1); false: prefill-first batches (vLLM V0, SGLang; needs version)")
+                                  "(vLLM V1); false: prefill-first batches (vLLM V0, SGLang; needs version or scheduler)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="share of GPU memory the engine "
                                           "takes; the KV cache gets what weights and activations leave")
     block_size: int = Field(default=16, gt=0, le=MAX_BLOCK_SIZE, description="tokens per KV-cache block")
-    prefix_caching: bool = Field(default=False, description="reuse the KV blocks of a shared prompt prefix "
-                                 "(workload.prefix_len)")
+    prefix_caching: bool | None = Field(default=None, description="reuse cached KV blocks of earlier prompts (LRU); default: "
+                                        "on for sglang (radix cache), off otherwise")
+    async_scheduling: bool | None = Field(default=None, description="schedule the next step while the GPU runs this one "
+                                          "(vLLM --async-scheduling, SGLang's overlap scheduler); default: on for current "
+                                          "vLLM (0.14+) and SGLang (0.4+)")
     num_scheduler_steps: int = Field(default=1, gt=0, le=1024, description="vLLM v0 multi-step: decode steps per scheduling round")
     max_model_len: int | None = Field(default=None, gt=1, le=2 * MAX_SEQUENCE_TOKENS, description="cap on prompt + output tokens; longer "
                                       "requests are truncated")
+    speculative: SpeculativeSpec | None = Field(default=None, description="speculative decoding (draft model, EAGLE, MTP "
+                                                "or n-gram); the acceptance rate comes from the workload")
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
         if self.version is not None:
-            _release(self.version)
+            engine, _ = _release(self.version)
+            if self.scheduler is not None and (engine == "sglang") != (self.scheduler == "sglang"):
+                raise ValueError(f"scheduler {self.scheduler} and version {self.version} name different engines")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs}), "
@@ -88,25 +127,56 @@ class EngineSpec(BaseModel):
 
     def family(self) -> str:
         """The engine this spec replays: "vllm" (the default, current vLLM) or "sglang"."""
-        return _release(self.version)[0] if self.version else "vllm"
+        if self.version:
+            return _release(self.version)[0]
+        return "sglang" if self.scheduler == "sglang" else "vllm"
+
+    def policy(self) -> str:
+        """The scheduler policy: the named one, else vllm-v0 for vLLM before 0.8 (V1 became the default
+        then), sglang for SGLang, vllm-v1 otherwise."""
+        if self.scheduler is not None:
+            return self.scheduler
+        if self.version is None:
+            return "vllm-v1"
+        engine, number = _release(self.version)
+        if engine == "sglang":
+            return "sglang"
+        return "vllm-v0" if number < VLLM_V1_DEFAULT else "vllm-v1"
+
+    def release(self) -> tuple[int, ...]:
+        """The replayed release number ((99,) for the current one)."""
+        return _release(self.version)[1] if self.version else (99,)
 
     def async_output_processing(self) -> bool:
         """vLLM V0 from 0.6.0 on processes a step's outputs while the next step runs (PR #7049, on by
         default), so each token reaches the client one iteration after it is sampled."""
-        if not self.version:
-            return False
-        engine, number = _release(self.version)
-        return engine == "vllm" and (0, 6) <= number < VLLM_V1_ONLY
+        return self.policy() == "vllm-v0" and self.family() == "vllm" and self.release() >= (0, 6)
+
+    def overlap_scheduling(self) -> bool:
+        """The CPU work of a step overlaps the GPU's: vLLM V1's async scheduling (--async-scheduling, on by
+        default from 0.14) and SGLang's overlap scheduler (on by default from 0.4)."""
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        policy = self.policy()
+        if policy == "sglang":
+            return self.release() >= SGLANG_OVERLAP
+        return policy == "vllm-v1" and self.release() >= VLLM_ASYNC_DEFAULT
+
+    def caches_prefixes(self) -> bool:
+        """Prefix caching in force: as given, else SGLang's radix cache (on by default; 0.3 benchmarks
+        turned it off explicitly) and off for vLLM (the simulator's old default)."""
+        if self.prefix_caching is not None:
+            return self.prefix_caching
+        return self.policy() == "sglang"
 
     def check_current(self) -> None:
-        """V0-only knobs need a ``version`` that had them (current vLLM runs V1 only)."""
-        engine, number = _release(self.version) if self.version else ("vllm", (99,))
-        old_vllm = engine == "vllm" and number < VLLM_V1_ONLY
-        if not self.chunked_prefill and not (old_vllm or engine == "sglang"):
+        """V0-only knobs need a scheduler that had them (current vLLM runs V1 only)."""
+        policy = self.policy()
+        if not self.chunked_prefill and policy == "vllm-v1":
             raise ValueError("chunked_prefill: false is the prefill-first scheduler of vLLM's V0 engine (removed in "
                              "vLLM 0.11) or of SGLang; current vLLM always chunks prefills: drop it, or set "
-                             "version: vllm-0.6.0 (or sglang-0.3.0) to replay an old benchmark")
-        if self.num_scheduler_steps > 1 and not old_vllm:
+                             "version: vllm-0.6.0 (or scheduler: sglang) to replay that scheduler")
+        if self.num_scheduler_steps > 1 and policy != "vllm-v0":
             raise ValueError("num_scheduler_steps is vLLM V0's multi-step scheduling (removed with the V0 engine in "
                              "vLLM 0.11); drop it, or set version: vllm-0.6.0 to replay an old benchmark")
 
@@ -130,6 +200,12 @@ class PoolSpec(BaseModel):
     tp: int = Field(default=1, gt=0, description="tensor-parallel GPUs per replica")
     pp: int = Field(default=1, gt=0, description="pipeline stages per replica")
     replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES, description="identical replicas (data parallel)")
+    dp_attention: int = Field(default=1, gt=0, le=1024, description="MoE: data-parallel attention ranks per replica, "
+                              "each tp GPUs, whose MoE layers run expert-parallel over tp x dp_attention GPUs")
+    expert_parallel: bool = Field(default=False, description="MoE: experts spread whole over the replica's tp x "
+                                  "dp_attention GPUs with all-to-all dispatch (vLLM --enable-expert-parallel, SGLang --ep-size)")
+    expert_imbalance: float = Field(default=1.0, ge=1.0, le=100.0, description="MoE with expert_parallel: load of the "
+                                    "busiest GPU over uniform routing's (1: uniform routing's own spread)")
     engine: dict[str, Any] | None = Field(default=None, description="engine knobs of this pool, over the "
                                           "deployment's `engine`")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's "
@@ -147,6 +223,12 @@ class DeploymentSpec(BaseModel):
     tp: int = Field(default=1, gt=0, description="colocated: tensor-parallel GPUs per replica")
     pp: int = Field(default=1, gt=0, description="colocated: pipeline stages per replica")
     replicas: int = Field(default=1, gt=0, le=MAX_SERVE_ENGINES, description="colocated: identical replicas behind the router")
+    dp_attention: int = Field(default=1, gt=0, le=1024, description="colocated MoE: data-parallel attention ranks per "
+                              "replica, each tp GPUs, whose MoE layers run expert-parallel over tp x dp_attention GPUs")
+    expert_parallel: bool = Field(default=False, description="colocated MoE: experts spread whole over the replica's "
+                                  "tp x dp_attention GPUs with all-to-all dispatch (vLLM --enable-expert-parallel, SGLang --ep-size)")
+    expert_imbalance: float = Field(default=1.0, ge=1.0, le=100.0, description="colocated MoE with expert_parallel: "
+                                    "load of the busiest GPU over uniform routing's (1: uniform routing's own spread)")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="colocated: $ per GPU-hour; "
                                                  "default: the GPU's list price")
     engine: dict[str, Any] | None = Field(default=None, description="engine knobs shared by every pool")
@@ -202,7 +284,9 @@ class ServeJobSpec(BaseModel):
 
     model: str | dict[str, Any] = Field(description="a preset name, a path to a Hugging Face config.json, or "
                                         "the architecture as a mapping")
-    precision: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="weights and KV cache")
+    precision: Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"] | PrecisionSpec = Field(
+        default="bf16", description="weights and KV cache: bf16, fp16, fp8 (FP8 weights and KV cache), int8 / int4 "
+                                    "(weight-only), fp4 (NVFP4), or {weights, kv_cache}")
     deployment: DeploymentSpec = Field(description="colocated replicas, a prefill/decode split, or pools")
     workload: WorkloadSpec = Field(description="arrivals and lengths of the requests")
     slo: SLOSpec | None = Field(default=None, description="latency targets (goodput and attainment)")
@@ -221,16 +305,12 @@ class ServeJob:
     """A parsed job: the model resolved; deployment, workload and SLO as validated specs."""
 
     model: ModelSpec
-    precision: str
+    precision: Precision
     deployment: DeploymentSpec
     workload: WorkloadSpec
     slo: SLOSpec | None
     name: str = "serve"
     base_dir: Path | None = None
-
-    @property
-    def bytes_per_element(self) -> float:
-        return BYTES_PER_ELEMENT[self.precision]
 
 
 def engine_spec(*layers: dict[str, Any] | None, where: str = "deployment.engine") -> EngineSpec:
@@ -263,7 +343,7 @@ def parse_serve_job(data: Any, base_dir: Path | None = None, where: str = "job")
     for name, pool in (("prefill", dep.prefill), ("decode", dep.decode)):
         if pool is not None:
             engine_spec(dep.engine, pool.engine, where=f"deployment.{name}.engine")
-    return ServeJob(model, spec.precision, dep, spec.workload, spec.slo, spec.name or model.name, base_dir)
+    return ServeJob(model, Precision.parse(spec.precision), dep, spec.workload, spec.slo, spec.name or model.name, base_dir)
 
 
 def load_serve_job(path: str | Path) -> ServeJob:

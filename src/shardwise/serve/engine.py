@@ -6,8 +6,9 @@ of a batch with prompt work, are classes in ``serve/policies.py``):
 - intake: requests are submitted in arrival order and join the queue when the clock reaches them;
 - the KV block manager: blocks of ``block_size`` tokens; a request that cannot get a block preempts the
   most recently admitted running request, which frees its blocks and later recomputes prompt +
-  generated tokens (vLLM's preemption by recompute). Prefix caching pins one shared prefix per group
-  after its first prefill; later requests of the group skip its full blocks;
+  generated tokens (vLLM's preemption by recompute). With prefix caching, full blocks stay cached after
+  use and a prompt skips its longest cached prefix; unused cached blocks count as free and are evicted
+  least recently used first (:mod:`shardwise.serve.prefix_cache`);
 - the decoders and the decode-only stretch: between events (an arrival that can be admitted, a request
   finishing, KV running out) decode steps are advanced in closed form: with B sequences and context
   sum S a step takes A(B) + C*S and S grows by B per step, so n steps take n*A' + C*B*n(n-1)/2.
@@ -32,8 +33,9 @@ import numpy as np
 
 from shardwise.serve.adapters import AdapterCache
 from shardwise.serve.config import EngineSpec
+from shardwise.serve.prefix_cache import PrefixCache
 from shardwise.serve.state import DECODE, DONE, PREFILL, WAITING, ITLRecord, RequestTable
-from shardwise.serve.timing import StepTimer, prefill_pairs
+from shardwise.serve.timing import StepTimer
 
 #: A scheduled prompt chunk: (request id, tokens already in the KV cache, tokens in this chunk).
 Chunk = tuple[int, int, int]
@@ -53,6 +55,7 @@ class Engine:
         self.timer, self.spec, self.table = timer, spec, table
         self.prefill_only = prefill_only  # a disaggregated prefill pool: requests leave after the first token
         self.block_size = spec.block_size
+        self.prefix_caching = spec.caches_prefixes()
         self.num_blocks = num_blocks
         self.free = num_blocks  # free KV blocks
         self.watermark = self._watermark_blocks(num_blocks)
@@ -78,7 +81,8 @@ class Engine:
         self.context_offset = 0  # sum of (kv tokens - decode_steps) at decode start: context sum = this + num_decoding * decode_steps
         self.new_block_due = [0] * self.block_size  # decoders needing a new block when decode_steps % block_size == index
         self.finish_heap: list[tuple[int, int, int]] = []  # (decode step of the last token, version, id)
-        self.prefix_cached: set[int] = set()
+        self.cache = (PrefixCache(self.block_size, table.requests.prefix_len, table.group, table.session)
+                      if self.prefix_caching else None)
         # ITL: decoders that all emitted at `synced_emit_s`, and those that emitted at another time
         self.synced_emit_s = 0.0
         self.synced_count = 0
@@ -166,12 +170,25 @@ class Engine:
 
     def _prefix_hit(self, rid: int) -> int:
         """Tokens of `rid`'s prompt served from the prefix cache (whole blocks, at least one token left to compute)."""
-        table = self.table
-        prefix_len = table.requests.prefix_len
-        if not self.spec.prefix_caching or prefix_len < self.block_size or table.group[rid] not in self.prefix_cached:
+        if self.cache is None:
             return 0
-        full = (prefix_len // self.block_size) * self.block_size
-        return min(full, ((self._tokens_to_prefill(rid) - 1) // self.block_size) * self.block_size)
+        return self.cache.longest(rid, (self._tokens_to_prefill(rid) - 1) // self.block_size) * self.block_size
+
+    def _take(self, blocks: int) -> None:
+        """Allocate `blocks` free blocks, evicting the least recently used cached ones they reuse."""
+        self.free -= blocks
+        if self.cache is not None and len(self.cache.lru) > self.free:
+            self.cache.evict(len(self.cache.lru) - max(self.free, 0))
+
+    def _release_cached(self, rid: int, replies_to: int = 0) -> None:
+        """`rid` stops using its cached blocks (a finished request caches its reply's full blocks, up to
+        `replies_to` tokens); those nobody uses become free."""
+        if self.cache is None:
+            return
+        used = self.table.prefix_hit[rid] // self.block_size
+        replies = (used, replies_to // self.block_size) if replies_to else None
+        freed, _ = self.cache.release(rid, used, replies)
+        self.free += freed
 
     def _is_prefilled(self, rid: int) -> bool:
         """Arrived with its KV from a prefill pool (disaggregated decode), not yet decoding."""
@@ -200,7 +217,7 @@ class Engine:
             if need > self.free or self.adapters is not None and self._next_waiting() != rid:
                 return
             self._take_waiting(rid)
-            self.free -= need - 1
+            self._take(need - 1)
             self._join(rid)
             self._start_decode(rid, kv_tokens, float(table.first_s[rid]))
 
@@ -221,7 +238,11 @@ class Engine:
             if need + self.watermark > self.free:
                 break
             self._take_waiting(rid)
-            self.free -= need
+            if self.cache is not None:
+                self.free -= self.cache.take(rid, hit // self.block_size)
+                self.cache.query_tokens += table.target[rid]
+                self.cache.hit_tokens += hit
+            self._take(need)
             table.prefix_hit[rid], table.computed[rid] = hit, hit
             table.phase[rid] = PREFILL
             self._join(rid)
@@ -240,6 +261,8 @@ class Engine:
         else:
             self.prefilling.remove(rid)
             self.free += self._blocks(table.computed[rid] - table.prefix_hit[rid])
+        self._release_cached(rid)
+        table.prefix_hit[rid] = 0
         table.phase[rid] = WAITING
         table.computed[rid] = 0
         table.preemptions[rid] += 1
@@ -375,7 +398,9 @@ class Engine:
             _, version, rid = heapq.heappop(heap)
             if version != table.version[rid] or table.phase[rid] != DECODE:
                 continue  # preempted since it was pushed
+            kv_tokens = table.kv_at_decode_start[rid] + self.decode_steps - table.step_at_decode_start[rid]
             self.free += self._stop_decode(rid)
+            self._release_cached(rid, kv_tokens)
             table.last_emit[rid] = self.now_s
             self._done(rid)
 
@@ -456,7 +481,7 @@ class Engine:
                 total_s += load_s
         if k > 1:
             gaps_s = gaps_s.reshape(-1, k).sum(axis=1)  # tokens stream once per round
-        self.free -= self._blocks_for_steps(steps)
+        self._take(self._blocks_for_steps(steps))
         end_s = self.now_s + total_s
         self._emit_decoders(end_s, gaps_s)
         self.now_s = end_s
@@ -473,10 +498,11 @@ class Engine:
         """A prompt (or a recompute) finished: it samples one token now."""
         table = self.table
         self.prefilling.remove(rid)
-        prefix_len = table.requests.prefix_len
-        if self.spec.prefix_caching and prefix_len >= self.block_size and table.group[rid] not in self.prefix_cached:
-            self.prefix_cached.add(table.group[rid])  # its prefix blocks now belong to the cache
-            table.prefix_hit[rid] = (prefix_len // self.block_size) * self.block_size
+        if self.cache is not None:  # its computed full blocks join the cache
+            first, full = table.prefix_hit[rid] // self.block_size, table.computed[rid] // self.block_size
+            duplicates, reused = self.cache.insert(rid, first, full)
+            self.free += duplicates - reused
+            table.prefix_hit[rid] = full * self.block_size
         if table.generated[rid] == 0:
             if self.async_output:
                 self.lag_of[rid] = self.output_lag_s
@@ -486,6 +512,7 @@ class Engine:
         table.generated[rid] += 1
         if self.prefill_only or table.generated[rid] >= table.output[rid]:
             self.free += self._blocks(table.computed[rid] - table.prefix_hit[rid])
+            self._release_cached(rid, table.computed[rid])
             table.last_emit[rid] = self.now_s
             self._done(rid)
         else:
@@ -496,9 +523,9 @@ class Engine:
         table = self.table
         tokens = decoders + sum(c for _, _, c in chunks)
         completed = [rid for rid, before, c in chunks if before + c >= table.target[rid]]
-        pairs = sum(prefill_pairs(before, c) for _, before, c in chunks)
+        pairs = sum(self.timer.prefill_pairs(before, c) for _, before, c in chunks)
         context = self._context_sum_next_step() if decoders else 0.0
-        dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs)
+        dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
         if self.adapters is not None:
             used = {table.adapter[rid] for rid, _, _ in chunks}
             if decoders:
@@ -509,7 +536,7 @@ class Engine:
             self.adapter_distinct_sum += len(used)
         end_s = self.now_s + dt
         if decoders:
-            self.free -= self.new_block_due[self.decode_steps % self.block_size]
+            self._take(self.new_block_due[self.decode_steps % self.block_size])
             self._emit_decoders(end_s)
             self.decode_steps += 1
         self.now_s = end_s

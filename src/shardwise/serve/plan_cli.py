@@ -8,8 +8,9 @@ from typing import Any
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PLAN_REQUESTS
-from shardwise.serve.config import SLOSpec, parse_block, parse_serve_job
+from shardwise.serve.config import SLOSpec, SpeculativeSpec, parse_block, parse_serve_job
 from shardwise.serve.planner import PlanRequest, PlanResult
+from shardwise.serve.precision import Precision
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.hardware import get_gpu
@@ -54,17 +55,31 @@ def _workload_file(path: Path) -> WorkloadSpec:
 
 def plan_request(job: Path | None, model: str | None, rate: float | None, ttft: float | None, tpot: float | None,
                  attainment: float | None, gpu_mix: str, workload: Path | None, precision: str | None,
-                 num_requests: int | None) -> PlanRequest:
+                 num_requests: int | None, speculative: str | None = None) -> PlanRequest:
     """Read the job file and the workload file (if any), then merge them with the options."""
     doc = read_document(job) if job is not None else None
     base = job.resolve().parent if job is not None else None
     wl = _workload_file(workload) if workload else None
-    return merge_plan_request(doc, base, str(job), model, rate, ttft, tpot, attainment, gpu_mix, wl, precision, num_requests)
+    return merge_plan_request(doc, base, str(job), model, rate, ttft, tpot, attainment, gpu_mix, wl, precision, num_requests,
+                              speculative)
+
+
+def parse_speculative(text: str) -> SpeculativeSpec:
+    """'eagle3', 'ngram:4' or 'draft:4:llama-3.2-1b' -> method, drafted tokens, draft model."""
+    method, _, rest = text.strip().partition(":")
+    count, _, draft = rest.partition(":")
+    data: dict[str, Any] = {"method": method}
+    if count:
+        data["num_tokens"] = count
+    if draft:
+        data["draft_model"] = draft
+    return parse_block(SpeculativeSpec, data, "--speculative")
 
 
 def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dict | ModelSpec | None, rate: float | None,
                        ttft: float | None, tpot: float | None, attainment: float | None, gpu_mix: str,
-                       workload: WorkloadSpec | None, precision: str | None, num_requests: int | None) -> PlanRequest:
+                       workload: WorkloadSpec | None, precision: str | None, num_requests: int | None,
+                       speculative: str | None = None) -> PlanRequest:
     """The parsed job document (model, precision, workload, slo, and the deployment's adapters; the rest of
     its deployment is ignored) merged with the options, which win: what the CLI and the web API both plan.
     `gpu_mix`: 'h100:8,a100-80gb:16'."""
@@ -74,8 +89,10 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
             raise ShardwiseError(f"{display_path(where)}: a serve job must be a mapping")
         doc = {"deployment": {"gpu": "h100"}, **doc}
         parsed = parse_serve_job(doc, base_dir=base, where=where)
+        shared = (parsed.deployment.engine or {}).get("speculative")
         data = {"model": parsed.model, "precision": parsed.precision, "workload": parsed.workload, "slo": parsed.slo,
-                "adapters": parsed.deployment.adapters}
+                "adapters": parsed.deployment.adapters,
+                "speculative": parse_block(SpeculativeSpec, shared, "deployment.engine.speculative") if shared else None}
     m = load_model(model) if model else data.get("model")
     if m is None:
         raise ShardwiseError("serve plan needs --model (or a job file naming the model)")
@@ -92,9 +109,10 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
     if fields["ttft_ms"] is None and fields["tpot_ms"] is None:
         raise ShardwiseError("serve plan needs an SLO: --slo-ttft-ms and/or --slo-tpot-ms (or slo: in the job file)")
     slo_spec = parse_block(SLOSpec, {k: v for k, v in fields.items() if v is not None}, "slo")
-    prec = precision or data.get("precision") or "bf16"
-    if prec not in ("bf16", "fp16", "fp8"):
-        raise ShardwiseError(f"--precision must be bf16, fp16 or fp8, got {shorten(prec)}")
+    try:
+        prec = Precision.parse(precision) if precision else data.get("precision") or Precision()
+    except ValueError as exc:
+        raise ShardwiseError(f"--precision: {exc}") from None
     n = 600 if num_requests is None else num_requests
     if n < 50:
         raise ShardwiseError(f"--num-requests must be at least 50 for stable percentiles, got {n}")
@@ -106,7 +124,11 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
     adapters = data.get("adapters")
     if adapters is not None and model:
         adapters.packed_targets(m)  # --model overrides the job's model: it must have the adapted layers too
-    return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base, adapters)
+    spec = parse_speculative(speculative) if speculative else data.get("speculative")
+    if spec is not None and wl.acceptance_for(spec.method) is None:
+        raise ShardwiseError(f"speculative decoding ({spec.method}) needs the workload's acceptance_rate for it: add "
+                             f"workload.acceptance_rate: {{{spec.method}: 0.7}} (your data's measured rate)")
+    return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base, adapters, (spec,) if spec else ())
 
 
 def print_plan(result: PlanResult) -> None:
@@ -118,7 +140,7 @@ def print_plan(result: PlanResult) -> None:
     r = result.request
     console = make_console()
     slo = ", ".join(f"{k} {v:g}" for k, v in r.slo.model_dump().items() if v is not None and k != "attainment")
-    console.print(f"[bold]{r.model.name}[/bold] ({r.precision}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
+    console.print(f"[bold]{r.model.name}[/bold] ({r.precision.label}) at {r.rate:g} req/s, SLO {slo} for {r.slo.attainment:.0%} of requests; "
                   f"GPUs available: {', '.join(f'{n}x {g}' for g, n in r.gpus.items())}")
     if r.adapters is not None:
         a = r.adapters
@@ -154,3 +176,31 @@ def print_plan(result: PlanResult) -> None:
     if result.mix_note:
         console.print(escape(f"GPU mix: {result.mix_note}"))
     console.print(f"searched {len(result.options)} instance configs with {result.simulations} simulations in {result.seconds:.1f} s")
+
+
+def gpu_mix_text(gpu: list[str] | None, gpus: str | None, gpu_mix: str | None) -> tuple[str, str | None]:
+    """The GPU mix `serve plan` (CLI and web API alike) may use, from ``--gpu TYPE[,TYPE] --gpus N`` (N of each type) or
+    ``--gpu-mix TYPE:N,TYPE:N``; returns (mix text, deprecation note or None). ``--gpus TYPE:N,...``, the
+    old spelling of ``--gpu-mix``, still works with a note."""
+    from shardwise.train.plan_inputs import split_list
+
+    types = split_list(gpu)
+    if gpus is not None and any(c.isalpha() for c in gpus):
+        if types or gpu_mix:
+            raise ShardwiseError(f"--gpus takes a number of GPUs, got {gpus!r}; write --gpu TYPE --gpus N or --gpu-mix TYPE:N,...")
+        return gpus, f"--gpus {gpus} is the old spelling of --gpu-mix {gpus}; it will be removed"
+    if gpu_mix is not None:
+        if types or gpus is not None:
+            raise ShardwiseError("give either --gpu-mix TYPE:N,... or --gpu TYPE --gpus N, not both")
+        return gpu_mix, None
+    if gpus is not None and not types:
+        raise ShardwiseError(f"--gpus {gpus} needs --gpu TYPE (or use --gpu-mix TYPE:N,...)")
+    if not types:
+        return DEFAULT_GPU_MIX, None
+    try:
+        count = int(gpus) if gpus is not None else DEFAULT_GPUS_PER_TYPE
+    except ValueError:
+        raise ShardwiseError(f"--gpus takes a number of GPUs, got {gpus!r}") from None
+    if count <= 0:
+        raise ShardwiseError(f"--gpus must be positive, got {count}")
+    return ",".join(f"{t}:{count}" for t in types), None

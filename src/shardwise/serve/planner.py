@@ -2,6 +2,9 @@
 
 Search (DistServe Sec. 4's shape, extended with cost and GPU types): for every allowed GPU type x TP x
 PP x engine variant, find one instance's capacity under the SLOs (:mod:`shardwise.serve.capacity`);
+MoE models also try expert-parallel replicas, with TP attention over one node and with data-parallel
+attention over one or two nodes (SGLang's and vLLM's wide-EP layouts); a job that names a speculative
+decoder is tried with and without it;
 colocated candidates replicate a replica config to the rate; disaggregated candidates pair a prefill
 config (judged on TTFT) with a decode config (judged on TPOT), possibly on different GPU types, and
 size each pool (the P:D ratio); a GPU mix assigns length classes to types with Mélange's integer
@@ -22,11 +25,20 @@ import numpy as np
 from shardwise.errors import ShardwiseError
 from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.capacity import CapacityResult, capacity, saturated
-from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, ServeJob, SLOSpec, parse_block
+from shardwise.serve.config import (
+    DeploymentSpec,
+    EngineSpec,
+    LengthClass,
+    ServeJob,
+    SLOSpec,
+    SpeculativeSpec,
+    parse_block,
+)
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
 from shardwise.serve.metrics import compute_metrics, per_request
 from shardwise.serve.mix import allocate
+from shardwise.serve.precision import Precision
 from shardwise.serve.simulate import simulate
 from shardwise.serve.workload import Requests, WorkloadSpec, build_requests
 from shardwise.specs.hardware import get_gpu
@@ -41,6 +53,7 @@ ENGINE_VARIANTS = (
     {"chunked_prefill": True, "max_num_batched_tokens": 8192},
 )
 VERIFY_TOP = 8
+EP_NODES = (1, 2)  # expert-parallel replicas of one or two nodes (MoE)
 # A progress report: what the search is doing and the fraction done (0..1).
 Progress = Callable[[str, float], None]
 
@@ -48,7 +61,7 @@ Progress = Callable[[str, float], None]
 @dataclass(frozen=True)
 class PlanRequest:
     model: ModelSpec
-    precision: str
+    precision: Precision
     rate: float
     slo: SLOSpec
     gpus: dict[str, int]  # catalog name -> GPUs available
@@ -56,6 +69,7 @@ class PlanRequest:
     num_requests: int = 600
     base_dir: Any = None
     adapters: AdapterSpec | None = None  # LoRA adapters every candidate serves
+    speculative: tuple[SpeculativeSpec, ...] = ()  # speculative decoders the search may turn on
 
     def deployment_block(self, cand: Candidate) -> dict[str, Any]:
         """The `deployment:` block that runs `cand`, with the adapters it serves."""
@@ -63,10 +77,6 @@ class PlanRequest:
         if self.adapters is not None:
             block["adapters"] = self.adapters.model_dump(exclude_none=True)
         return block
-
-    @property
-    def bytes_per_element(self) -> float:
-        return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}[self.precision]
 
 
 @dataclass
@@ -79,12 +89,15 @@ class Option:
 
     @property
     def usd_per_hour(self) -> float:
-        return self.pool.tp * self.pool.pp * self.pool.price_usd_per_gpu_hour
+        return self.pool.replica_gpus * self.pool.price_usd_per_gpu_hour
 
     def label(self) -> str:
-        e = self.pool.engine
+        p, e = self.pool, self.pool.engine
         knob = f"chunked {e.max_num_batched_tokens}" if e.chunked_prefill else "prefill-first"
-        return f"{self.pool.gpu.name} tp{self.pool.tp}" + (f" pp{self.pool.pp}" if self.pool.pp > 1 else "") + f" ({knob})"
+        if e.speculative is not None:
+            knob += f", {e.speculative.method} x{e.speculative.num_tokens}"
+        layout = f"{p.gpu.name} tp{p.tp}" + (f" pp{p.pp}" if p.pp > 1 else "") + (f" dp{p.dp}" if p.dp > 1 else "")
+        return layout + (f" ep{p.tp * p.dp}" if p.expert_parallel else "") + f" ({knob})"
 
 
 @dataclass
@@ -104,7 +117,7 @@ class Candidate:
     def gpus_by_type(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for o, n in self.parts:
-            out[o.pool.gpu.name] = out.get(o.pool.gpu.name, 0) + n * o.pool.tp * o.pool.pp
+            out[o.pool.gpu.name] = out.get(o.pool.gpu.name, 0) + n * o.pool.replica_gpus
         return out
 
     def describe(self) -> str:
@@ -118,9 +131,17 @@ class Candidate:
     def deployment(self) -> dict[str, Any]:
         """The `deployment:` block of a job file that runs this candidate."""
         def pool(o: Option, n: int) -> dict[str, Any]:
-            e = o.pool.engine
-            return {"gpu": o.pool.gpu.name, "tp": o.pool.tp, "pp": o.pool.pp, "replicas": n,
-                    "engine": {"chunked_prefill": e.chunked_prefill, "max_num_batched_tokens": e.max_num_batched_tokens, "max_num_seqs": e.max_num_seqs}}
+            p, e = o.pool, o.pool.engine
+            engine: dict[str, Any] = {"chunked_prefill": e.chunked_prefill, "max_num_batched_tokens": e.max_num_batched_tokens,
+                                      "max_num_seqs": e.max_num_seqs}
+            if e.speculative is not None:
+                engine["speculative"] = e.speculative.model_dump(exclude_none=True)
+            block: dict[str, Any] = {"gpu": p.gpu.name, "tp": p.tp, "pp": p.pp, "replicas": n}
+            if p.dp > 1:
+                block["dp_attention"] = p.dp
+            if p.expert_parallel:
+                block["expert_parallel"] = True
+            return {**block, "engine": engine}
         if self.kind == "colocated":
             (o, n), = self.parts
             return pool(o, n)
@@ -165,7 +186,7 @@ class PlanResult:
             return out
         r = self.request
         return {
-            "model": r.model.name, "precision": r.precision, "rate": r.rate, "slo": r.slo.model_dump(), "gpus_available": r.gpus,
+            "model": r.model.name, "precision": r.precision.to_job(), "rate": r.rate, "slo": r.slo.model_dump(), "gpus_available": r.gpus,
             "feasible": self.chosen is not None,
             "chosen": cand(self.chosen) if self.chosen else None,
             "runners_up": [cand(c) for c in self.runners_up],
@@ -200,11 +221,13 @@ class Planner:
         if self.progress is not None:
             self.progress(message, fraction)
 
-    def _pool(self, gpu: str, tp: int, pp: int, engine: dict[str, Any]) -> Pool | None:
+    def _pool(self, gpu: str, tp: int, pp: int, engine: dict[str, Any], dp: int = 1, ep: bool = False) -> Pool | None:
         r = self.req
+        spec = engine.get("speculative")
         try:
-            pool = make_pool("plan", r.model, r.precision, r.bytes_per_element, gpu, tp, pp, 1, EngineSpec(**engine), self.c,
-                             adapters=r.adapters, adapter_seed=r.workload.seed)
+            pool = make_pool("plan", r.model, r.precision, gpu, tp, pp, 1, EngineSpec(**engine), self.c,
+                             adapters=r.adapters, adapter_seed=r.workload.seed, dp=dp, expert_parallel=ep,
+                             acceptance_rate=r.workload.acceptance_for(spec.method) if spec is not None else None)
             pool.check_requests(self.unit.input_len, self.unit.output_len)
         except ShardwiseError:
             return None
@@ -220,7 +243,9 @@ class Planner:
             self.options.append(opt)
         return opt
 
-    def _layouts(self, gpu: str) -> list[tuple[int, int]]:
+    def _layouts(self, gpu: str) -> list[tuple[int, int, int, bool]]:
+        """(tp, pp, dp, expert_parallel) layouts that fit: per TP, the smallest PP; for MoE models also
+        expert-parallel replicas of one or two nodes, TP attention (dp 1) or data-parallel attention (tp 1)."""
         g, m = get_gpu(gpu), self.req.model
         avail = self.req.gpus[gpu]
         out = []
@@ -231,9 +256,22 @@ class Planner:
                 if tp * pp > avail:
                     break
                 if self._pool(gpu, tp, pp, ENGINE_VARIANTS[1]) is not None:
-                    out.append((tp, pp))
+                    out.append((tp, pp, 1, False))
                     break  # the smallest pp that fits: more stages only add latency here
+        if m.is_moe:
+            for nodes in EP_NODES:
+                group = nodes * g.gpus_per_node
+                if group > avail or m.experts % group:
+                    continue
+                for tp, dp in ((g.gpus_per_node, nodes), (1, group)):
+                    if m.heads % tp == 0 and self._pool(gpu, tp, 1, ENGINE_VARIANTS[1], dp, True) is not None:
+                        out.append((tp, 1, dp, True))
         return out
+
+    def _variants(self) -> list[dict[str, Any]]:
+        """Engine variants: the token budgets, then the large one with each speculative decoder of the request."""
+        extra = [{**ENGINE_VARIANTS[1], "speculative": s} for s in self.req.speculative]
+        return [*ENGINE_VARIANTS, *extra]
 
     def search(self, disaggregation: bool = True, mix: bool = True) -> PlanResult:
         t0 = time.perf_counter()
@@ -242,12 +280,13 @@ class Planner:
         prefill_opts: list[Option] = []
         decode_opts: list[Option] = []
         layouts = {gpu: self._layouts(gpu) for gpu in self.req.gpus}
-        self.to_size = max(1, sum(len(ENGINE_VARIANTS) + (2 if disaggregation and pp == 1 else 0)
-                                  for found in layouts.values() for _, pp in found))
+        variants = self._variants()
+        self.to_size = max(1, sum(len(variants) + (2 if disaggregation and pp == 1 else 0)
+                                  for found in layouts.values() for _, pp, _, _ in found))
         for gpu, found in layouts.items():
-            for tp, pp in found:
-                for variant in ENGINE_VARIANTS:
-                    pool = self._pool(gpu, tp, pp, variant)
+            for tp, pp, dp, ep in found:
+                for variant in variants:
+                    pool = self._pool(gpu, tp, pp, variant, dp, ep)
                     if pool is None:
                         continue
                     opt = self._option("colocated", pool)
@@ -257,7 +296,7 @@ class Planner:
                         if cur is None or opt.usd_per_hour / opt.cap.rate < cur.usd_per_hour / cur.cap.rate:
                             best_by_type[gpu] = opt
                 if disaggregation and pp == 1:
-                    pool = self._pool(gpu, tp, 1, ENGINE_VARIANTS[1])
+                    pool = self._pool(gpu, tp, 1, ENGINE_VARIANTS[1], dp, ep)
                     if pool is not None:
                         prefill_opts.append(self._option("prefill", pool))
                         decode_opts.append(self._option("decode", pool))
@@ -340,7 +379,8 @@ class Planner:
         verified.sort(key=lambda c: c.usd_per_hour)
         seen, distinct = set(), []
         for c in verified:  # one row per layout: engine variants of the same layout rarely differ in cost
-            key = (c.kind, tuple((o.phase, o.pool.gpu.name, o.pool.tp, o.pool.pp, n) for o, n in c.parts))
+            key = (c.kind, tuple((o.phase, o.pool.gpu.name, o.pool.tp, o.pool.pp, o.pool.dp, o.pool.expert_parallel,
+                                  o.pool.engine.speculative is not None, n) for o, n in c.parts))
             if key not in seen:
                 seen.add(key)
                 distinct.append(c)
@@ -370,7 +410,7 @@ class Planner:
             for g, opt in best.items():
                 caps[g].append(self._option("colocated", opt.pool, sub).cap.rate)
         cost = {g: o.usd_per_hour for g, o in best.items()}
-        avail = {g: self.req.gpus[g] // (o.pool.tp * o.pool.pp) for g, o in best.items()}
+        avail = {g: self.req.gpus[g] // o.pool.replica_gpus for g, o in best.items()}
         alloc = allocate(rates, caps, cost, avail)
         if not alloc.feasible:
             return None, "no GPU mix meets the SLOs within the available GPUs"

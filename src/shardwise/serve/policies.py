@@ -59,7 +59,7 @@ class MixedBatches(Engine):
             chunk = min(table.target[rid] - before, budget, room)
             if chunk <= 0:
                 continue
-            self.free -= self._blocks(before + chunk - table.prefix_hit[rid]) - owned
+            self._take(self._blocks(before + chunk - table.prefix_hit[rid]) - owned)
             chunks.append((rid, before, chunk))
             budget -= chunk
         if not preempted:
@@ -95,8 +95,51 @@ class PrefillFirst(Engine):
         self._run_iteration(chunks, 0)
 
 
+@register
+class ChunkedPrefillFirst(Engine):
+    """SGLang 0.4+ (python/sglang/srt/managers/scheduler.py, ``scheduler: sglang`` with ``chunked_prefill``):
+    an iteration with prompt work runs prompt chunks alone, up to ``max_num_batched_tokens``
+    (--chunked-prefill-size) tokens, the unfinished prompt first, then new prompts FCFS while KV blocks
+    last; decodes run when no prompt work is left (SGLang runs a prefill batch whenever one can be formed;
+    mixed batches need --enable-mixed-chunk, which the ``mixed`` policy models)."""
+
+    name = "chunked-prefill-first"
+
+    def _first_chunk_tokens(self, tokens_to_prefill: int) -> int:
+        return min(tokens_to_prefill, self.spec.max_num_batched_tokens)
+
+    def _has_prompt_work(self) -> bool:
+        return bool(self.prefilling) or self._head_fits()
+
+    def _prompt_iteration(self) -> None:
+        budget, table, chunks = self.spec.max_num_batched_tokens, self.table, []
+        for rid in list(self.prefilling):
+            before = table.computed[rid]
+            owned = self._blocks(before - table.prefix_hit[rid])
+            room = (owned + self.free) * self.block_size + table.prefix_hit[rid] - before
+            chunk = min(table.target[rid] - before, budget, room)
+            if chunk <= 0:
+                continue
+            self._take(self._blocks(before + chunk - table.prefix_hit[rid]) - owned)
+            chunks.append((rid, before, chunk))
+            budget -= chunk
+        if budget > 0 and not self.hold_admission:
+            admitted, _ = self._admit_waiting(budget, whole=False)
+            chunks += admitted
+        if not chunks:
+            if self.num_decoding:
+                self._decode_stretch(self.now_s)  # no room for prompt work: let the decoders free blocks
+            else:
+                self._preempt_one()
+            return
+        self._run_iteration(chunks, 0)
+
+
 def policy_name(spec: EngineSpec) -> str:
-    """The policy an engine block selects: ``chunked_prefill`` true -> mixed, false -> prefill-first."""
+    """The policy an engine block selects: vLLM (V1 or V0) with ``chunked_prefill`` true -> mixed, false ->
+    prefill-first; SGLang -> chunked-prefill-first, or prefill-first without chunking (SGLang 0.3)."""
+    if spec.policy() == "sglang":
+        return ChunkedPrefillFirst.name if spec.chunked_prefill else PrefillFirst.name
     return MixedBatches.name if spec.chunked_prefill else PrefillFirst.name
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from rich.table import Table
 
 from shardwise.console import make_console
 from shardwise.serve.config import ServeJob
-from shardwise.serve.metrics import compute_metrics
+from shardwise.serve.metrics import compute_metrics, per_request
 from shardwise.serve.simulate import SimResult, simulate
 
 
@@ -17,6 +18,12 @@ def simulation_report(job: ServeJob, tables: list | None = None) -> tuple[SimRes
     `tables` receives the simulation's request tables (a progress bar reads them)."""
     result = simulate(job, tables=tables)
     metrics = compute_metrics(result, job.slo)
+    cache = metrics.get("prefix_cache")
+    if cache and cache["hit_tokens"]:  # what the cache saves: the same run without it
+        without = per_request(simulate(job, result.requests, prefix_caching=False))["ttft_s"]
+        saved = without - per_request(result)["ttft_s"]
+        cache["ttft_saved_ms"] = {"mean": float(np.nanmean(saved) * 1e3), "median": float(np.nanmedian(saved) * 1e3),
+                                  "ttft_mean_without_ms": float(np.nanmean(without) * 1e3)}
     role = result.kind == "disaggregated"
     metrics["deployment"] = [(p.name.rsplit(".", 1)[-1] + ": " if role else "") + p.describe() for p in result.pools]
     return result, metrics
@@ -57,6 +64,11 @@ def metrics_tables(title: str, m: dict[str, Any]) -> list[Table]:
         rows.insert(2, ("lengths (input / output)", f"{m['lengths']['input']} / {m['lengths']['output']}"))
     if "kv_transfer_ms_mean" in m:
         rows.append(("mean KV transfer (ms)", _fmt(m["kv_transfer_ms_mean"], 2)))
+    if "prefix_cache" in m:
+        pc = m["prefix_cache"]
+        rows.append(("prefix cache hit rate", f"{pc['hit_rate']:.1%} of {pc['prompt_tokens']:,} prompt tokens"))
+        if "ttft_saved_ms" in pc:
+            rows.append(("TTFT saved by the cache (mean / median ms)", f"{_fmt(pc['ttft_saved_ms']['mean'])} / {_fmt(pc['ttft_saved_ms']['median'])}"))
     if "adapters" in m:
         a = m["adapters"]
         rows += [("LoRA adapters (rank)", f"{a['count']:,} (r{a['rank']}), {a['popularity']}"),

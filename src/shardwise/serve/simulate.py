@@ -17,7 +17,7 @@ import numpy as np
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_SERVE_ENGINES
 from shardwise.serve.adapters import AdapterCache
-from shardwise.serve.config import ServeJob, engine_spec
+from shardwise.serve.config import DeploymentSpec, EngineSpec, LengthClass, PoolSpec, ServeJob, engine_spec
 from shardwise.serve.constants import ServingConstants, serving_constants
 from shardwise.serve.deploy import Pool, make_pool
 from shardwise.serve.engine import Engine
@@ -60,7 +60,7 @@ def run_pool(pool: Pool, table: RequestTable, ids: np.ndarray, router: str = "ro
     cost = pool.adapters
     if cost is not None and table.adapter is None:
         table.adapter = cost.spec.draw(table.n, pool.adapter_seed).tolist()
-    engines = [make_engine(pool.timer, pool.engine, pool.blocks_per_engine, table, prefill_only,
+    engines = [make_engine(pool.timer, pool.sim_engine, pool.blocks_per_engine, table, prefill_only,
                            AdapterCache(cost) if cost is not None else None) for _ in range(pool.engines)]
     if router == "round_robin" or len(engines) == 1:
         for k, rid in enumerate(ids.tolist()):
@@ -103,8 +103,19 @@ def adapter_report(pools: list[Pool], engines: list[Engine]) -> dict:
     }}
 
 
-def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
-    pools = _build_pools(job, constants)
+def prefix_cache_report(engines: list[Engine]) -> dict:
+    """Prefix caching's hit rate over the prompt tokens the engines computed or reused, and its evictions
+    ({} without prefix caching)."""
+    caches = [e.cache for e in engines if e.cache is not None]
+    if not caches:
+        return {}
+    hit, query = sum(c.hit_tokens for c in caches), sum(c.query_tokens for c in caches)
+    return {"prefix_cache": {"hit_rate": hit / query if query else 0.0, "hit_tokens": hit, "prompt_tokens": query,
+                             "evicted_blocks": sum(c.evicted for c in caches)}}
+
+
+def build_pools(job: ServeJob, constants: ServingConstants, prefix_caching: bool | None = None) -> list[Pool]:
+    pools = _build_pools(job, constants, prefix_caching)
     engines = sum(p.engines for p in pools)
     if engines > MAX_SERVE_ENGINES:
         raise ShardwiseError(
@@ -114,24 +125,25 @@ def build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
     return pools
 
 
-def _build_pools(job: ServeJob, constants: ServingConstants) -> list[Pool]:
+def _build_pools(job: ServeJob, constants: ServingConstants, prefix_caching: bool | None = None) -> list[Pool]:
     d, m = job.deployment, job.model
-    args = (m, job.precision, job.bytes_per_element)
     lora = {"adapters": d.adapters, "adapter_seed": job.workload.seed} if d.adapters is not None else {}
+
+    def pool(name: str, p: DeploymentSpec | PoolSpec, eng: EngineSpec, classes: list[LengthClass] | None = None) -> Pool:
+        if prefix_caching is not None:
+            eng = eng.model_copy(update={"prefix_caching": prefix_caching})
+        accept = job.workload.acceptance_for(eng.speculative.method) if eng.speculative is not None else None
+        return make_pool(name, m, job.precision, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour,
+                         classes, dp=p.dp_attention, expert_parallel=p.expert_parallel, expert_imbalance=p.expert_imbalance,
+                         acceptance_rate=accept, **lora)
+
     if d.kind == "colocated":
-        eng = engine_spec(d.engine)
-        return [make_pool("deployment", *args, d.gpu, d.tp, d.pp, d.replicas, eng, constants, d.price_usd_per_gpu_hour, **lora)]
+        return [pool("deployment", d, engine_spec(d.engine))]
     if d.kind == "disaggregated":
-        out = []
-        for name, p in (("prefill", d.prefill), ("decode", d.decode)):
-            eng = engine_spec(d.engine, p.engine, where=f"deployment.{name}.engine")
-            out.append(make_pool(f"deployment.{name}", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, **lora))
-        return out
-    pools = []
-    for k, p in enumerate(d.pools or []):
-        eng = engine_spec(d.engine, p.engine, where=f"deployment.pools[{k}].engine")
-        pools.append(make_pool(f"deployment.pools[{k}]", *args, p.gpu, p.tp, p.pp, p.replicas, eng, constants, p.price_usd_per_gpu_hour, p.classes, **lora))
-    return pools
+        return [pool(f"deployment.{name}", p, engine_spec(d.engine, p.engine, where=f"deployment.{name}.engine"))
+                for name, p in (("prefill", d.prefill), ("decode", d.decode))]
+    return [pool(f"deployment.pools[{k}]", p, engine_spec(d.engine, p.engine, where=f"deployment.pools[{k}].engine"), p.classes)
+            for k, p in enumerate(d.pools or [])]
 
 
 def _class_assignment(pools: list[Pool], req: Requests, seed: int) -> np.ndarray:
@@ -153,12 +165,13 @@ def _class_assignment(pools: list[Pool], req: Requests, seed: int) -> np.ndarray
 
 
 def simulate(job: ServeJob, requests: Requests | None = None, constants: ServingConstants | None = None,
-             tables: list[RequestTable] | None = None) -> SimResult:
+             tables: list[RequestTable] | None = None, prefix_caching: bool | None = None) -> SimResult:
     """Simulate `job` (its workload, or `requests` when given) and return the timestamps. `tables`, when
-    given, receives each request table as it is created (a progress bar reads it)."""
+    given, receives each request table as it is created (a progress bar reads it); `prefix_caching`
+    overrides every pool's setting."""
     watchers = tables if tables is not None else []
     c = constants or serving_constants()
-    pools = build_pools(job, c)
+    pools = build_pools(job, c, prefix_caching)
     max_len = min((p.engine.max_model_len or 10**12) for p in pools)
     req = requests if requests is not None else build_requests(job.workload, job.base_dir, None if max_len >= 10**12 else max_len)
     kind = job.deployment.kind
@@ -183,7 +196,8 @@ def simulate(job: ServeJob, requests: Requests | None = None, constants: Serving
                 ran = run_pool(pool, table, mine, job.deployment.router)
                 i, b = _collect(ran, itl)
                 iters, busy, engines = iters + i, busy + b, engines + ran
-    return SimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy, adapter_report(pools, engines))
+    return SimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy,
+                     {**adapter_report(pools, engines), **prefix_cache_report(engines)})
 
 
 def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: ServingConstants, itl: ITLRecord,
@@ -195,8 +209,8 @@ def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: 
     watchers.append(ptab)
     n = len(req)
     e1 = run_pool(pre, ptab, np.arange(n), job.deployment.router, prefill_only=True)
-    links = min(pre.tp * pre.pp, dec.tp * dec.pp)
-    ready = ptab.first_s + kv_transfer_s(job.model, req.input_len, job.bytes_per_element, job.deployment.kv_link_gbps * links, c.link_efficiency)
+    links = min(pre.replica_gpus, dec.replica_gpus)
+    ready = ptab.first_s + kv_transfer_s(job.model, req.input_len, job.precision.kv_bytes, job.deployment.kv_link_gbps * links, c.link_efficiency)
     dtab = RequestTable(req, ready)
     dtab.first_s[:] = ptab.first_s
     watchers.append(dtab)
@@ -209,6 +223,7 @@ def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: 
     finish = np.where(multi, dtab.finish_s, ptab.first_s)
     i1, b1 = _collect(e1, itl)
     i2, b2 = _collect(e2, itl)
-    extra = {"kv_transfer_ms_mean": float(np.mean(ready - ptab.first_s) * 1e3), **adapter_report(pools, e1 + e2)}
+    extra = {"kv_transfer_ms_mean": float(np.mean(ready - ptab.first_s) * 1e3), **adapter_report(pools, e1 + e2),
+             **prefix_cache_report(e1)}
     return SimResult(req, ptab.first_s, finish, ptab.preemptions + dtab.preemptions, itl, pools, "disaggregated", i1 + i2, b1 + b2, extra)
 

@@ -30,6 +30,7 @@ class RequestTable:
         self.output = requests.output_len.tolist()
         group = requests.prefix_group if requests.prefix_group is not None else np.zeros(n, dtype=np.int64)
         self.group = group.tolist()
+        self.session = requests.session.tolist() if requests.session is not None else None  # conversation ids
         # scheduler working state
         self.phase = [WAITING] * n
         self.generated = [0] * n  # tokens emitted so far

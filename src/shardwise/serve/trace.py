@@ -3,7 +3,9 @@
 Azure/AzurePublicDataset `AzureLLMInferenceTrace_{code,conv}.csv`: header
 ``TIMESTAMP,ContextTokens,GeneratedTokens``, timestamps as ``2023-11-16 18:15:46.6805900``.
 Numeric timestamps (seconds) are accepted too, and the column names are matched loosely
-(timestamp/time/arrival_s; context/input/prompt tokens; generated/output tokens).
+(timestamp/time/arrival_s; context/input/prompt tokens; generated/output tokens). An optional column
+names each row's conversation (session_id, conversation_id, chat_id): its rows are turns whose prompts
+repeat the conversation so far, which prefix caching reuses (:mod:`shardwise.serve.prefix_cache`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from shardwise.specs._loading import display_path, read_text_file
 _TIME = ("timestamp", "time", "arrival_s", "arrival", "time_s")
 _INPUT = ("contexttokens", "context_tokens", "input_tokens", "input_len", "prompt_tokens", "inputtokens")
 _OUTPUT = ("generatedtokens", "generated_tokens", "output_tokens", "output_len", "completion_tokens", "outputtokens")
+_SESSION = ("session_id", "sessionid", "session", "conversation_id", "conversationid", "chat_id")
 
 
 def _column(header: list[str], names: tuple[str, ...], what: str, path: Path) -> int:
@@ -57,9 +60,11 @@ def parse_timestamp(text: str) -> float:
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-def read_trace(path: str | Path, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_trace(path: str | Path, max_rows: int | None = None, sessions: bool = False) -> tuple[np.ndarray | None, ...]:
     """(send time s, prompt tokens, output tokens) per row, sorted by time; rows are checked one by one.
-    `max_rows`: read only the first rows of the file (a trace's `num_requests`)."""
+    `max_rows`: read only the first rows of the file (a trace's `num_requests`). With `sessions`, a fourth
+    array: each row's conversation number (0, 1, ... in order of first appearance), or None without a
+    session column."""
     p = Path(path).expanduser()
     shown = display_path(p)
     text = read_text_file(p, "trace file")
@@ -113,4 +118,12 @@ def read_trace(path: str | Path, max_rows: int | None = None) -> tuple[np.ndarra
         raise ShardwiseError(f"{shown} line {bad}: a request needs at least 1 input token")
     out = np.maximum(out, 1)  # a request always returns at least one token (Azure rows with 0 are refusals)
     order = np.argsort(t, kind="stable")
-    return t[order], inp[order], out[order]
+    if not sessions:
+        return t[order], inp[order], out[order]
+    keys = [h.strip().lower() for h in header]
+    col = next((keys.index(name) for name in _SESSION if name in keys), None)
+    if col is None:
+        return t[order], inp[order], out[order], None
+    ids: dict[str, int] = {}
+    sess = np.array([ids.setdefault(row[col].strip() if col < len(row) else "", len(ids)) for row in body], dtype=np.int64)
+    return t[order], inp[order], out[order], sess[order]

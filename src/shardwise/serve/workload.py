@@ -24,6 +24,16 @@ from shardwise.serve.lengths import LengthSpec, describe_lengths, sample_lengths
 from shardwise.serve.trace import read_trace
 
 
+class SessionSpec(BaseModel):
+    """Multi-turn conversations (`workload.sessions`): each turn's prompt repeats the conversation so far."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    turns: int = Field(default=4, gt=0, le=10000, description="turns per conversation (its last turn may be cut by num_requests)")
+    turn_gap_s: float = Field(default=10.0, ge=0, le=1e6, description="seconds between a conversation's turns (open "
+                              "loop: a turn is sent this long after the one before, replied or not)")
+
+
 class WorkloadSpec(BaseModel):
     """The `workload:` block of a serve job."""
 
@@ -41,7 +51,13 @@ class WorkloadSpec(BaseModel):
     cv: float = Field(default=1.0, gt=0, le=MAX_GAMMA_CV, description="coefficient of variation of gamma inter-arrival gaps")
     path: str | None = Field(default=None, description="CSV trace: timestamp, input tokens, output tokens (Azure LLM trace layout)")
     prefix_len: int = Field(default=0, ge=0, le=MAX_SEQUENCE_TOKENS, description="tokens of a shared system prompt inside input_len (for prefix caching)")
-    prefix_groups: int = Field(default=1, gt=0, le=MAX_SERVE_REQUESTS, description="distinct shared prefixes; request i uses prefix i mod groups")
+    prefix_groups: int = Field(default=1, gt=0, le=MAX_SERVE_REQUESTS, description="distinct shared prefixes; request (or conversation) i uses prefix i mod groups")
+    sessions: SessionSpec | None = Field(default=None, description="multi-turn conversations: input_len / output_len "
+                                         "are each turn's new user tokens and reply; a turn's prompt is the system "
+                                         "prompt (prefix_len), every earlier turn and reply, and its own message")
+    acceptance_rate: float | dict[str, float] | None = Field(
+        default=None, description="speculative decoding on this data: the chance each drafted token is accepted, one "
+                                  "number or per method ({eagle3: 0.8, ngram: 0.4})")
 
     @field_validator("input_len", "output_len", mode="before")
     @classmethod
@@ -53,6 +69,26 @@ class WorkloadSpec(BaseModel):
         if isinstance(v, str):
             return {"dist": v}
         return v
+
+    @field_validator("acceptance_rate")
+    @classmethod
+    def _acceptance(cls, v: Any) -> Any:
+        values = v.values() if isinstance(v, dict) else [] if v is None else [v]
+        for x in values:
+            if not 0.0 <= x < 1.0:
+                raise ValueError(f"an acceptance rate is a probability in [0, 1), got {x}")
+        if isinstance(v, dict):
+            from shardwise.serve.config import SPEC_METHODS
+
+            unknown = sorted(set(v) - set(SPEC_METHODS))
+            if unknown:
+                raise ValueError(f"acceptance_rate: unknown method(s) {', '.join(unknown)}; use {', '.join(SPEC_METHODS)}")
+        return v
+
+    def acceptance_for(self, method: str) -> float | None:
+        """The acceptance rate of `method` on this workload (None: not given)."""
+        a = self.acceptance_rate
+        return a.get(method) if isinstance(a, dict) else a
 
     @field_validator("rate", mode="before")
     @classmethod
@@ -84,6 +120,9 @@ class WorkloadSpec(BaseModel):
                 raise ValueError("num_requests is required unless arrival is 'trace'")
             if any(x is not None and x.dist == "trace" for x in (self.input_len, self.output_len)):
                 raise ValueError("lengths {dist: trace} need arrival: trace with a path")
+        if self.sessions is not None and self.arrival == "trace":
+            raise ValueError("sessions build conversations from drawn lengths; a trace gives its conversations in a "
+                             "session column instead (drop sessions)")
         return self
 
     def length_spec(self, which: str) -> LengthSpec:
@@ -104,6 +143,7 @@ class Requests:
     prefix_len: int = 0
     prefix_group: np.ndarray | None = None  # int64 shared-prefix id per request
     lengths: dict[str, str] | None = None  # where the input and output lengths came from (for the report)
+    session: np.ndarray | None = None  # int64 conversation id per request (multi-turn traffic); None: none
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -126,7 +166,8 @@ class Requests:
 
     def subset(self, mask: np.ndarray) -> Requests:
         group = None if self.prefix_group is None else self.prefix_group[mask]
-        return Requests(self.arrival_s[mask], self.input_len[mask], self.output_len[mask], self.prefix_len, group, self.lengths)
+        session = None if self.session is None else self.session[mask]
+        return Requests(self.arrival_s[mask], self.input_len[mask], self.output_len[mask], self.prefix_len, group, self.lengths, session)
 
 
 def arrival_times(kind: str, rate: float, n: int, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
@@ -163,9 +204,10 @@ def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = 
         path = Path(spec.path or "")
         if base_dir is not None and not path.is_absolute() and not path.exists():
             path = base_dir / path
-        t, inp, out = read_trace(path, spec.num_requests)
+        t, inp, out, trace_sessions = read_trace(path, spec.num_requests, sessions=True)
         if spec.num_requests is not None:
             t, inp, out = t[: spec.num_requests], inp[: spec.num_requests], out[: spec.num_requests]
+            trace_sessions = None if trace_sessions is None else trace_sessions[: spec.num_requests]
         t = t - t[0]
         if spec.rate is not None:
             if math.isinf(spec.rate):
@@ -177,19 +219,60 @@ def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = 
             inp = sample_lengths(spec.length_spec("input"), n, rng, "input")
         if spec.length_spec("output").dist != "trace":
             out = sample_lengths(spec.length_spec("output"), n, rng, "output")
+        session = trace_sessions
+    elif spec.sessions is not None:
+        return _conversations(spec, rng, max_len)
     else:
         n = int(spec.num_requests or 0)
         rate = float(spec.rate)  # type: ignore[arg-type]
         t = arrival_times(spec.arrival, rate, n, rng, spec.cv)
         inp, out = _draw_lengths(spec, n, rng)
+        session = None
     if max_len is not None:
         inp = np.minimum(inp, max_len - 1)
         out = np.minimum(out, np.maximum(max_len - inp, 1))
     if spec.prefix_len and np.any(inp < spec.prefix_len):
         raise ShardwiseError(f"workload.prefix_len ({spec.prefix_len}) is longer than some prompts; lower it or raise input_len")
-    group = np.arange(n, dtype=np.int64) % spec.prefix_groups
+    owner = np.arange(n, dtype=np.int64) if session is None else session  # a conversation keeps its system prompt
+    group = owner % spec.prefix_groups
     lengths = {w: describe_lengths(spec.length_spec(w)) for w in ("input", "output")}
-    return Requests(np.asarray(t, float), np.asarray(inp, np.int64), np.asarray(out, np.int64), spec.prefix_len, group, lengths)
+    return Requests(np.asarray(t, float), np.asarray(inp, np.int64), np.asarray(out, np.int64), spec.prefix_len, group, lengths, session)
+
+
+def _conversations(spec: WorkloadSpec, rng: np.random.Generator, max_len: int | None) -> Requests:
+    """Multi-turn traffic (`workload.sessions`): conversations start by the arrival process at rate / turns
+    (so turns arrive at `rate`); turn t is sent (t - 1) x turn_gap_s after the first; its prompt is the
+    system prompt (prefix_len), the earlier turns' messages and replies and its own message (derived: a
+    chat completion resends the history). A conversation stops early where a turn would exceed max_len."""
+    assert spec.sessions is not None
+    n = int(spec.num_requests or 0)
+    turns, gap = spec.sessions.turns, spec.sessions.turn_gap_s
+    count = -(-n // turns)
+    rate = float(spec.rate)  # type: ignore[arg-type]
+    starts = arrival_times(spec.arrival, rate / turns if math.isfinite(rate) else rate, count, rng, spec.cv)
+    msg, reply = _draw_lengths(spec, count * turns, rng)
+    t, inp, out, sess = [], [], [], []
+    limit = max_len or 10**12
+    for c in range(count):
+        history = spec.prefix_len
+        for k in range(turns):
+            if len(t) == n:
+                break
+            i = c * turns + k
+            prompt = history + int(msg[i])
+            if prompt + 1 > limit:
+                break
+            t.append(starts[c] + k * gap)
+            inp.append(prompt)
+            out.append(max(1, min(int(reply[i]), limit - prompt)))
+            sess.append(c)
+            history = prompt + out[-1]
+    order = np.argsort(np.asarray(t), kind="stable")
+    m = len(t)
+    group = np.asarray(sess, np.int64)[order] % spec.prefix_groups
+    lengths = {w: describe_lengths(spec.length_spec(w)) + " per turn" for w in ("input", "output")}
+    return Requests(np.asarray(t, float)[order], np.asarray(inp, np.int64)[order], np.asarray(out, np.int64)[order],
+                    spec.prefix_len, group if m else None, lengths, np.asarray(sess, np.int64)[order])
 
 
 def _draw_lengths(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,7 @@ def data_path(name: str) -> Path:
 def load_yaml(path: Path) -> Any:
     """Load a packaged YAML data file (cached: these never change at run time)."""
     with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return yaml.load(fh, Loader=_YAML_LOADER)  # libyaml: ~7x faster than the pure-Python loader
 
 
 def display_path(path: str | Path) -> str:

@@ -51,6 +51,7 @@ class GPU(BaseModel):
     aliases: tuple[str, ...] = ()
     tflops: dict[str, float]
     arch: str = Field(default="ampere", description="GPU generation: ampere, hopper, blackwell, ada, cdna3")
+    family: str = Field(description="the catalog GPU whose fitted device constants this part uses (itself if measured)")
     sms: int = Field(gt=0, description="streaming multiprocessors (AMD: compute units)")
     tflops_at_w: float | None = Field(default=None, gt=0, description="board power the tflops are quoted at (default power_w)")
     memory_gib: float = Field(gt=0)
@@ -118,6 +119,9 @@ def _catalog() -> dict[str, GPU]:
     raw: dict[str, dict[str, Any]] = load_yaml(data_path("gpus.yaml"))
     out = {}
     for name, entry in raw.items():
+        if entry.get("family") not in raw:
+            raise ShardwiseError(f"data/gpus.yaml: {name} needs a family: the catalog GPU whose fitted constants it uses "
+                                 f"(itself once its runs are fitted; one of {', '.join(raw)})")
         fields = {k: v for k, v in entry.items() if k not in ("intra_node", "network")}
         link, net = entry["intra_node"], entry["network"]
         out[name] = GPU(
@@ -125,6 +129,11 @@ def _catalog() -> dict[str, GPU]:
             intra_node_topology=link["topology"], nvls=link["nvls"], **net, **fields,
         )
     return out
+
+
+def catalog_families() -> dict[str, str]:
+    """GPU name -> the catalog GPU whose fitted device constants it uses, for the parts that borrow them."""
+    return {name: gpu.family for name, gpu in _catalog().items() if gpu.family != name}
 
 
 @lru_cache(maxsize=1)

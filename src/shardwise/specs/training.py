@@ -125,7 +125,8 @@ class TrainingSpec(BaseModel):
     fp8_recipe: Recipe = Field(
         default="auto", description="low-precision scaling: tensorwise, rowwise, blockwise, mxfp8 or delayed (fp8); "
         "nvfp4 or mxfp4 (fp4, Blackwell); auto = the stack's default recipe")
-    tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars")
+    tokens: float | None = Field(default=None, gt=0, description="tokens to train, for days and dollars; write "
+                                 "15.0e+12 (a dot and a signed exponent): YAML 1.1 readers take 15e12 as a string")
     grad_dtype: Literal["bf16", "fp32"] = Field(
         default="fp32", description="gradient accumulation/reduction dtype (Megatron main_grad: fp32)"
     )

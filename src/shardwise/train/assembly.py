@@ -65,24 +65,43 @@ def layer_groups(cluster: Cluster, tp: int, cp: int, ep: int, etp: int | None = 
                   ring_tier=cluster.tier_for(ring, tp * ulysses))
 
 
+def _dense_groups(groups: Groups) -> Groups:
+    """Dense blocks do not talk over the expert groups: one cache entry serves every ep and etp."""
+    return replace(groups, ep=1, etp=0, ep_tier=groups.tp_tier)
+
+
+def layer_passes(model: ModelSpec, training: TrainingSpec, dev: Device, stack: StackProfile, tokens: float, sp: bool,
+                 recompute: str, flash: bool, lowp: LowPrecision, groups: Groups, moe_consts: MoeConstants | None,
+                 tp_overlap: str) -> tuple[PassCost, PassCost]:
+    """(dense layer, MoE layer) passes of one micro-batch of `tokens` local tokens, with LoRA's frozen base
+    and adapters where the job trains adapters; the part of :func:`blocks` a TP overlap mode changes."""
+    seq, ab = training.seq_len, training.activation_bytes
+    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, _dense_groups(groups), stack, ab, lowp,
+                              tp_overlap=tp_overlap)
+    moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe,
+                             moe_consts or MoeConstants(), tp_overlap)
+           if model.is_moe else dense)
+    lora = training.adapter
+    if lora is not None:  # frozen base + adapters (dense models only: LoraSpec.shapes)
+        extra = adapters.adapter_layer_cost(model, lora, tokens, groups.tp, dev, ab, recompute, stack.selective_recompute_gemms)
+        dense = moe = adapters.frozen_layer(dense, extra)
+    return dense, moe
+
+
 def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Device, stack: StackProfile,
            tp: int, cp: int, ep: int, sp: bool, recompute: str, flash: bool, micro_batch: int,
            lowp: LowPrecision = NO_LOWP, groups: Groups | None = None, moe_consts: MoeConstants | None = None,
-           tp_overlap: str = "none") -> Blocks:
+           tp_overlap: str = "none", passes: tuple[PassCost, PassCost] | None = None) -> Blocks:
     """`groups` (default: :func:`layer_groups` of tp, cp, ep) carries etp and the CP scheme; `lowp` the
     low-precision recipe; `moe_consts` the MoE constants (default: the cited/assumed ones); `tp_overlap` the
-    resolved TP overlap mode (:func:`shardwise.cost.stack.tp_overlap_mode`)."""
+    resolved TP overlap mode (:func:`shardwise.cost.stack.tp_overlap_mode`); `passes` the layers'
+    :func:`layer_passes` at that mode where the caller has them already."""
     seq, ab = training.seq_len, training.activation_bytes
     tokens = micro_batch * seq / cp
     groups = groups or layer_groups(cluster, tp, cp, ep)
-    mc = moe_consts or MoeConstants()
-    # Dense blocks do not talk over the expert groups: one cache entry serves every ep and etp.
-    dense_groups = replace(groups, ep=1, etp=0, ep_tier=groups.tp_tier)
-    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups, stack, ab, lowp,
-                              tp_overlap=tp_overlap)
-    moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, lowp, training.moe, mc,
-                             tp_overlap)
-           if model.is_moe else dense)
+    dense, moe = passes or layer_passes(model, training, dev, stack, tokens, sp, recompute, flash, lowp, groups, moe_consts,
+                                        tp_overlap)
+    dense_groups = _dense_groups(groups)
     share = stack.selective_recompute_gemms  # what `selective` repeats also goes unstored (cost/activations.py)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab, share)
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab, share) if model.is_moe else act_dense
@@ -93,8 +112,6 @@ def blocks(model: ModelSpec, training: TrainingSpec, cluster: Cluster, dev: Devi
     act_recompute = full_recompute_working_bytes(model, model.is_moe, tokens, seq, tp, sp, flash, ab) if recomputes_layers else 0.0
     lora = training.adapter
     if lora is not None:  # frozen base + adapters (dense models only: LoraSpec.shapes)
-        extra = adapters.adapter_layer_cost(model, lora, tokens, tp, dev, ab, recompute, stack.selective_recompute_gemms)
-        dense = moe = adapters.frozen_layer(dense, extra)
         emb, head = adapters.frozen_block(emb), adapters.frozen_block(head)
         act_dense += adapters.adapter_activation_bytes(model, lora, tokens, tp, recompute, ab)
         act_moe = act_dense

@@ -7,12 +7,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from shardwise.cost.constants import default_constants, fitted_data
+from shardwise.cost.constants import default_constants, fit_cv_data
 
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    return fitted_data().get("error_bands", {})
+    return fit_cv_data().get("error_bands", {})
 
 
 def error_band(gpu_name: str, framework: str, run_class: str = "dense") -> dict[str, Any] | None:

@@ -382,7 +382,8 @@ def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, step: fl
     model, training, hc = job.model, job.training, job.cluster
     tokens = training.tokens_per_step
     gpus = layout.gpus_per_group()
-    peak = sum(n * hc.group(g).gpu.peak_flops(training.precision) for g, n in gpus.items())
+    bf16 = "bf16" if training.low_precision else training.precision  # MFU of fp8/fp4 runs: vs the BF16 peak, as estimate's
+    peak = sum(n * hc.group(g).gpu.peak_flops(bf16) for g, n in gpus.items())
     prices = {g: hc.group(g).cluster.price_usd_per_gpu_hour for g in gpus}
     per_hour = None if any(p is None for p in prices.values()) else sum(n * prices[g] for g, n in gpus.items())
     notes = [f"no catalog price for group {g}: set its price_usd_per_gpu_hour for cost" for g, p in prices.items() if p is None]
@@ -399,6 +400,7 @@ def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, step: fl
         name=job.name, model=model.name, cluster=hc.describe(), layout=layout, gpus_per_group=gpus, step_time_s=step,
         time_s=times, critical_group=crit, ranks=ranks, tokens_per_s=tokens / step,
         model_tflops=model_flops_per_token(model, training.seq_len) * tokens / step / 1e12, peak_tflops=peak / 1e12,
+        model_tflops_causal=model_flops_per_token(model, training.seq_len, causal=True) * tokens / step / 1e12,
         bubble_fraction=bubble, usd_per_hour=per_hour, days_to_train=days, cost_usd=cost, notes=tuple(notes),
         pipelines=pipelines)
 

@@ -11,7 +11,7 @@ from rich.text import Text
 from shardwise.train.hetero_plan import HeteroPlanResult
 from shardwise.train.hetero_result import HeteroEstimate
 from shardwise.train.report import run_cost_rows
-from shardwise.train.result import GIB
+from shardwise.train.result import GIB, MFU_LABELS
 
 
 def hetero_table(e: HeteroEstimate) -> Group:
@@ -26,7 +26,9 @@ def hetero_table(e: HeteroEstimate) -> Group:
         ("GPUs used", f"{e.num_gpus} ({used})"),
         ("step time", f"{e.step_time_s:.3f} s (set by {e.critical_group})"),
         ("tokens/s", f"{e.tokens_per_s:,.0f} ({e.tokens_per_s_per_gpu:,.0f} per GPU)"),
-        ("MFU", f"{e.mfu:.1%} (model FLOPs over the sum of every GPU's own peak)"),
+        (MFU_LABELS["mfu_causal"], f"{e.mfu_causal:.1%} (causal attention, no recompute, over the sum of every GPU's "
+                                   "own dense BF16 peak)"),
+        (MFU_LABELS["mfu"], f"{e.mfu:.1%} (full attention, PaLM App. B)"),
         ("peak memory", f"{e.memory_used_fraction:.0%} of the fullest GPU's usable memory"),
         ("fits", Text("yes", style="green") if e.fits else Text("NO (out of memory)", style="bold red")),
     ]

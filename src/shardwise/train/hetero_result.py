@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardwise.specs.hetero import HeteroLayout
-from shardwise.train.result import GIB, MemoryBreakdown, TimeBreakdown
+from shardwise.train.result import FLOP_CONVENTIONS, GIB, MemoryBreakdown, TimeBreakdown
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,11 @@ class HeteroEstimate:
     critical_group: str
     ranks: tuple[RankReport, ...]
     tokens_per_s: float
-    model_tflops: float  # model FLOP/s of the whole job, TFLOP/s
-    peak_tflops: float  # sum of the GPUs' peaks
+    model_tflops: float  # model FLOP/s of the whole job (the mfu convention: full attention), TFLOP/s
+    peak_tflops: float  # sum of the GPUs' dense BF16 peaks (fp8/fp4 jobs too, as train estimate's MFU)
     bubble_fraction: float
     usd_per_hour: float | None
+    model_tflops_causal: float = 0.0  # the same with causal attention (the mfu_causal convention)
     days_to_train: float | None = None
     cost_usd: float | None = None
     notes: tuple[str, ...] = ()
@@ -66,8 +67,14 @@ class HeteroEstimate:
 
     @property
     def mfu(self) -> float:
-        """Model FLOPs over the sum of the GPUs' peaks (each GPU type at its own peak)."""
+        """Model FLOPs (full attention) over the sum of the GPUs' peaks (each GPU type at its own); the
+        conventions of :data:`shardwise.train.result.FLOP_CONVENTIONS`."""
         return self.model_tflops / self.peak_tflops
+
+    @property
+    def mfu_causal(self) -> float:
+        """:attr:`mfu` with causal attention."""
+        return self.model_tflops_causal / self.peak_tflops
 
     @property
     def usd_per_million_tokens(self) -> float | None:
@@ -94,7 +101,8 @@ class HeteroEstimate:
             "name": self.name, "model": self.model, "cluster": self.cluster, "kind": self.layout.kind,
             "layout": self.layout.to_dict(), "label": self.label(), "gpus_per_group": dict(self.gpus_per_group),
             "num_gpus": self.num_gpus, "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "model_tflops": self.model_tflops,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "mfu_causal": self.mfu_causal,
+            "flop_conventions": {k: FLOP_CONVENTIONS[k] for k in ("mfu", "mfu_causal")}, "model_tflops": self.model_tflops,
             "fits": self.fits, "peak_memory_gib": self.peak_memory_gib, "memory_used_fraction": self.memory_used_fraction,
             "critical_group": self.critical_group, "time_s": asdict(self.time_s), "bubble_fraction": self.bubble_fraction,
             "usd_per_hour": self.usd_per_hour, "usd_per_million_tokens": self.usd_per_million_tokens,

@@ -11,20 +11,23 @@ from rich.table import Table
 from rich.text import Text
 
 from shardwise.engines.support import ENGINES, Verdict, verdicts
+from shardwise.engines.table import STACK
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.planner import PlanResult, searched_fields
-from shardwise.train.result import GIB, Estimate
+from shardwise.train.result import GIB, MFU_LABELS, Estimate
 
 #: Short engine names for the table's "runs on" column.
 ENGINE_ABBREV = {"torch": "T", "torchtitan": "tt", "megatron": "M", "deepspeed": "DS"}
 
 
 def engine_verdicts(e: Estimate, model: ModelSpec, training: TrainingSpec) -> dict[str, Verdict]:
-    """Which engines run the estimated plan as is (:mod:`shardwise.engines.support`)."""
-    return verdicts(TrainPlan(**e.plan), model, training)
+    """Which engines run the estimated plan as is, with the recipe and stack it was costed with (the
+    engine-rules table, :mod:`shardwise.engines.table`)."""
+    costed = training.model_copy(update={"framework": e.stack.get("name", training.framework)})
+    return verdicts(TrainPlan(**e.plan), model, costed, recipe=e.fp8_recipe or "none")
 
 
 def runs_on_label(v: dict[str, Verdict]) -> str:
@@ -42,6 +45,8 @@ def job_mapping(e: Estimate, model: ModelSpec, training: TrainingSpec, clusters:
     cluster = next(c for c in clusters if c.gpu.name == e.gpu)
     ref: Any = model.name if model.name in preset_names() else model.model_dump(exclude_defaults=True)
     train = training.model_dump(exclude_none=True)
+    if e.stack.get("name", training.framework) != training.framework:  # costed with the engine's stack
+        train["framework"] = e.stack["name"]
     if e.fp8_recipe is not None:  # the recipe the search chose
         train["fp8_recipe"] = e.fp8_recipe
     if e.moe_dispatcher is not None and e.moe_dispatcher != training.moe.dispatcher:  # the dispatcher it chose
@@ -82,7 +87,14 @@ def runnability_note(top: list[Estimate], model: ModelSpec, training: TrainingSp
         return None
     first = engine_verdicts(top[0], model, training)
     if any(v.runnable for v in first.values()):
-        return None
+        stack = top[0].stack.get("name", training.framework)
+        own = next((e for e, s in STACK.items() if s == stack), None)
+        if own is None or first[own].runnable:
+            return None
+        runners = [e for e, v in first.items() if v.runnable and e in STACK]
+        return (f"the top plan was costed with the {stack} stack, which does not run it ({first[own].reason})"
+                + (f"; --runnable-on {','.join(runners)} costs plans with the stack of an engine that runs them"
+                   if runners else ""))
     why = "; ".join(f"{k}: {v.reason}" for k, v in first.items())
     later = next((i for i, e in enumerate(top[1:], 2) if any(v.runnable for v in engine_verdicts(e, model, training).values())), None)
     where = (f"plan #{later} is the best shown that one of them runs" if later else
@@ -136,11 +148,12 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
 
 def top_table(results: list[PlanResult], top: list[Estimate], objective: str, runs_on: list[str] | None = None) -> Table:
     """The top plans; `runs_on` labels (one per plan) add the engines column."""
-    multi = len(results) > 1
+    multi = len({r.gpu for r in results}) > 1
+    stacks = len({e.stack.get("name") for e in top}) > 1  # --runnable-on several engines: each costed with its stack
     t = Table(title=f"Best plans ({objective})", title_justify="left",
               caption="runs on: T = shardwise train run (torch), tt = torchtitan, M = Megatron-LM, DS = DeepSpeed"
               if runs_on is not None else None, caption_justify="left")
-    for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", "MFU (causal)", "peak GiB", "bubble s"]:
+    for col in ["#"] + (["gpu"] if multi else []) + ["plan", "step s", "tokens/s/GPU", MFU_LABELS["mfu_causal"], "peak GiB", "bubble s"]:
         t.add_column(col, justify="left" if col in ("plan", "gpu") else "right")
     with_cost = any(e.cost_usd is not None for e in top)
     if top and top[0].days_to_train is not None:
@@ -153,6 +166,8 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
             t.add_column(col, justify="right")
     if runs_on is not None:
         t.add_column("runs on", justify="left")
+    if stacks:
+        t.add_column("costed as", justify="left")
     for rank, e in enumerate(top, 1):
         row = [str(rank)] + ([e.gpu] if multi else []) + [
             plan_label(searched_fields(e)), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
@@ -171,6 +186,8 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
                 "-" if days is None else f"{days:,.1f}"]
         if runs_on is not None:
             row.append(runs_on[rank - 1])
+        if stacks:
+            row.append(e.stack.get("name", ""))
         t.add_row(*row)
     return t
 

@@ -145,6 +145,10 @@ def plan_search(
     if max_memory_gib is not None and not (math.isfinite(max_memory_gib) and max_memory_gib > 0):
         raise ShardwiseError(f"--max-memory-gib must be a positive number of GiB, got {max_memory_gib}")
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None and v != "auto"}
+    if len(runnable_on) == 1:  # a plan offered for an engine is costed with that engine's stack
+        from shardwise.engines.support import costing_stack
+
+        training = costing_stack(runnable_on[0], training)
     extra = {k: fixed[k] for k in EVERY_PLAN if k in fixed}  # what every plan carries (enumerate_plans checks them)
     t0 = time.perf_counter()
     cands = enumerate_plans(model, cluster, training, schedules, fixed, flash_attention=extra.get("flash_attention", True),
@@ -328,15 +332,31 @@ def plan_across_gpus(
     **kw: Any,
 ) -> tuple[list[PlanResult], list[Estimate], list[dict[str, Any]]]:
     """Search each GPU type, then merge: the overall top K by the objective and, with several types,
-    the throughput vs $/M-tokens Pareto front over every type's front points."""
+    the throughput vs $/M-tokens Pareto front over every type's front points. With several engines in
+    `runnable_on`, one search per engine and GPU type, each costed with its engine's stack (each estimate
+    names it: ``stack["name"]``); the top then holds each search's best, so every engine's estimate is shown."""
     progress = kw.pop("progress", False)
+    engines = tuple(kw.pop("runnable_on", ()) or ())
+    runs = [(c, (e,)) for c in clusters for e in engines] if len(engines) > 1 else [(c, engines) for c in clusters]
 
     def part(k: int) -> bool | Progress:  # one search's progress as its share of all of them
         if not callable(progress):
             return progress
-        return lambda message, fraction: progress(message, (k + fraction) / len(clusters))
+        return lambda message, fraction: progress(message, (k + fraction) / len(runs))
 
-    results = [plan_search(model, c, training, objective, top_k=top_k, progress=part(k), **kw) for k, c in enumerate(clusters)]
+    results: list[PlanResult] = []
+    empty: list[tuple[Cluster, str, ShardwiseError]] = []
+    for k, (c, on) in enumerate(runs):
+        try:
+            results.append(plan_search(model, c, training, objective, top_k=top_k, progress=part(k), runnable_on=on, **kw))
+        except ShardwiseError as exc:  # with several engines, one that runs nothing here leaves the others
+            if len(engines) <= 1:
+                raise
+            empty.append((c, on[0], exc))
+    if not results:
+        raise empty[0][2]
+    for c, engine, exc in empty:  # said in the search's summary of the same GPU type
+        next((r for r in results if r.gpu == c.gpu.name), results[0]).notes.append(f"nothing runs on {engine}: {exc}")
     price = {c.gpu.name: c.price_usd_per_gpu_hour for c in clusters}
     for r in results:
         for p in r.front:
@@ -353,7 +373,12 @@ def plan_across_gpus(
         "throughput": lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus, e.peak_memory_gib),
         "goodput": lambda e: (-e.tokens_per_s_per_gpu * e.num_gpus * ettr_of(e), e.peak_memory_gib),
     }
-    top = sorted(every, key=keys.get(objective, keys["throughput"]))[:top_k]
+    key = keys.get(objective, keys["throughput"])
+    top = sorted(every, key=key)[:top_k]
+    if len(engines) > 1:  # each engine's best is shown, costed with its stack, in place of the last rows
+        bests = [min(r.top, key=key) for r in results if r.top and (objective != "cost" or price[r.gpu] is not None)]
+        missing = [b for b in bests if not any(b is t for t in top)]
+        top = sorted(top[:max(top_k - len(missing), 0)] + missing, key=key)
     fronts = [p for r in results for p in r.front]
     if len(clusters) > 1:
         priced = [p for p in fronts if p["usd_per_million_tokens"] is not None]

@@ -9,19 +9,33 @@ from rich.table import Table
 from rich.text import Text
 
 from shardwise.train.goodput_report import goodput_rows
-from shardwise.train.result import Estimate
+from shardwise.train.result import MFU_LABELS, Estimate
 
 if TYPE_CHECKING:
+    from shardwise.engines.support import Verdict
     from shardwise.train.hetero_result import HeteroEstimate
 
 #: How the headline MFU counts: the figure training reports compare (attention-score FLOPs halved by the
-#: causal mask, no recompute), over the GPU's dense peak at the training precision (cost/flops.py).
-CAUSAL_MFU = "model FLOPs with causal attention, no recompute, over dense peak"
+#: causal mask, no recompute), over the GPU's dense BF16 peak (cost/flops.py).
+CAUSAL_MFU = "model FLOPs with causal attention, no recompute, over the dense BF16 peak"
 
 
-def estimate_json(results: list[Estimate]) -> dict[str, Any] | list[dict[str, Any]]:
-    """`train estimate --format json`: one object for one job, a list for several."""
+def engine_verdicts_of(job: Any) -> dict[str, Verdict]:
+    """Which engines run the job's plan as is, with its costed recipe and stack (the engine-rules table)."""
+    from shardwise.engines.support import ENGINES, job_verdict
+
+    return {e: job_verdict(job, e) for e in ENGINES}
+
+
+def estimate_json(results: list[Estimate], jobs: list[Any] | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+    """`train estimate --format json`: one object for one job, a list for several. With the ``jobs``, each
+    estimate of one GPU type says where it runs (``runnable_on``, ``not_runnable``, as train plan's rows)."""
     payload = [r.to_dict() for r in results]
+    for d, r, job in zip(payload, results, jobs or [None] * len(results)):
+        if job is not None and isinstance(r, Estimate):
+            v = engine_verdicts_of(job)
+            d["runnable_on"] = [k for k, x in v.items() if x.runnable]
+            d["not_runnable"] = {k: x.line() for k, x in v.items() if not x.runnable}
     return payload[0] if len(payload) == 1 else payload
 
 
@@ -69,8 +83,9 @@ def run_cost_rows(e: Estimate | HeteroEstimate) -> list[tuple[str, str]]:
         rows.append(("cost", f"${e.cost_usd:,.0f}"))
     return rows
 
-def estimate_table(e: Estimate) -> Group:
-    """Headline figures, then the time and memory breakdowns side by side."""
+def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Group:
+    """Headline figures, then the time and memory breakdowns side by side; ``engines``: where the plan runs
+    as is (a row, and a line per engine that refuses it, with what would run)."""
     head = Table(title=f"{e.name}: {e.model} on {e.num_gpus} x {e.gpu}", show_header=False, title_justify="left")
     head.add_column(style="bold")
     head.add_column()
@@ -81,14 +96,16 @@ def estimate_table(e: Estimate) -> Group:
         ("error band", _band_text(e)),
         ("tokens/s per GPU", f"{e.tokens_per_s_per_gpu:,.0f}"),
         ("model TFLOP/s per GPU", f"{e.model_tflops_per_gpu:.1f}"),
-        ("MFU (causal)", f"{e.mfu_causal:.1%}  ({CAUSAL_MFU})"),
-        ("non-causal MFU / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included, causal)"),
+        (MFU_LABELS["mfu_causal"], f"{e.mfu_causal:.1%}  ({CAUSAL_MFU})"),
+        (f"{MFU_LABELS['mfu']} / HFU", f"{e.mfu:.1%} (full attention, PaLM App. B) / {e.hfu:.1%} (recompute included, causal)"),
         ("peak memory per GPU", f"{e.peak_memory_gib:.1f} GiB of {e.usable_memory_gib:.1f} usable ({e.gpu_memory_gib:.0f} less "
                                 f"{1 - e.usable_memory_gib / e.gpu_memory_gib:.0%} headroom; pipeline rank {e.peak_memory_rank})"),
         ("allocated / reserved", f"{e.peak_allocated_gib:.1f} / {e.peak_reserved_gib:.1f} GiB (torch max_memory_allocated / "
                                  "max_memory_reserved; the device adds the CUDA context and NCCL buffers)"),
         ("fits", fits),
     ]
+    if engines is not None:
+        rows.append(("runs on", ", ".join(k for k, v in engines.items() if v.runnable) or "no engine as is"))
     rows += run_cost_rows(e) + goodput_rows(e)
     for k, v in rows:
         head.add_row(k, v)
@@ -117,4 +134,5 @@ def estimate_table(e: Estimate) -> Group:
     side.add_row(time, mem)
     parts = [head, side, Text(f"bubble measured on the {e.bubble_definition}", style="dim"), Text(_stack_text(e), style="dim")]
     parts += [Text(f"note: {n}", style="yellow") for n in e.notes]
+    parts += [Text(f"not on {k}: {v.line()}", style="dim") for k, v in (engines or {}).items() if not v.runnable]
     return Group(*parts)

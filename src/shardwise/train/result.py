@@ -19,6 +19,8 @@ FLOP_CONVENTIONS = {
     "hfu": "FLOPs the GPUs execute: causal attention as computed, recomputed forwards included",
     "model_tflops_per_gpu": "the mfu convention's FLOPs per second per GPU",
 }
+#: How tables and the web page head each figure: the JSON/CSV key is ``mfu`` (non-causal) or ``mfu_causal``.
+MFU_LABELS = {"mfu": "MFU (non-causal)", "mfu_causal": "MFU (causal)", "hfu": "HFU"}
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
-from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, rank_tail
+from shardwise.train.assembly import layer_passes, blocks, boundary_p2p_s, layer_groups, rank_tail
 from shardwise.train.search_space import CP_COMMS, RECOMPUTE, Candidates, unique_rows
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -134,14 +134,17 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
     def key_blocks(tp, cp, cpc, uly, ep, etp, sp_, rc, mb, rcp, disp):
         dev, lowp = recipes[rcp]
         groups = groups_of(tp, cp, cpc, uly, ep, etp)
+        job = routed[disp] if routed else training
         best = None
-        for mode in (modes if tp > 1 and sp_ else ("none",)):
-            b = blocks(model, routed[disp] if routed else training, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
-                       flash_attention, mb, lowp, groups, consts.moe, mode)
-            busy = sum(n * sum(exposed_layer_comm(x)[:3]) for n, x in zip(counts, (b.dense, b.moe), strict=True))
+        for mode in (modes if tp > 1 and sp_ else ("none",)):  # the layers only: the rest of a block is the same
+            passes = layer_passes(model, job, dev, stack, mb * job.seq_len / cp, bool(sp_), RECOMPUTE[rc],
+                                  flash_attention, lowp, groups, consts.moe, mode)
+            busy = sum(n * sum(exposed_layer_comm(x)[:3]) for n, x in zip(counts, passes, strict=True))
             if best is None or busy < best[0]:
-                best = (busy, TP_OVERLAP_MODES.index(mode), b)
-        return best[1], best[2]
+                best = (busy, mode, passes)
+        _, mode, passes = best
+        return TP_OVERLAP_MODES.index(mode), blocks(model, job, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
+                                                    flash_attention, mb, lowp, groups, consts.moe, mode, passes)
 
     chosen = [key_blocks(*k) for k in uniq.tolist()]
     per_key = [b for _, b in chosen]

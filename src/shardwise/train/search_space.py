@@ -201,6 +201,11 @@ def enumerate_plans(
         raise ShardwiseError("--schedules: give at least one schedule")
     n = cluster.num_gpus
     recipe_names = searched_recipes(training, recipes)
+    if runnable_on and recipes is None and len(recipe_names) > 1:  # search only recipes one of the engines runs
+        from shardwise.engines.table import runs_values
+
+        ran = [runs_values("recipe", e) for e in runnable_on]
+        recipe_names = tuple(r for r in recipe_names if any(x is None or r in x for x in ran)) or recipe_names
     dispatcher_names = searched_dispatchers(model, training, dispatchers)
     tps = _powers_of_two(max_tp or cluster.gpus_per_node)
     axes: dict[str, list[int]] = {
@@ -303,7 +308,7 @@ def enumerate_plans(
     if fixed.get("tp_overlap", "none") != "none":  # a fixed overlap mode splits the sequence-parallel collectives
         cands.keep((cands["tp"] > 1) & (cands["sp"] == 1), "tp_overlap")
     if runnable_on:
-        keep_runnable(cands, runnable_on, model, training, flash_attention)
+        keep_runnable(cands, runnable_on, model, training, flash_attention, fixed)
     return cands
 
 
@@ -357,28 +362,39 @@ def _grid(axes: dict[str, list[int]]) -> dict[str, np.ndarray]:
     return {k: g.ravel() for k, g in zip(axes, grids, strict=True)}
 
 
-def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_attention: bool = True):
-    """The candidates as a :class:`~shardwise.engines.support.PlanView` (arrays, no copy)."""
-    from shardwise.engines.support import PlanView
+def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_attention: bool = True,
+                fixed: dict[str, Any] | None = None):
+    """The candidates as a :class:`~shardwise.engines.support.PlanView` (arrays, no copy); `fixed`: the
+    job's plan fields every candidate carries (offload, dp_shard, reshard_after_forward, microbatch_group,
+    tp_overlap)."""
+    from shardwise.engines.support import PlanView, training_knobs
 
+    fixed = fixed or {}
+    mode = fixed.get("tp_overlap", "auto")
     return PlanView(c["tp"], c["pp"], c["vpp"], c["cp"], c["ep"], c["dp"], c["zero"], c["sp"], c["rc"], c["sched"],
-                    c.schedules, model, training.precision, flash_attention, training.method)
+                    c.schedules, model, training.precision, flash_attention, training.method, etp=c["etp"],
+                    cpc=c["cpc"], cp_comms=CP_COMMS, rcp=c["rcp"], recipes=c.recipes, disp=c["disp"],
+                    dispatchers=c.dispatchers or ("alltoall",), tp_overlap="none" if mode == "auto" else mode,
+                    microbatch_group=fixed.get("microbatch_group"), reshard_after_forward=fixed.get("reshard_after_forward"),
+                    offload=fixed.get("offload", "none"), dp_shard=fixed.get("dp_shard"), **training_knobs(training))
 
 
 def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, training: TrainingSpec,
-                  flash_attention: bool = True) -> None:
-    """Drop the plans none of `engines` runs as is. With one engine each is counted under the reason of
-    the engine's first rule it breaks; with several, under the engines' names."""
-    from shardwise.engines.support import RULES, first_refusal
+                  flash_attention: bool = True, fixed: dict[str, Any] | None = None) -> None:
+    """Drop the plans none of `engines` runs as is (the engine-rules table,
+    :mod:`shardwise.engines.table`). With one engine each is counted under the reason of the engine's first
+    rule it breaks; with several, under the engines' names."""
+    from shardwise.engines.support import first_refusal
+    from shardwise.engines.table import rules
 
-    view = engine_view(c, model, training, flash_attention)
+    view = engine_view(c, model, training, flash_attention, fixed)
     results = {e: first_refusal(view, e) for e in engines}
     ok = np.zeros(len(c), dtype=bool)
     for _, good in results.values():
         ok |= good
     if len(engines) == 1:
         (engine, (which, _)), = results.items()
-        for k, rule in enumerate(RULES[engine]):
+        for k, rule in enumerate(rules(engine)):
             n = int(((which == k) & ~ok).sum())
             if n:
                 c.rejected[f"not runnable on {engine}: {rule.reason}"] += n

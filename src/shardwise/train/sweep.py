@@ -26,22 +26,28 @@ from shardwise.specs.job import ClusterSpec
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+#: The CSV/Parquet columns; ``mfu`` and ``mfu_causal`` as the Estimate JSON names them (FLOP_CONVENTIONS).
 COLUMNS = ("job", "model", "gpu", "gpus", "seq_len", "global_batch", "tp", "pp", "vpp", "dp", "cp", "ep", "zero",
            "sequence_parallel", "recompute", "micro_batch", "schedule", "step_time_s", "tokens_per_s_per_gpu", "mfu",
-           "peak_memory_gib", "considered", "feasible", "error")
+           "mfu_causal", "peak_memory_gib", "considered", "feasible", "error")
 
 
 class SweepSpec(BaseModel):
+    """A sweep file (`train sweep SWEEP`): one planning job per (model, cluster, seq_len, global_batch) of the
+    lists' product, each searched as `train plan` does; examples/sweep.yaml shows every field."""
+
     model_config = ConfigDict(extra="forbid")
 
-    models: list[str | dict[str, Any]] = Field(min_length=1)
-    clusters: list[ClusterSpec] = Field(min_length=1)
-    seq_lens: list[int] = Field(min_length=1)
-    global_batches: list[int] = Field(min_length=1)
-    objective: str = "throughput"
-    schedules: list[str] | None = None
-    max_memory_gib: float | None = None
-    precision: str = "bf16"
+    models: list[str | dict[str, Any]] = Field(min_length=1, description="presets, config.json paths or inline model "
+                                                "mappings (as a job file's model)")
+    clusters: list[ClusterSpec] = Field(min_length=1, description="clusters, each as a job file's cluster "
+                                        "(gpu, gpus, gpus_per_node, ...)")
+    seq_lens: list[int] = Field(min_length=1, description="sequence lengths (tokens)")
+    global_batches: list[int] = Field(min_length=1, description="global batches (sequences per step)")
+    objective: str = Field(default="throughput", description="throughput | cost | memory | goodput (as --objective)")
+    schedules: list[str] | None = Field(default=None, description="schedules to search (default: the planner's)")
+    max_memory_gib: float | None = Field(default=None, description="reject plans above this peak per GPU")
+    precision: str = Field(default="bf16", description="bf16 | fp16 | fp8 | fp4 | fp32 for every job")
 
 
 def load_sweep(path: str | Path) -> list[dict[str, Any]]:
@@ -83,7 +89,7 @@ def plan_one(job: dict[str, Any]) -> dict[str, Any]:
     plan = {k: best.plan[k] for k in ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ep", "etp", "zero", "sequence_parallel", "recompute",
                                       "micro_batch", "schedule")} | {"fp8_recipe": best.fp8_recipe, "moe_dispatcher": best.moe_dispatcher}
     return row | {"gpu": cluster.gpu.name} | plan | {
-        "step_time_s": best.step_time_s, "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu,
+        "step_time_s": best.step_time_s, "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu, "mfu": best.mfu, "mfu_causal": best.mfu_causal,
         "peak_memory_gib": best.peak_memory_gib, "considered": res.considered, "feasible": res.feasible_screened, "error": None}
 
 

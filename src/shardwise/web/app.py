@@ -114,7 +114,7 @@ def catalog() -> dict[str, Any]:
                   "vpp_rule": schedule_info(n).vpp_rule.code} for n in list_schedules()]
     return {"version": __version__, "models": models, "gpus": gpus, "schedules": schedules,
             "objectives": list(OBJECTIVES), "precisions": ["bf16", "fp16", "fp8", "fp32"],
-            "serving_precisions": ["bf16", "fp16", "fp8"]}
+            "serving_precisions": ["bf16", "fp16", "fp8", "int8", "int4", "fp4"]}
 
 
 def answer_inline(task: str, body: Any, limit_cells: int) -> tuple[bool, Any]:

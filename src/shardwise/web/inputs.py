@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -153,11 +153,13 @@ class ScheduleSimulateBody(_Body):
     pp: int = Field(default=4, ge=1, le=256, description="pipeline ranks")
     microbatches: int = Field(default=8, ge=1, le=16384)
     vpp: int | None = Field(default=None, ge=1, le=64, description="stages per rank (interleaved/bfs; V schedules use 2)")
-    f: Times = Field(default=1.0, description="forward time per stage: a number or per-stage values")
-    i: Times = Field(default=1.0, description="input-gradient (I) time per stage")
-    w: Times = Field(default=1.0, description="weight-gradient (W) time per stage")
+    f: Times = Field(default=1.0, description="forward time of a rank's slice, as schedule compare takes it: a number or "
+                     "pp per-rank values (split over the rank's stages), or pp*vpp per-stage values")
+    i: Times = Field(default=1.0, description="input-gradient (I) time of a rank's slice (as f)")
+    w: Times = Field(default=1.0, description="weight-gradient (W) time of a rank's slice (as f)")
     comm: float = Field(default=0.0, description="time per cross-rank hop")
     mem_cap: float | None = Field(default=None, description="auto: per-rank activation cap in micro-batches")
+    placement: Literal["loop", "v"] | None = Field(default=None, description="auto: loop or v (default: v with vpp 2, else loop)")
     w_retained: float = Field(default=1.0, description="fraction of a micro-batch's activations held from I to W")
     csv: str | None = Field(default=None, max_length=MAX_TRACE_BYTES, description="a schedule CSV in PyTorch's layout (replaces schedule, pp, microbatches, vpp)")
 
@@ -181,7 +183,7 @@ class ServeSimulateBody(_Body):
     """`serve simulate`: a serve job document, and an uploaded trace for `workload.arrival: trace`."""
 
     model: ModelRef
-    precision: str = "bf16"
+    precision: str | dict[str, Any] = "bf16"
     deployment: dict[str, Any]
     workload: dict[str, Any]
     slo: dict[str, Any] | None = None
@@ -198,7 +200,12 @@ class ServePlanBody(_Body):
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     attainment: float | None = Field(default=None, description="fraction of requests that must meet the SLOs (default 0.9)")
-    gpus: str = Field(default="h100:8,a100-80gb:8", description="allowed GPU types with counts available")
+    gpu: list[str] | str | None = Field(default=None, description="GPU types the deployment may use (the CLI's --gpu; "
+                                        "a list or comma-separated)")
+    gpus: int | str | None = Field(default=None, description="GPUs available of each `gpu` type (the CLI's --gpus; default 8); "
+                                   "TYPE:N,... is the old spelling of gpu_mix, accepted with a note")
+    gpu_mix: str | None = Field(default=None, description="GPU types with the count available of each, e.g. "
+                                "h100:8,a100-80gb:16 (the CLI's --gpu-mix; default h100:8,a100-80gb:8)")
     workload: dict[str, Any] | None = Field(default=None, description="a `workload:` block")
     trace_csv: str | None = Field(default=None, description="CSV trace (Azure layout); replaces the workload's arrivals and lengths")
     precision: str | None = None

@@ -45,7 +45,7 @@ class ServeJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | dict[str, Any]
-    precision: str = "bf16"
+    precision: str | dict[str, Any] = "bf16"
     deployment: DeploymentSpec
     workload: WorkloadSpec
     slo: SLOSpec | None = None

@@ -74,7 +74,7 @@ def estimate_result(jobs: list) -> Any:
     from shardwise.train.goodput import estimate_with_goodput
     from shardwise.train.report import estimate_json
 
-    return estimate_json([estimate_with_goodput(j) for j in jobs])
+    return estimate_json([estimate_with_goodput(j) for j in jobs], jobs)
 
 
 def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
@@ -126,7 +126,8 @@ def schedule_simulate(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
     imported = read_csv_text(o.csv, name="uploaded") if o.csv is not None else None
     if imported is not None:
         check_cells(imported.num_stages * imported.microbatches, MAX_TIMELINE_CELLS, "csv")
-    res = simulate_options(o.schedule, o.pp, o.microbatches, o.vpp, o.f, o.i, o.w, o.comm, o.mem_cap, o.w_retained, imported)
+    res = simulate_options(o.schedule, o.pp, o.microbatches, o.vpp, o.f, o.i, o.w, o.comm, o.mem_cap, o.w_retained, imported,
+                           o.placement)
     return res.to_dict()
 
 
@@ -167,7 +168,7 @@ def serve_simulate(body: Any, progress: Progress = _quiet, plot: bool = False) -
 
 def serve_plan(body: Any, progress: Progress = _quiet, plot: bool = False) -> dict[str, Any]:
     from shardwise.serve.config import parse_block
-    from shardwise.serve.plan_cli import merge_plan_request
+    from shardwise.serve.plan_cli import gpu_mix_text, merge_plan_request
     from shardwise.serve.planner import cost_curves, plan
     from shardwise.serve.workload import WorkloadSpec
 
@@ -181,10 +182,13 @@ def serve_plan(body: Any, progress: Progress = _quiet, plot: bool = False) -> di
     with trace_file(o.trace_csv) as trace:
         block = serve_workload(o.workload, trace)
         workload = parse_block(WorkloadSpec, block, "workload") if block is not None else None
+        mix_text, note = gpu_mix_text(o.gpu, None if o.gpus is None else str(o.gpus), o.gpu_mix)  # the CLI's rule
         request = merge_plan_request(job, None, "job", model, o.rate, o.slo_ttft_ms, o.slo_tpot_ms, o.attainment,
-                                     o.gpus, workload, o.precision, o.num_requests)
+                                     mix_text, workload, o.precision, o.num_requests)
         result = plan(request, o.disaggregation, o.mix, progress=progress)
     out = result.to_json()
+    if note:
+        out["notes"] = [*out.get("notes", []), note]
     if plot:
         out["plot"] = cost_curves(result)
     return out

@@ -377,7 +377,7 @@ function estimateCards(e) {
   return [
     card("step time", `${fmt.sig(e.step_time_s, 4)} s`, `${e.microbatches} micro-batches`, "", "step_time_s", e.step_time_s),
     card("tokens/s per GPU", fmt.num(e.tokens_per_s_per_gpu), `${fmt.sig(e.model_tflops_per_gpu, 4)} model TFLOP/s`, "", "tokens_per_s_per_gpu", e.tokens_per_s_per_gpu),
-    card("MFU", fmt.pct(e.mfu), `causal ${fmt.pct(e.mfu_causal)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu", e.mfu),
+    card("MFU (causal)", fmt.pct(e.mfu_causal), `MFU (non-causal) ${fmt.pct(e.mfu)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu_causal", e.mfu_causal),
     card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, (e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`)
       + (e.peak_reserved_gib !== undefined ? `; allocated ${fmt.num(e.peak_allocated_gib, 1)}, reserved ${fmt.num(e.peak_reserved_gib, 1)} GiB` : ""), e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
     card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan", "", "bubble_fraction", e.bubble_fraction),
@@ -451,7 +451,7 @@ function renderPlan(out, body) {
   const s = out.searches;
   $("#train-plan-summary").textContent = s.map((r) => `${r.gpu} × ${r.num_gpus}: ${fmt.num(r.considered)} plans, ${fmt.num(r.feasible_after_screen)} fit, ${r.exact_evaluations} estimated exactly in ${fmt.sig(r.seconds.total, 3)} s`).join(" · ") + ` · objective ${out.objective}`;
   const withDays = out.top.some((e) => e.days_to_train !== null && e.days_to_train !== undefined);
-  const head = ["#", ...(multi ? ["GPU"] : []), "plan", "step s", "tokens/s/GPU", "MFU", "peak GiB", "bubble s", ...(withDays ? ["days", "$"] : []), "runs on"];
+  const head = ["#", ...(multi ? ["GPU"] : []), "plan", "step s", "tokens/s/GPU", "MFU (causal)", "peak GiB", "bubble s", ...(withDays ? ["days", "$"] : []), "runs on"];
   const table = $("#train-top-plans");
   table.replaceChildren(el("thead", {}, el("tr", {}, head.map((h) => el("th", { class: h === "plan" || h === "GPU" ? "l" : "", text: h })))));
   const tbody = el("tbody");
@@ -459,7 +459,7 @@ function renderPlan(out, body) {
     const tr = el("tr", { "data-rank": k + 1, "data-step": String(e.step_time_s), onclick: () => selectPlan(e, k + 1, tr) },
       el("td", { text: k + 1 }), multi ? el("td", { class: "l", text: e.gpu }) : null,
       el("td", { class: "l plan", text: planLabel(e.plan, e.fp8_recipe, e.moe_dispatcher) }), el("td", { text: fmt.sig(e.step_time_s, 4) }),
-      el("td", { text: fmt.num(e.tokens_per_s_per_gpu) }), el("td", { text: fmt.pct(e.mfu) }),
+      el("td", { text: fmt.num(e.tokens_per_s_per_gpu) }), el("td", { text: fmt.pct(e.mfu_causal) }),
       el("td", { text: fmt.num(e.peak_memory_gib, 1) }), el("td", { text: fmt.sig(e.time_s.bubble, 3) }),
       withDays ? el("td", { text: fmt.num(e.days_to_train, 1) }) : null, withDays ? el("td", { text: fmt.usd(e.cost_usd) }) : null,
       el("td", { class: "l", text: (e.runnable_on || []).join(", ") || "none as is" }));
@@ -572,17 +572,6 @@ function loadPlanIntoForm(e) {
 
 function selectedSchedules() { return $$("#sched-names input:checked").map((b) => b.value); }
 
-function timesOf(text) { const xs = String(text).split(",").map((x) => x.trim()).filter(Boolean).map(Number); return xs.length === 1 ? xs[0] : xs; }
-
-function stageTimes(perRank, pp, v, placement) {  // a rank slice's time, split evenly over its v stages
-  if (!Array.isArray(perRank)) return perRank / v;
-  const S = pp * v;
-  return Array.from({ length: S }, (_, s) => {
-    const r = placement === "v" ? (s < pp ? s : 2 * pp - 1 - s) : s % pp;
-    return perRank[r] / v;
-  });
-}
-
 async function runSchedules() {
   showError("schedule", null);
   const v = formValues("schedule");
@@ -604,10 +593,9 @@ async function runSchedules() {
           el("td", { text: fmt.pct(r.stage_bubble_ratio) }), el("td", { text: fmt.sig(r.peak_activation_rank_microbatches, 3) })))));
     const ok = rows.filter((r) => !r.error);
     const sims = await Promise.all(ok.map((r) => {
-      const info = CATALOG.schedules.find((s) => s.name === r.schedule);
-      const tv = (x) => stageTimes(timesOf(x), body.pp, r.vpp, info.placement);
+      // simulate takes compare's unit (a rank slice's time, split over its stages), so the form's values go as they are
       return post("/api/schedule/simulate", { schedule: r.schedule, pp: body.pp, microbatches: body.microbatches, vpp: r.vpp,
-        f: tv(v.f), i: tv(v.i), w: tv(v.w), comm: body.comm });
+        f: body.f, i: body.i, w: body.w, comm: body.comm, ...(r.placement ? { placement: r.placement } : {}) });
     }));
     $("#sched-empty").hidden = true; $("#sched-out").hidden = false;
     $("#sched-legend").replaceWith(Object.assign(legend(), { id: "sched-legend" }));
@@ -647,7 +635,7 @@ async function runServePlan() {
   let inp;
   try { inp = serveInputs(); } catch (err) { return showError("serve", err); }
   const { v, rate, workload, slo } = inp;
-  const body = { model: v.model, precision: v.precision, rate, gpus: v.gpus, workload,
+  const body = { model: v.model, precision: v.precision, rate, gpu_mix: v.gpu_mix, workload,
     slo_ttft_ms: slo.ttft_ms, slo_tpot_ms: slo.tpot_ms, attainment: slo.attainment,
     disaggregation: v.disagg === "1", mix: v.mix === "1" };
   if (traceText !== null) body.trace_csv = traceText;

@@ -1,0 +1,39 @@
+"""The engines are pinned once: pyproject's `engines` extra installs the releases the rules table was read
+at, .ci/run installs that extra, and the install is checked for downgrades."""
+
+import sys
+import tomllib
+from pathlib import Path
+
+from shardwise.engines.table import VERSIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+from no_downgrades import downgrades  # noqa: E402
+
+
+def test_the_engines_extra_pins_the_tables_versions_and_ci_installs_it():
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["engines"]
+    pins = dict(x.split("==") for x in extra)
+    assert pins["torchtitan"] == VERSIONS["torchtitan"] and pins["deepspeed"] == VERSIONS["deepspeed"]
+    ci = (ROOT / ".ci/run").read_text()
+    assert "-e '.[engines]'" in ci and "no_downgrades.py" in ci
+    assert "torchtitan==" not in ci and "deepspeed==" not in ci  # pinned in one place
+
+
+def test_downgrades_are_named_and_upgrades_pass():
+    before = "numpy==2.1.0\npydantic==2.9.2\ntyper==0.12.0\n-e file:///src\n"
+    after = "numpy==1.26.4\npydantic==2.10.0\ntorchtitan==0.3.0\n"
+    assert downgrades(before, after) == ["numpy 2.1.0 -> 1.26.4", "typer 0.12.0 was removed"]
+    assert downgrades(before, before) == []
+
+
+def test_ci_gives_the_no_isolation_engines_install_the_build_tools_pyproject_needs():
+    """pyproject's license is a PEP 639 string, which setuptools reads from 77 on; a fresh Python 3.11 venv
+    has setuptools 65.5 and no wheel, and `pip install --no-build-isolation` builds with the venv's own."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert isinstance(project["project"]["license"], str)
+    assert "setuptools>=77" in project["build-system"]["requires"] and "wheel" in project["build-system"]["requires"]
+    ci = (ROOT / ".ci/run").read_text()
+    engines = ci.index("--no-build-isolation -e '.[engines]'")
+    assert "pip install --quiet 'setuptools>=77' wheel" in ci[:engines]
