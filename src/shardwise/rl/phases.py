@@ -31,6 +31,7 @@ from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
 from shardwise.rl.batch import TrainBatch
 from shardwise.serve.config import DeploymentSpec, ServeJob
+from shardwise.serve.precision import Precision
 from shardwise.serve.simulate import SimResult, simulate
 from shardwise.serve.workload import Requests, WorkloadSpec
 from shardwise.specs.hardware import Cluster, get_gpu
@@ -54,7 +55,7 @@ def rollout_serve_job(policy: ModelSpec, gpu: str, gpus: int, tp: int, pp: int, 
                              f"use a rollout tp*pp dividing {gpus}")
     dep = DeploymentSpec(gpu=gpu, tp=tp, pp=pp, replicas=gpus // (tp * pp), engine=engine, price_usd_per_gpu_hour=price)
     workload = WorkloadSpec(arrival="fixed", rate="inf", num_requests=1)  # the batch is passed as requests
-    return ServeJob(policy, precision, dep, workload, None, name)
+    return ServeJob(policy, Precision.parse(precision), dep, workload, None, name)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from shardwise.rl.phases import pool_cluster
 from shardwise.rl.spec import PlacementSpec, RLJob
 from shardwise.rl.step import RLEstimate, estimate_rl
 from shardwise.serve.memory import weight_bytes_per_gpu
+from shardwise.serve.precision import Precision
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.planner import plan_search
 from shardwise.train.result import GIB
@@ -119,8 +120,7 @@ def rollout_tps(job: RLJob) -> list[int]:
     for tp in (1, 2, 4, 8):
         if tp > per or m.heads % tp:
             continue
-        b = 1.0 if job.rollout.precision == "fp8" else 2.0
-        if weight_bytes_per_gpu(m, tp, 1, b) > 0.9 * gpu.memory_bytes * job.engine.gpu_memory_utilization:
+        if weight_bytes_per_gpu(m, tp, 1, Precision.parse(job.rollout.precision)) > 0.9 * gpu.memory_bytes * job.engine.gpu_memory_utilization:
             continue
         out.append(tp)
     return out
@@ -155,7 +155,7 @@ def _others_gib(job: RLJob, gpus: int, engine_tp: int | None) -> float:
     if job.critic is not None:
         total += job.critic.params_total * 16 / gpus  # bf16 weights, fp32 grads... as ZeRO-3 (Rajbhandari 2020 Fig. 1: 16 B/param)
     if engine_tp is not None:
-        total += weight_bytes_per_gpu(job.policy, engine_tp, 1, 1.0 if job.rollout.precision == "fp8" else 2.0)
+        total += weight_bytes_per_gpu(job.policy, engine_tp, 1, Precision.parse(job.rollout.precision))
     return total / GIB
 
 

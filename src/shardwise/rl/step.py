@@ -47,6 +47,7 @@ from shardwise.rl.phases import (
 from shardwise.rl.spec import RLJob
 from shardwise.serve.config import ServeJob
 from shardwise.serve.memory import weight_bytes_per_gpu
+from shardwise.serve.precision import Precision
 from shardwise.serve.workload import Requests
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
@@ -239,7 +240,7 @@ def estimate_rl(job: RLJob) -> RLEstimate:
     engine_knobs = dict(r.engine or {})
     util = float(job.engine.gpu_memory_utilization)
     notes: list[str] = []
-    engine_w = weight_bytes_per_gpu(job.policy, r.tp, r.pp, 1.0 if r.precision == "fp8" else 2.0)
+    engine_w = weight_bytes_per_gpu(job.policy, r.tp, r.pp, Precision.parse(r.precision))
     memory: dict[str, Any] = {}
     offload = False
     price = cluster.price_usd_per_gpu_hour
