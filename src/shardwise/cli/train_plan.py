@@ -22,7 +22,8 @@ def plan_cmd(
     job: Path = typer.Argument(None, help="Job file whose 'parallel' section may be partly or wholly left out."),
     model: str = typer.Option(None, "--model", help="Preset name, config.json path (or from JOB)."),
     gpu: list[str] = typer.Option(None, "--gpu", help="GPU type; repeat or comma-separate to compare types."),
-    gpus: int = typer.Option(None, "--gpus", help="Number of GPUs."),
+    gpus: int = typer.Option(None, "--gpus", help="Number of GPUs; left out, the smallest count of each --gpu type that "
+                             "fits (with --days: that trains --tokens in time)."),
     seq_len: int = typer.Option(None, "--seq-len"),
     global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step."),
     objective: str = typer.Option("throughput", "--objective", help="throughput | cost | memory"),
@@ -48,10 +49,11 @@ def plan_cmd(
                                                "torchtitan, megatron, deepspeed (comma-separated)."),
     export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
                                "runs and print the best one's launch script."),
-    method: str = typer.Option(None, "--method", help="full | lora | qlora (adapters on a frozen, for qlora NF4, base). "
-                               "A fine-tune without --gpus finds the smallest GPU count that fits; --seq-len and "
-                               "--global-batch default to 2048 and 16."),
+    method: str = typer.Option(None, "--method", help="full | lora | qlora (adapters on a frozen, for qlora NF4, base); "
+                               "for a fine-tune --seq-len and --global-batch default to 2048 and 16."),
     max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest count tried when looking for the smallest that fits."),
+    days: float = typer.Option(None, "--days", help="Deadline: without --gpus and with --tokens, the smallest count of "
+                               "each GPU type that trains the tokens within this many days (the cheapest type marked)."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP (and its scheme)/EP/ETP/ZeRO/SP/recompute/micro-batch/schedule plan
     (and, with --precision fp8 or fp4, scaling recipe) and rank them. Each plan says which engines run it as is.
@@ -69,6 +71,8 @@ def plan_cmd(
       shardwise train plan --model llama-3.1-70b --method qlora --gpu l40s --tokens 1e8
     """
     from shardwise.engines.support import parse_engines
+    from shardwise.errors import ShardwiseError
+    from shardwise.train.fit_report import smallest_json, smallest_text
     from shardwise.train.plan_inputs import plan_inputs, run_plan
     from shardwise.train.plan_report import (
         engine_verdicts,
@@ -92,10 +96,15 @@ def plan_cmd(
                          schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress, fp8_recipes=fp8_recipes,
                          moe_dispatchers=moe_dispatchers)
             return
-    verdicts = None
-    if doc is None and gpus is None and method in ("lora", "qlora"):
-        gpus, verdicts = _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus)
-    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
+    sized = None
+    if doc is None and gpus is None:
+        inputs, sized = _smallest_inputs(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus,
+                                         days, schedules)
+    else:
+        if days is not None:
+            raise ShardwiseError("--days: give it without --gpus (and with --tokens) to find the smallest count that "
+                                 "trains in time")
+        inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
     progress = format is Format.table and not no_progress
     results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
                                      runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes,
@@ -107,18 +116,17 @@ def plan_cmd(
         plot_front(results, fronts, best, plot)
     if format is Format.json:
         out = plan_json(objective, results, best, fronts, inputs)
-        if verdicts is not None:
-            out["smallest_gpus"] = {"gpus": gpus, "counts": [v.to_dict() for v in verdicts]}
+        if sized is not None:
+            out["smallest_gpus"] = {"gpus": sized[0].gpus, "counts": [v.to_dict() for v in sized[0].verdicts]}
+            out["smallest_clusters"] = smallest_json(sized, results, clusters, days)
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}
         echo_json(out)
         return
     console = make_console()
-    if verdicts is not None:
-        console.print(f"[bold]smallest count that fits: {gpus} x {clusters[0].gpu.name}[/bold]")
-        for v in verdicts:
-            console.print(f"  {v.gpus:>4} GPU{'s' if v.gpus > 1 else ' '}: {v.reason}", highlight=False)
+    if sized is not None:
+        console.print(smallest_text(sized, results, clusters, days))
     labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]
     console.print(top_table(results, best, objective, labels))
     if note:
@@ -162,21 +170,28 @@ def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, 
         echo_json(res.to_dict())
         return
     make_console().print(hetero_plan_table(res))
-def _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus):
-    """(smallest GPU count that fits the fine-tune, the verdict of each count tried)."""
+def _smallest_inputs(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus, days, schedules):
+    """(the plan inputs at the smallest count of each GPU type that fits, or with --days trains in time; the
+    sized clusters). Types where no count up to --max-gpus does are left out; none: an error."""
+    from dataclasses import replace
+
     from shardwise.errors import ShardwiseError
+    from shardwise.specs.hardware import make_cluster
     from shardwise.train.plan_inputs import plan_inputs, split_list
-    from shardwise.train.smallest import smallest_fit
+    from shardwise.train.smallest import smallest_clusters
 
     names = split_list(gpu)
-    if len(names) != 1:
-        raise ShardwiseError("--gpus: give a count, or a single --gpu type to find the smallest count that fits")
     probe = plan_inputs(None, model, names, 1, seq_len, global_batch, tokens, precision, memory_headroom, method)
-    count, verdicts = smallest_fit(probe.model, names[0], probe.training, max_gpus, memory_headroom)
-    if count is None:
-        last = verdicts[-1]
-        raise ShardwiseError(f"--max-gpus: no count up to {max_gpus} fits {probe.model.name}; at {last.gpus}: {last.reason}")
-    return count, verdicts
+    sized = smallest_clusters(probe.model, names, probe.training, days, max_gpus, memory_headroom,
+                              tuple(split_list(schedules)) or None)
+    found = [s for s in sized if s.gpus is not None]
+    if not found:
+        last = sized[0].verdicts[-1]
+        goal = "fits" if days is None else f"trains {tokens:g} tokens in {days:g} days"
+        raise ShardwiseError(f"--max-gpus: no count up to {max_gpus} {goal} ({probe.model.name} on {sized[0].gpu}; at "
+                             f"{last.label}: {last.reason})")
+    clusters = [make_cluster(s.gpu, s.gpus, memory_headroom=memory_headroom) for s in found]
+    return replace(probe, clusters=clusters), sized
 
 
 def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:
