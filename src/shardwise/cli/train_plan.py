@@ -72,8 +72,10 @@ def plan_cmd(
     """
     from shardwise.engines.support import parse_engines
     from shardwise.errors import ShardwiseError
-    from shardwise.train.fit_report import smallest_json, smallest_text
-    from shardwise.train.plan_inputs import plan_inputs, run_plan
+    from shardwise.train.advice import NoPlanFits
+    from shardwise.train.fit import fit_json, search_fitting, sized_inputs
+    from shardwise.train.fit_report import advice_tables, smallest_text
+    from shardwise.train.plan_inputs import PlanInputs, plan_inputs, run_plan
     from shardwise.train.plan_report import (
         engine_verdicts,
         front_table,
@@ -98,17 +100,33 @@ def plan_cmd(
             return
     sized = None
     if doc is None and gpus is None:
-        inputs, sized = _smallest_inputs(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus,
-                                         days, schedules)
+        inputs, sized = sized_inputs(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus,
+                                     days, schedules)
     else:
         if days is not None:
             raise ShardwiseError("--days: give it without --gpus (and with --tokens) to find the smallest count that "
                                  "trains in time")
         inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
     progress = format is Format.table and not no_progress
-    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
-                                     runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes,
-                                     moe_dispatchers=moe_dispatchers)
+
+    def search(inputs: PlanInputs) -> tuple:
+        return run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
+                        runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes,
+                        moe_dispatchers=moe_dispatchers)
+
+    def pricing() -> None:
+        if progress:
+            typer.echo("no plan fits: pricing what to change (offload, more GPUs, another GPU, a shorter sequence)...", err=True)
+
+    try:
+        found = search_fitting(inputs, search, schedules, max_gpus, pricing)
+    except NoPlanFits as npf:
+        if format is Format.json:
+            echo_json({"fits": False, "what_to_change": npf.advice.to_dict()})
+        else:
+            make_console().print(advice_tables(npf.advice))
+        raise
+    inputs, results, best, fronts = found.inputs, found.results, found.best, found.fronts
     spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
     note = runnability_note(best, spec, training)
@@ -116,9 +134,7 @@ def plan_cmd(
         plot_front(results, fronts, best, plot)
     if format is Format.json:
         out = plan_json(objective, results, best, fronts, inputs)
-        if sized is not None:
-            out["smallest_gpus"] = {"gpus": sized[0].gpus, "counts": [v.to_dict() for v in sized[0].verdicts]}
-            out["smallest_clusters"] = smallest_json(sized, results, clusters, days)
+        out |= fit_json(found, sized, days)
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}
@@ -127,6 +143,8 @@ def plan_cmd(
     console = make_console()
     if sized is not None:
         console.print(smallest_text(sized, results, clusters, days))
+    if found.advice is not None:
+        console.print(advice_tables(found.advice, found.fallback))
     labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]
     console.print(top_table(results, best, objective, labels))
     if note:
@@ -170,30 +188,6 @@ def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, 
         echo_json(res.to_dict())
         return
     make_console().print(hetero_plan_table(res))
-def _smallest_inputs(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus, days, schedules):
-    """(the plan inputs at the smallest count of each GPU type that fits, or with --days trains in time; the
-    sized clusters). Types where no count up to --max-gpus does are left out; none: an error."""
-    from dataclasses import replace
-
-    from shardwise.errors import ShardwiseError
-    from shardwise.specs.hardware import make_cluster
-    from shardwise.train.plan_inputs import plan_inputs, split_list
-    from shardwise.train.smallest import smallest_clusters
-
-    names = split_list(gpu)
-    probe = plan_inputs(None, model, names, 1, seq_len, global_batch, tokens, precision, memory_headroom, method)
-    sized = smallest_clusters(probe.model, names, probe.training, days, max_gpus, memory_headroom,
-                              tuple(split_list(schedules)) or None)
-    found = [s for s in sized if s.gpus is not None]
-    if not found:
-        last = sized[0].verdicts[-1]
-        goal = "fits" if days is None else f"trains {tokens:g} tokens in {days:g} days"
-        raise ShardwiseError(f"--max-gpus: no count up to {max_gpus} {goal} ({probe.model.name} on {sized[0].gpu}; at "
-                             f"{last.label}: {last.reason})")
-    clusters = [make_cluster(s.gpu, s.gpus, memory_headroom=memory_headroom) for s in found]
-    return replace(probe, clusters=clusters), sized
-
-
 def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:
     """The export of the best plan (it runs on `engine`: the search was restricted to such plans)."""
     from shardwise.handoff import export_train

@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 
 from shardwise.specs.hardware import Cluster
+from shardwise.train.advice import Advice
+from shardwise.train.plan_report import plan_label
 from shardwise.train.planner import PlanResult, usd_per_million_tokens
 from shardwise.train.smallest import SizedCluster
 
@@ -63,3 +66,28 @@ def smallest_text(sized: list[SizedCluster], results: list[PlanResult], clusters
         for v in s.verdicts:
             lines.append(Text(f"  {v.label:>12}: {v.reason}"))
     return Group(*lines)
+
+
+def advice_tables(a: Advice, fallback: str | None = None) -> Group:
+    """The closest plans and the ranked levers; `fallback`: the offload the search then used."""
+    head = (f"No plan fits {a.gpus} x {a.gpu} ({a.usable_gib:.1f} GiB usable per GPU) without offloading"
+            if fallback else f"No plan fits {a.gpus} x {a.gpu} ({a.usable_gib:.1f} GiB usable per GPU)")
+    closest = Table(title="Closest plans", title_justify="left")
+    for col in ("plan", "peak GiB", "misses by GiB", "where the memory goes (GiB)"):
+        closest.add_column(col, justify="right" if "GiB" in col and "where" not in col else "left")
+    for c in a.closest:
+        closest.add_row(c["plan"], f"{c['peak_memory_gib']:.1f}", f"{c['misses_by_gib']:.1f}", c["what"])
+    levers = Table(title="What would make it fit (ranked: same GPUs first, then other hardware, then a different job)",
+                   title_justify="left")
+    for col in ("#", "change", "fastest plan with it", "step s", "tokens/s/GPU", "$/M tokens", "note"):
+        levers.add_column(col, justify="right" if col in ("#", "step s", "tokens/s/GPU", "$/M tokens") else "left")
+    for k, lv in enumerate(a.levers, 1):
+        b = lv.best
+        levers.add_row(str(k) if lv.fits else "-", lv.change, "does not fit" if b is None else f"{b.gpu} x {b.num_gpus}: "
+                       + plan_label(b.plan), "" if b is None else f"{b.step_time_s:.2f}",
+                       "" if b is None else f"{b.tokens_per_s_per_gpu:,.0f}",
+                       "" if lv.usd_per_mtok is None else f"{lv.usd_per_mtok:.3f}", lv.note)
+    parts: list[Any] = [Text(head, style="bold red" if not fallback else "bold yellow"), closest, levers]
+    if fallback:
+        parts.append(Text(f"searching plans with offload: {fallback} (the fastest lever on the same GPUs)", style="bold"))
+    return Group(*parts)
