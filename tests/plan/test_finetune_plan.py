@@ -55,7 +55,7 @@ def test_cli_names_the_smallest_count_and_why_smaller_counts_do_not(capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "smallest count that fits: 2 x L40S" in out
-    assert "1 GPU : the leanest plan" in out and "usable" in out
+    assert "1 GPU: the leanest plan" in out and "usable" in out
     assert main([*args, "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["smallest_gpus"]["gpus"] == 2
@@ -65,8 +65,11 @@ def test_cli_names_the_smallest_count_and_why_smaller_counts_do_not(capsys):
 
 
 def test_cli_method_errors_name_the_flag(capsys):
-    assert main(["train", "plan", "--model", "llama-3.1-8b", "--method", "qlora", "--gpu", "l40s,h100"]) == 2
-    assert "--gpus" in capsys.readouterr().err
+    assert main(["train", "plan", "--model", "llama-3.1-8b", "--method", "qlora", "--gpu", "l40s", "--days", "3"]) == 2
+    assert "--days needs --tokens" in capsys.readouterr().err
+    assert main(["train", "plan", "--model", "llama-3.1-8b", "--gpu", "l40s", "--gpus", "8", "--seq-len", "2048",
+                 "--global-batch", "16", "--days", "3"]) == 2
+    assert "--days: give it without --gpus" in capsys.readouterr().err
     assert main(["train", "plan", "--model", "llama-3.1-8b", "--method", "dora", "--gpu", "l40s", "--gpus", "1"]) == 2
     assert "--method" in capsys.readouterr().err
     assert main(["train", "plan", "--model", "mixtral-8x7b", "--method", "lora", "--gpu", "h100", "--gpus", "8"]) == 2

@@ -60,6 +60,9 @@ workload: {{arrival: trace, path: {trace.name}}}
     (JOB.replace("tp: 1", "tp: 5"), "tp: 5 does not divide the 32 attention heads"),
     (JOB.replace("slo: {ttft_ms: 300, tpot_ms: 50}", "slo: {ttft_ms: 300, tpot_ms: 50"), "malformed YAML"),
     ("model: llama-3.1-8b\ndeployment: {gpu: h100}\nworkload: {arrival: trace, path: missing.csv}\n", "trace file not found"),
+    # a path longer than any file system's name limit: Path.exists() itself raises OSError (found by fuzzing)
+    ("model: llama-3.1-8b\ndeployment: {gpu: h100}\nworkload: {arrival: trace, path: " + "a" * 5000 + ".csv}\n",
+     "cannot read trace file"),
     (JOB.replace("model: llama-3.1-8b", "model: llama-3.1-405b").replace("tp: 1,", "tp: 2,"), "does not fit on A100-80GB"),
 ])
 def test_user_errors_exit_2_with_one_line(tmp_path, capsys, text, message):

@@ -70,6 +70,24 @@ def test_train_plan_equals_cli(client, capsys):
     assert _untimed(r.json()) == _untimed(cli_json(capsys, "train", "plan", *PLAN_ARGS))
 
 
+def test_train_plan_will_it_fit_equals_cli(client, capsys):
+    """Without a GPU count the API sizes the cluster as the CLI does; when nothing fits it falls back to offload
+    and reports the closest plans and the levers, as the CLI does."""
+    sized = {"model": "llama-3.1-70b", "gpu": "l40s", "seq_len": 2048, "global_batch": 16, "top": 1}
+    r = client.post("/api/train/plan", json=sized)
+    assert r.status_code == 200, r.text
+    cli = cli_json(capsys, "train", "plan", "--model", "llama-3.1-70b", "--gpu", "l40s", "--seq-len", "2048",
+                   "--global-batch", "16", "--top", "1")
+    assert r.json()["smallest_clusters"]["per_gpu"][0]["gpus"] == cli["smallest_clusters"]["per_gpu"][0]["gpus"]
+    assert _untimed(r.json()) == _untimed(cli)
+    offload = {"model": "llama-3.1-8b", "gpu": "a100-40gb", "gpus": 2, "seq_len": 2048, "global_batch": 16, "top": 1}
+    r = client.post("/api/train/plan", json=offload)
+    assert r.status_code == 200, r.text
+    cli = cli_json(capsys, "train", "plan", "--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--gpus", "2", "--seq-len",
+                   "2048", "--global-batch", "16", "--top", "1")
+    assert r.json()["what_to_change"] == cli["what_to_change"] and r.json()["what_to_change"]["searched_with_offload"]
+
+
 def test_train_plan_from_a_job_document_equals_cli(client, capsys, tmp_path):
     doc = {**SMALL_JOB, "parallel": {"schedule": "1f1b", "zero": 1}}
     r = client.post("/api/train/plan", json={"job": doc, "top": 2, "gpu": ["a100-80gb", "l40s"]})  # gpu ignored, as in the CLI

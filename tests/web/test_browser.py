@@ -134,6 +134,18 @@ def test_plan_matches_the_cli_and_a_click_opens_a_timeline(server, page, capsys)
     assert page.locator("#train-rejects tbody tr").count() == len(expected["searches"][0]["rejected"]) + 1
 
 
+def test_plan_that_does_not_fit_shows_the_closest_plans_and_the_levers(server, page, capsys):
+    expected = cli_json(capsys, "train", "plan", "--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--gpus", "2", "--seq-len",
+                        "2048", "--global-batch", "16", "--top", "1")
+    _open(page, f"{server}/?tab=train&model=llama-3.1-8b&gpu=A100-40GB&gpus=2&seq_len=2048&global_batch=16&tokens=&top=1&run=plan")
+    page.wait_for_selector("#train-levers tbody tr", timeout=120_000)
+    advice = expected["what_to_change"]
+    assert page.locator("#train-closest tbody tr").count() == len(advice["closest"])
+    assert page.locator("#train-levers tbody tr").count() == len(advice["levers"])
+    assert advice["searched_with_offload"] in page.locator("#train-fit h3").first.inner_text()
+    assert "offload=" in page.locator("#train-top-plans tbody tr").first.inner_text()
+
+
 def test_schedules_side_by_side_match_compare(server, page, capsys):
     expected = cli_json(capsys, "schedule", "compare", "--pp", "4", "--microbatches", "8", "--i", "1.5", "--w", "0.5",
                         "--schedules", "1f1b,interleaved,zb-h1,zbv")

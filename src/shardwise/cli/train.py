@@ -26,7 +26,9 @@ def estimate_cmd(
     format: Format = format_option(),
     trace: Path = typer.Option(None, "--trace", help="Write the estimated step as a Chrome/Perfetto trace (JSON)."),
 ) -> None:
-    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job.
+    """Predict per-GPU memory, step time, MFU, tokens/s (and days and dollars) for each job. In a list, a job
+    that fails is reported in place (JSON: an object with an `error` field) and the others still print;
+    the exit status is then 2.
 
     Examples:
 
@@ -34,32 +36,42 @@ def estimate_cmd(
 
       shardwise train estimate examples/llama3.1-70b-64xh100.yaml --format json --trace step.json
     """
-    from shardwise.specs.job import load_jobs
-    from shardwise.train.goodput import estimate_with_goodput
+    from rich.text import Text
+
+    from shardwise.errors import ShardwiseError
+    from shardwise.specs._loading import read_document
+    from shardwise.train.batch import JobError, estimate_batch
     from shardwise.train.hetero_report import hetero_table
     from shardwise.train.report import engine_verdicts_of, estimate_json, estimate_table
     from shardwise.train.result import Estimate
 
-    jobs = load_jobs(job)
-    results = [estimate_with_goodput(j) for j in jobs]
+    entries = estimate_batch(read_document(job), str(job))
+    jobs = [j for j, _ in entries]
+    results = [r for _, r in entries]
+    failed = [r for r in results if isinstance(r, JobError)]
     if trace is not None:
         from shardwise.pipeline.trace import trace_document, write_trace
         from shardwise.train.hetero_trace import hetero_events
         from shardwise.train.trace import estimate_events
 
         events: list[dict] = []
-        for r in results:
+        for r in (r for r in results if not isinstance(r, JobError)):
             make = estimate_events if isinstance(r, Estimate) else hetero_events
             events += make(r, 1 + len({e["pid"] for e in events}), flow_id=1 + sum(e["ph"] == "s" for e in events))
         write_trace(trace_document(events, source="shardwise train estimate", jobs=len(results)), trace)
         typer.echo(f"trace written to {trace} (open it in ui.perfetto.dev)", err=True)
     if format is Format.json:
         echo_json(estimate_json(results, jobs))
-        return
-
-    console = make_console()
-    for r, j in zip(results, jobs):
-        console.print(estimate_table(r, engine_verdicts_of(j)) if isinstance(r, Estimate) else hetero_table(r))
+    else:
+        console = make_console()
+        for r, j in zip(results, jobs):
+            if isinstance(r, JobError):
+                console.print(Text(r.line(), style="bold red"))
+            else:
+                console.print(estimate_table(r, engine_verdicts_of(j)) if isinstance(r, Estimate) else hetero_table(r))
+    if failed:
+        raise ShardwiseError(f"{len(failed)} of {len(results)} jobs failed: {', '.join(r.label for r in failed)}; "
+                             "each error is printed in place of its estimate")
 
 
 @app.command("goodput")

@@ -22,7 +22,8 @@ def plan_cmd(
     job: Path = typer.Argument(None, help="Job file whose 'parallel' section may be partly or wholly left out."),
     model: str = typer.Option(None, "--model", help="Preset name, config.json path (or from JOB)."),
     gpu: list[str] = typer.Option(None, "--gpu", help="GPU type; repeat or comma-separate to compare types."),
-    gpus: int = typer.Option(None, "--gpus", help="Number of GPUs."),
+    gpus: int = typer.Option(None, "--gpus", help="Number of GPUs; left out, the smallest count of each --gpu type that "
+                             "fits (with --days: that trains --tokens in time)."),
     seq_len: int = typer.Option(None, "--seq-len"),
     global_batch: int = typer.Option(None, "--global-batch", help="Sequences per optimizer step."),
     objective: str = typer.Option("throughput", "--objective", help="throughput | cost | memory"),
@@ -52,10 +53,11 @@ def plan_cmd(
                                "the tables on stderr)."),
     output: Path = typer.Option(None, "--output", "-o", help="With --export: write the launch script here (and the "
                                 "files it reads beside it) instead of stdout."),
-    method: str = typer.Option(None, "--method", help="full | lora | qlora (adapters on a frozen, for qlora NF4, base). "
-                               "A fine-tune without --gpus finds the smallest GPU count that fits; --seq-len and "
-                               "--global-batch default to 2048 and 16."),
+    method: str = typer.Option(None, "--method", help="full | lora | qlora (adapters on a frozen, for qlora NF4, base); "
+                               "for a fine-tune --seq-len and --global-batch default to 2048 and 16."),
     max_gpus: int = typer.Option(1024, "--max-gpus", help="Largest count tried when looking for the smallest that fits."),
+    days: float = typer.Option(None, "--days", help="Deadline: without --gpus and with --tokens, the smallest count of "
+                               "each GPU type that trains the tokens within this many days (the cheapest type marked)."),
 ) -> None:
     """Search every valid TP/PP/VPP/DP/CP (and its scheme)/EP/ETP/ZeRO/SP/recompute/micro-batch/schedule plan
     (and, with --precision fp8 or fp4, scaling recipe) and rank them. Each plan says which engines run it as is.
@@ -75,7 +77,11 @@ def plan_cmd(
       shardwise train plan --model llama-3.1-70b --gpu h100 --gpus 64 --seq-len 8192 --global-batch 128 --export megatron -o launch.sh
     """
     from shardwise.engines.support import parse_engines
-    from shardwise.train.plan_inputs import plan_inputs, run_plan
+    from shardwise.errors import ShardwiseError
+    from shardwise.train.advice import NoPlanFits
+    from shardwise.train.fit import fit_json, search_fitting, sized_inputs
+    from shardwise.train.fit_report import advice_tables, smallest_text
+    from shardwise.train.plan_inputs import PlanInputs, plan_inputs, run_plan
     from shardwise.train.plan_report import (
         engine_verdicts,
         front_table,
@@ -98,14 +104,35 @@ def plan_cmd(
                          schedules=schedules, max_memory_gib=max_memory_gib, no_progress=no_progress, fp8_recipes=fp8_recipes,
                          moe_dispatchers=moe_dispatchers)
             return
-    verdicts = None
-    if doc is None and gpus is None and method in ("lora", "qlora"):
-        gpus, verdicts = _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus)
-    inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
+    sized = None
+    if doc is None and gpus is None:
+        inputs, sized = sized_inputs(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus,
+                                     days, schedules)
+    else:
+        if days is not None:
+            raise ShardwiseError("--days: give it without --gpus (and with --tokens) to find the smallest count that "
+                                 "trains in time")
+        inputs = plan_inputs(doc, model, gpu, gpus, seq_len, global_batch, tokens, precision, memory_headroom, method)
     progress = format is Format.table and not no_progress
-    results, best, fronts = run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
-                                     runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes,
-                                     moe_dispatchers=moe_dispatchers)
+
+    def search(inputs: PlanInputs) -> tuple:
+        return run_plan(inputs, objective, top, schedules, max_memory_gib, exact_budget or 128, progress,
+                        runnable_on=parse_engines(runnable_on) or parse_engines(export), fp8_recipes=fp8_recipes,
+                        moe_dispatchers=moe_dispatchers)
+
+    def pricing() -> None:
+        if progress:
+            typer.echo("no plan fits: pricing what to change (offload, more GPUs, another GPU, a shorter sequence)...", err=True)
+
+    try:
+        found = search_fitting(inputs, search, schedules, max_gpus, pricing)
+    except NoPlanFits as npf:
+        if format is Format.json:
+            echo_json({"fits": False, "what_to_change": npf.advice.to_dict()})
+        else:
+            make_console().print(advice_tables(npf.advice))
+        raise
+    inputs, results, best, fronts = found.inputs, found.results, found.best, found.fronts
     spec, training, clusters = inputs.model, inputs.training, inputs.clusters
     launch = _launch(best[0], spec, training, clusters, export) if export else None
     note = runnability_note(best, spec, training)
@@ -117,8 +144,7 @@ def plan_cmd(
         raise ShardwiseError("--output: train plan writes a launch script there; add --export ENGINE")
     if format is Format.json:
         out = plan_json(objective, results, best, fronts, inputs)
-        if verdicts is not None:
-            out["smallest_gpus"] = {"gpus": gpus, "counts": [v.to_dict() for v in verdicts]}
+        out |= fit_json(found, sized, days)
         if launch is not None:
             out["export"] = {"engine": launch.engine, "version": launch.version, "args": launch.args,
                              "script": launch.script()}
@@ -130,10 +156,10 @@ def plan_cmd(
         return
     # A launch script is text for bash: written to --output, or to stdout untouched (the tables go to stderr).
     console = make_console(stderr=launch is not None and output is None)
-    if verdicts is not None:
-        console.print(f"[bold]smallest count that fits: {gpus} x {clusters[0].gpu.name}[/bold]")
-        for v in verdicts:
-            console.print(f"  {v.gpus:>4} GPU{'s' if v.gpus > 1 else ' '}: {v.reason}", highlight=False)
+    if sized is not None:
+        console.print(smallest_text(sized, results, clusters, days))
+    if found.advice is not None:
+        console.print(advice_tables(found.advice, found.fallback))
     labels = [runs_on_label(engine_verdicts(e, spec, training)) for e in best]
     console.print(top_table(results, best, objective, labels))
     if note:
@@ -179,23 +205,6 @@ def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, 
         echo_json(res.to_dict())
         return
     make_console().print(hetero_plan_table(res))
-def _smallest_count(model, gpu, seq_len, global_batch, tokens, precision, memory_headroom, method, max_gpus):
-    """(smallest GPU count that fits the fine-tune, the verdict of each count tried)."""
-    from shardwise.errors import ShardwiseError
-    from shardwise.train.plan_inputs import plan_inputs, split_list
-    from shardwise.train.smallest import smallest_fit
-
-    names = split_list(gpu)
-    if len(names) != 1:
-        raise ShardwiseError("--gpus: give a count, or a single --gpu type to find the smallest count that fits")
-    probe = plan_inputs(None, model, names, 1, seq_len, global_batch, tokens, precision, memory_headroom, method)
-    count, verdicts = smallest_fit(probe.model, names[0], probe.training, max_gpus, memory_headroom)
-    if count is None:
-        last = verdicts[-1]
-        raise ShardwiseError(f"--max-gpus: no count up to {max_gpus} fits {probe.model.name}; at {last.gpus}: {last.reason}")
-    return count, verdicts
-
-
 def _launch(best: Estimate, spec: ModelSpec, training: TrainingSpec, clusters: list[Cluster], engine: str) -> Export:
     """The export of the best plan (it runs on `engine`: the search was restricted to such plans)."""
     from shardwise.handoff import export_train

@@ -22,6 +22,7 @@ from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_GAMMA_CV, MAX_SEQUENCE_TOKENS, MAX_SERVE_REQUESTS
 from shardwise.serve.lengths import LengthSpec, describe_lengths, sample_lengths
 from shardwise.serve.trace import read_trace
+from shardwise.specs._loading import path_exists
 
 
 class SessionSpec(BaseModel):
@@ -202,7 +203,7 @@ def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = 
     rng = np.random.default_rng(spec.seed)
     if spec.arrival == "trace":
         path = Path(spec.path or "")
-        if base_dir is not None and not path.is_absolute() and not path.exists():
+        if base_dir is not None and not path.is_absolute() and not path_exists(path):
             path = base_dir / path
         t, inp, out, trace_sessions = read_trace(path, spec.num_requests, sessions=True)
         if spec.num_requests is not None:

@@ -45,6 +45,15 @@ def display_path(path: str | Path) -> str:
     return text if len(text) <= 120 else shorten(text)
 
 
+def path_exists(path: str | Path) -> bool:
+    """Whether a user's path names something; a name no file system accepts (too long, a NUL byte) does
+    not (``Path.exists`` raises OSError or ValueError on those)."""
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+
+
 def read_text_file(path: str | Path, what: str = "file") -> str:
     """The UTF-8 text of a user's file; a missing, unreadable or binary file is one ShardwiseError."""
     p = Path(path).expanduser()

@@ -265,12 +265,31 @@ def resilience_from_mapping(doc: dict[str, Any], where: str = "job") -> Resilien
                       _build(CheckpointSpec, checkpoint or {}, "checkpoint"))
 
 
-def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob | HeteroJob]:
-    """Build and check the jobs of a parsed document: one job mapping or a list of them."""
+def jobs_or_errors(doc: Any, source: str = "job") -> list[TrainJob | HeteroJob | ShardwiseError]:
+    """Build and check the jobs of a parsed document (one job mapping or a list of them); in a list, a job
+    that cannot be built is its error in place, so the others still run. A single job raises."""
     docs = doc if isinstance(doc, list) else [doc]
     if not docs:
         raise ShardwiseError(f"{source}: the document holds an empty list; give at least one job")
-    return [job_from_mapping(d, where=f"job[{i}]" if len(docs) > 1 else "job") for i, d in enumerate(docs)]
+    out: list[TrainJob | HeteroJob | ShardwiseError] = []
+    for i, d in enumerate(docs):
+        try:
+            out.append(job_from_mapping(d, where=f"job[{i}]" if len(docs) > 1 else "job"))
+        except ShardwiseError as exc:
+            if len(docs) == 1:
+                raise
+            out.append(exc)
+    return out
+
+
+def jobs_from_document(doc: Any, source: str = "job") -> list[TrainJob | HeteroJob]:
+    """Build and check the jobs of a parsed document: one job mapping or a list of them (the first bad
+    job raises)."""
+    jobs = jobs_or_errors(doc, source)
+    for j in jobs:
+        if isinstance(j, ShardwiseError):
+            raise j
+    return jobs  # type: ignore[return-value]
 
 
 def load_jobs(path: str | Path) -> list[TrainJob | HeteroJob]:

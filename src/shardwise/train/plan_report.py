@@ -18,6 +18,7 @@ from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.planner import PlanResult, searched_fields
 from shardwise.train.result import GIB, MFU_LABELS, Estimate
+from shardwise.train.search_space import group_rejections
 
 #: Short engine names for the table's "runs on" column.
 ENGINE_ABBREV = {"torch": "T", "torchtitan": "tt", "megatron": "M", "deepspeed": "DS"}
@@ -143,6 +144,8 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
         parts.append(f"tpo={p['tp_overlap']}")
     if p.get("microbatch_group"):
         parts.append(f"N{p['microbatch_group']}")
+    if p.get("offload", "none") != "none":
+        parts.append(f"offload={p['offload']}")
     return " ".join(parts)
 
 
@@ -224,8 +227,10 @@ def summary_text(results: list[PlanResult]) -> Group:
             f"{r.gpu} x {r.num_gpus}: {r.considered:,} plans considered, {r.feasible_screened:,} fit, "
             f"{r.exact_evaluations} estimated exactly; screen {r.screen_rate_per_s:,.0f} plans/s; "
             f"total {r.seconds['total']:.2f} s", style="bold"))
-        for reason, n in r.rejected.items():
-            lines.append(Text(f"  rejected {n:>9,}  {reason}"))
+        for group, total, reasons in group_rejections(r.rejected):
+            lines.append(Text(f"  rejected {total:>9,}  {group}"))
+            if len(reasons) > 1 or reasons[0][0] != group:
+                lines += [Text(f"           {n:>9,}    {reason}", style="dim") for reason, n in reasons]
         lines += [Text(f"  note: {n}", style="yellow") for n in r.notes]
     return Group(*lines)
 

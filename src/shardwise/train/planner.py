@@ -39,7 +39,7 @@ from shardwise.train.goodput import effective_step_s, ettr_bound, ettr_of, with_
 from shardwise.train.pareto import pareto_front
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import dominated, drop_dominated_recipes, layer_table, screen
-from shardwise.train.search_space import EVERY_PLAN, REASONS, Candidates, enumerate_plans
+from shardwise.train.search_space import EVERY_PLAN, REASONS, Candidates, enumerate_plans, group_rejections
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
@@ -168,6 +168,10 @@ def plan_search(
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
     fits = scr["memory_bytes"] <= capacity
+    if not fits.any():
+        closest = _leanest_distinct(cands, scr["memory_bytes"])
+        cands.keep(fits, "memory")
+        raise NothingFits(_nothing_runs(cands, cluster), cluster, closest, dict(cands.rejected), extra)
     cands.keep(fits, "memory")
     scr = {k: v[fits] for k, v in scr.items()}
     if max_memory_gib is not None:
@@ -299,9 +303,44 @@ def _point(plan: dict[str, Any], step: float, mem: float, training: TrainingSpec
             "usd_per_million_tokens": cost, "exact": exact}
 
 
-def _nothing_runs(c: Candidates) -> str:
-    reasons = "; ".join(f"{n} {r}" for r, n in c.rejected.most_common(4))
-    return f"no plan can run: all {c.considered} plans were rejected ({reasons}). Add GPUs, change the batch or free the fixed fields"
+def _nothing_runs(c: Candidates, cluster: Cluster | None = None) -> str:
+    groups = group_rejections(c.rejected)
+    memory = next((n for g, n, _ in groups if g == REASONS["memory"]), 0)
+    where = f" on {cluster.num_gpus} x {cluster.gpu.name}" if cluster is not None else ""
+    if memory:
+        head = (f"no plan fits{where}: all {memory:,} plans that can run need more than "
+                f"{cluster.usable_memory_bytes / GIB:.1f} GiB per GPU" if cluster is not None else f"no plan fits: {memory:,} out of memory")
+        rest = "; ".join(f"{n:,} {g}" for g, n, _ in groups if g != REASONS["memory"])
+        return f"{head} (of {c.considered:,} plans; {rest}). Add GPUs or offload (`train plan` prices what would fit)"
+    reasons = "; ".join(f"{n:,} {g} ({', '.join(r for r, _ in members[:2])})" for g, n, members in groups)
+    return f"no plan can run{where}: all {c.considered:,} plans were rejected: {reasons}. Add GPUs, change the batch or free the fixed fields"
+
+
+#: How many of the leanest plans a search that finds none that fits reports (:class:`NothingFits`).
+CLOSEST = 3
+
+
+def _leanest_distinct(cands: Candidates, memory: np.ndarray) -> list[tuple[dict[str, Any], float]]:
+    """The CLOSEST leanest plans whose screened peaks differ by at least 0.1 GiB (plans that differ only in
+    a knob that changes nothing here, such as the ZeRO stage at dp 1, are one)."""
+    out: list[tuple[dict[str, Any], float]] = []
+    for i in np.argsort(memory, kind="stable").tolist():
+        if all(abs(memory[i] - m) >= 0.1 * GIB for _, m in out):
+            out.append((cands.plan_dict(i), float(memory[i])))
+            if len(out) == CLOSEST:
+                break
+    return out
+
+
+class NothingFits(ShardwiseError):
+    """No plan of the search fits in memory: the cluster, the leanest plans ((plan, screened peak bytes),
+    leanest first), the rejections by reason and the fields every plan carried (:mod:`shardwise.train.advice`
+    says what to change)."""
+
+    def __init__(self, message: str, cluster: Cluster, closest: list[tuple[dict[str, Any], float]],
+                 rejected: dict[str, int], extra: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.cluster, self.closest, self.rejected, self.extra = cluster, closest, rejected, extra
 
 
 def _progress(enabled: bool, total: int) -> tuple[RichProgress, TaskID] | None:

@@ -74,6 +74,32 @@ REASONS = {
 }
 
 
+#: How rejections are told apart when reported (most telling first): plans that ran out of memory; plans
+#: the job's own fields or --runnable-on / --max-memory-gib exclude; equivalent plans a faster one stands
+#: for; and layouts that cannot exist for this GPU count, model and batch (divisibility: the largest count
+#: and the least informative, so it comes last).
+REJECTION_GROUPS = (
+    ("out of memory", ("memory",)),
+    ("excluded by the job's fixed fields or the options", ("dp_fixed", "dp_shard", "offload_zero", "tp_overlap", "memory_cap")),
+    ("no faster than an equivalent plan kept", ("dominated",)),
+    ("cannot be laid out on this GPU count, model and batch (divisibility)",
+     ("heads", "gpus", "layers", "stages_limit", "seq", "experts", "fold", "etp_ffn", "cp_a2a", "cp_ulysses", "ulysses_cp",
+      "batch_small", "batch_divide", "schedule")),
+)
+
+
+def group_rejections(rejected: dict[str, int]) -> list[tuple[str, int, list[tuple[str, int]]]]:
+    """(group, plans, [(reason, plans), ...]) in REJECTION_GROUPS order; a reason no group names (an engine's
+    or a recipe's refusal) joins the options' group."""
+    group_of = {REASONS[k]: g for g, keys in REJECTION_GROUPS for k in keys}
+    options = REJECTION_GROUPS[1][0]
+    members: dict[str, list[tuple[str, int]]] = {g: [] for g, _ in REJECTION_GROUPS}
+    for reason, n in sorted(rejected.items(), key=lambda kv: -kv[1]):
+        if n:
+            members[group_of.get(reason, options)].append((reason, n))
+    return [(g, sum(n for _, n in m), m) for g, m in members.items() if m]
+
+
 def _powers_of_two(limit: int) -> list[int]:
     out, x = [], 1
     while x <= limit:

@@ -118,9 +118,12 @@ class TrainPlanBody(_Body):
     job: dict[str, Any] | None = Field(default=None, description="a job document whose `parallel` may be partly or wholly left out (replaces model, gpu, gpus, seq_len, global_batch)")
     model: ModelRef | None = Field(default=None, description="preset name, ModelSpec mapping or a pasted config.json")
     gpu: str | list[str] | None = Field(default=None, description="GPU type(s): a list or comma-separated, to compare types")
-    gpus: int | None = Field(default=None, description="number of GPUs")
+    gpus: int | None = Field(default=None, description="number of GPUs; left out, the smallest count of each GPU type "
+                             "that fits (with days: that trains tokens in time)")
     seq_len: int | None = None
     global_batch: int | None = Field(default=None, description="sequences per optimizer step")
+    days: float | None = Field(default=None, gt=0, description="deadline in days (without gpus, with tokens)")
+    max_gpus: int = Field(default=1024, ge=1, le=65536, description="largest count tried when sizing the cluster")
     objective: str = Field(default="throughput", description="throughput | cost | memory")
     max_memory_gib: float | None = Field(default=None, description="reject plans above this peak per GPU")
     schedules: str | list[str] | None = Field(default=None, description="schedules to search (default: all)")

@@ -78,16 +78,26 @@ def estimate_result(jobs: list) -> Any:
 
 
 def train_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
+    from shardwise.train.fit import fit_json, search_fitting, sized_inputs
     from shardwise.train.plan_inputs import plan_inputs, run_plan
     from shardwise.train.plan_report import plan_json
 
     o = validate(TrainPlanBody, body)
     doc = with_model(o.job) if o.job is not None else None
     model = model_ref(o.model) if o.model is not None and doc is None else o.model
-    inputs = plan_inputs(doc, model, o.gpu, o.gpus, o.seq_len, o.global_batch, o.tokens, o.precision)
-    results, best, fronts = run_plan(inputs, o.objective, o.top, o.schedules, o.max_memory_gib, o.exact_budget, progress,
-                                     fp8_recipes=o.fp8_recipes, moe_dispatchers=o.moe_dispatchers)
-    return plan_json(o.objective, results, best, fronts, inputs)
+    sized = None
+    if doc is None and o.gpus is None:  # the smallest count of each GPU type that fits (or, with days, trains in time)
+        inputs, sized = sized_inputs(model, o.gpu, o.seq_len, o.global_batch, o.tokens, o.precision, None, None, o.max_gpus,
+                                     o.days, o.schedules)
+    else:
+        inputs = plan_inputs(doc, model, o.gpu, o.gpus, o.seq_len, o.global_batch, o.tokens, o.precision)
+
+    def search(inputs: Any) -> tuple:
+        return run_plan(inputs, o.objective, o.top, o.schedules, o.max_memory_gib, o.exact_budget, progress,
+                        fp8_recipes=o.fp8_recipes, moe_dispatchers=o.moe_dispatchers)
+
+    found = search_fitting(inputs, search, o.schedules, o.max_gpus)
+    return plan_json(o.objective, found.results, found.best, found.fronts, found.inputs) | fit_json(found, sized, o.days)
 
 
 def train_export(body: Any, progress: Progress = _quiet) -> dict[str, Any]:

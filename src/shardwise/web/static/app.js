@@ -339,6 +339,7 @@ function planLabel(p, recipe = p.fp8_recipe, dispatcher = p.moe_dispatcher) {  /
   if (p.sequence_parallel && p.tp > 1) parts.push("sp");
   if (p.tp_overlap && !["none", "auto"].includes(p.tp_overlap) && p.tp > 1) parts.push(`tpo=${p.tp_overlap}`);
   if (p.microbatch_group) parts.push(`N${p.microbatch_group}`);
+  if (p.offload && p.offload !== "none") parts.push(`offload=${p.offload}`);
   return parts.join(" ");
 }
 
@@ -432,7 +433,7 @@ async function runPlan() {
   try { base = trainBase(); } catch (err) { return showError("train", err); }
   const v = base.v;
   const gpus = [v.gpu, ...(v.compare || "").split(",").map((s) => s.trim()).filter(Boolean)];
-  const body = { model: base.model, gpu: gpus, gpus: base.cluster.gpus, seq_len: base.training.seq_len,
+  const body = { model: base.model, gpu: gpus, gpus: base.cluster.gpus === "" ? null : base.cluster.gpus, seq_len: base.training.seq_len,
     global_batch: base.training.global_batch, precision: v.precision, objective: v.objective, top: numberOr(v.top, 5) };
   if (base.training.tokens !== undefined) body.tokens = base.training.tokens;
   if (v.max_memory_gib) body.max_memory_gib = numberOr(v.max_memory_gib, v.max_memory_gib);
@@ -449,6 +450,7 @@ function renderPlan(out, body) {
   $("#train-empty").hidden = true; $("#train-estimate-out").hidden = true; $("#train-plan-out").hidden = false;
   const multi = out.searches.length > 1;
   const s = out.searches;
+  fitPanel(out);
   $("#train-plan-summary").textContent = s.map((r) => `${r.gpu} × ${r.num_gpus}: ${fmt.num(r.considered)} plans, ${fmt.num(r.feasible_after_screen)} fit, ${r.exact_evaluations} estimated exactly in ${fmt.sig(r.seconds.total, 3)} s`).join(" · ") + ` · objective ${out.objective}`;
   const withDays = out.top.some((e) => e.days_to_train !== null && e.days_to_train !== undefined);
   const head = ["#", ...(multi ? ["GPU"] : []), "plan", "step s", "tokens/s/GPU", "MFU (causal)", "peak GiB", "bubble s", ...(withDays ? ["days", "$"] : []), "runs on"];
@@ -475,6 +477,40 @@ function renderPlan(out, body) {
   $("#train-plan-notes").replaceChildren(...s.flatMap((r) => r.notes.map((n) => el("li", { text: `${r.gpu}: ${n}` }))));
   $("#train-selected").hidden = true;
   if (out.top.length) selectPlan(out.top[0], 1, $("#train-top-plans tbody tr"));
+}
+
+/* "Will it fit?": the smallest cluster of each GPU type (no GPU count given), and when nothing fitted, the
+   closest plans and the ranked levers (train/fit_report.py prints the same in the terminal). */
+function fitPanel(out) {
+  const box = $("#train-fit");
+  const parts = [];
+  const sized = out.smallest_clusters;
+  if (sized) {
+    for (const r of sized.per_gpu) {
+      const money = r.usd_per_million_tokens === null ? "" : ` · $${fmt.sig(r.usd_per_million_tokens, 3)}/M tokens`;
+      parts.push(el("h3", { text: r.gpus === null ? `No count of ${r.gpu} fits` :
+        `Smallest count that ${sized.deadline_days ? "trains in " + sized.deadline_days + " days" : "fits"}: ${r.gpus} × ${r.gpu}` +
+        (sized.cheapest === r.gpu && sized.per_gpu.length > 1 ? " (cheapest)" : "") + money }));
+      parts.push(el("ul", { class: "notes" }, r.counts.map((c) => el("li", { text: `${c.from_gpus && c.from_gpus !== c.gpus ? c.from_gpus + "–" : ""}${c.gpus} GPUs: ${c.reason}` }))));
+    }
+  }
+  const a = out.what_to_change;
+  if (a) {
+    parts.push(el("h3", { text: `No plan fits ${a.gpus} × ${a.gpu} (${fmt.num(a.usable_gib, 1)} GiB usable)` +
+      (a.searched_with_offload ? ` without offloading: the plans below offload ${a.searched_with_offload}` : "") }));
+    parts.push(el("table", { class: "data", id: "train-closest" },
+      el("thead", {}, el("tr", {}, ["closest plan", "peak GiB", "misses by GiB", "where the memory goes (GiB)"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, a.closest.map((c) => el("tr", {}, el("td", { class: "l", text: c.plan }), el("td", { text: fmt.num(c.peak_memory_gib, 1) }),
+        el("td", { text: fmt.num(c.misses_by_gib, 1) }), el("td", { class: "l", text: c.what }))))));
+    parts.push(el("table", { class: "data", id: "train-levers" },
+      el("thead", {}, el("tr", {}, ["#", "what would make it fit", "fastest plan with it", "tokens/s/GPU", "$/M tokens", "note"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, a.levers.map((lv, k) => el("tr", {}, el("td", { text: lv.fits ? k + 1 : "–" }), el("td", { class: "l", text: lv.change }),
+        el("td", { class: "l", text: lv.fits ? `${lv.gpu} × ${lv.gpus}: ${lv.plan}` : "does not fit" }),
+        el("td", { text: fmt.num(lv.tokens_per_s_per_gpu) }), el("td", { text: lv.usd_per_million_tokens === null ? "–" : fmt.sig(lv.usd_per_million_tokens, 3) }),
+        el("td", { class: "l", text: lv.note }))))));
+  }
+  box.replaceChildren(...parts);
+  box.hidden = !parts.length;
 }
 
 function frontChart(out, multi) {
