@@ -13,6 +13,7 @@ jsonschema = pytest.importorskip("jsonschema")
 from shardwise.cli.main import main  # noqa: E402
 from shardwise.errors import ShardwiseError  # noqa: E402
 from shardwise.job_schema import KINDS, job_schema  # noqa: E402
+from shardwise.rl.spec import parse_rl_job  # noqa: E402
 from shardwise.serve.config import parse_serve_job  # noqa: E402
 from shardwise.specs.job import job_from_mapping  # noqa: E402
 
@@ -44,6 +45,8 @@ def parser_accepts(kind, doc) -> bool:
     try:
         if kind == "train":
             job_from_mapping(doc)
+        elif kind == "rl":
+            parse_rl_job(doc)
         else:
             parse_serve_job(doc, base_dir=ROOT / "examples")
     except ShardwiseError:
@@ -71,7 +74,7 @@ def test_every_example_names_its_schema_and_validates(path):
     first = path.read_text().splitlines()[0]
     match = MODELINE.match(first)
     assert match, f"{path.name}: first line should be '# yaml-language-server: $schema=...'"
-    kind = "serve" if path.name.startswith("serve") else "train"
+    kind = "serve" if path.name.startswith("serve") else "rl" if path.name.startswith("rl-") else "train"
     target = (path.parent / match.group(1)).resolve()
     assert target == (ROOT / "schemas" / f"{kind}.schema.json").resolve()
     doc = yaml.load(path.read_text(), Loader=Yaml12Loader)

@@ -101,14 +101,18 @@ def _schema(root: type[BaseModel], title: str) -> dict[str, Any]:
 
 
 def job_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema of a ``train`` or ``serve`` job file."""
+    """The JSON Schema of a ``train``, ``serve`` or ``rl`` job file."""
     if kind == "train":
         return _schema(TrainJobs, "Shardwise training job file (one job or a list)")
     if kind == "serve":
         return _schema(ServeJobFile, "Shardwise serving job file")
+    if kind == "rl":
+        from shardwise.rl.spec import RLJobSpec
+
+        return _schema(RLJobSpec, "Shardwise RL post-training job file")
     from shardwise.errors import ShardwiseError
 
-    raise ShardwiseError(f"schema: {kind!r} is not a job kind; use train or serve")
+    raise ShardwiseError(f"schema: {kind!r} is not a job kind; use train or serve, or rl")
 
 
-KINDS = ("train", "serve")
+KINDS = ("train", "serve", "rl")

@@ -44,11 +44,12 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _register() -> None:
-    from shardwise.cli import schedule, schema, serve, train, validate, web
+    from shardwise.cli import rl, schedule, schema, serve, train, validate, web
 
     app.add_typer(train.app, name="train")
     app.add_typer(schedule.app, name="schedule")
     app.add_typer(serve.app, name="serve")
+    app.add_typer(rl.app, name="rl")
     alias_help = "Alias of `shardwise train validate`. " + inspect.cleandoc(validate.validate.__doc__ or "")
     app.command("validate", help=alias_help)(validate.validate)
     app.command("schema")(schema.schema_cmd)

@@ -9,7 +9,7 @@ import typer
 
 
 def schema_cmd(
-    kind: str = typer.Argument(..., help="train | serve"),
+    kind: str = typer.Argument(..., help="train | serve | rl"),
     output: Path = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
     """Print the JSON Schema of the train or serve job file, generated from the models that parse it.

@@ -1,0 +1,176 @@
+"""`rl estimate`: each phase equals the component it comes from; the modes' overlap; memory per phase; errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardwise.cli.main import main
+from shardwise.errors import ShardwiseError
+from shardwise.rl.batch import draw_batch, pack_rows, train_batch
+from shardwise.rl.phases import drain_profile, forward_s
+from shardwise.rl.spec import parse_rl_job
+from shardwise.rl.step import estimate_rl
+
+#: A small GRPO job that simulates in well under a second: 8B on 16 H100, 64 prompts x 8 responses.
+SMALL = {
+    "policy": "llama-3.1-8b",
+    "algorithm": {"name": "grpo", "prompts_per_step": 64, "responses_per_prompt": 8, "mini_batches": 2, "max_staleness": 2},
+    "rollout": {"input_len": 256, "output_len": {"dist": "lognormal", "median": 600, "sigma": 0.9, "max": 4096}},
+    "cluster": {"gpu": "h100", "gpus": 16},
+    "parallel": {"tp": 1, "zero": 3, "recompute": "full"},
+}
+
+
+def job_with(**sections):
+    doc = copy.deepcopy(SMALL)
+    for key, value in sections.items():
+        doc[key] = value
+    return parse_rl_job(doc)
+
+
+def _json(capsys, argv):
+    capsys.readouterr()
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("placement", [{"kind": "colocated"}, {"kind": "split", "rollout_gpus": 8}])
+def test_phases_equal_serve_simulate_and_train_estimate(tmp_path, capsys, placement):
+    """The rollout phase is `serve simulate` of the same batch; the policy update is `train estimate` of the same
+    packed rows, once per optimizer step (both run through the CLI on the exported job files)."""
+    doc = copy.deepcopy(SMALL) | {"placement": placement}
+    (tmp_path / "rl.yaml").write_text(yaml.safe_dump(doc))
+    est = _json(capsys, ["rl", "estimate", str(tmp_path / "rl.yaml"), "-f", "json", "--export", str(tmp_path / "ph")])
+    serve = _json(capsys, ["serve", "simulate", str(tmp_path / "ph" / "rollout.yaml"), "-f", "json"])
+    train = _json(capsys, ["train", "estimate", str(tmp_path / "ph" / "train.yaml"), "-f", "json"])
+    assert serve["completed"] == 64 * 8
+    assert est["phases_s"]["rollout"] == pytest.approx(serve["duration_s"], rel=1e-12)
+    steps = est["train_batch"]["optimizer_steps"]
+    assert steps == 2
+    assert est["phases_s"]["train: policy"] == pytest.approx(steps * train["step_time_s"], rel=1e-12)
+    assert est["rollout"]["output_tokens"] == serve["total_output_tokens"]
+    assert train["num_gpus"] == (16 if placement["kind"] == "colocated" else 8)
+
+
+def test_forward_pass_is_a_pipeline_of_forwards():
+    """Forward-only: (m - 1) max_r F_r + sum_r F_r; with one pipeline rank m F."""
+    from shardwise.rl.phases import cached_estimate, train_job
+
+    job = job_with()
+    batch = train_batch(draw_batch(job.rollout.input_len, job.rollout.output_len, 64, 8, 0), True, None)
+    est = cached_estimate(train_job(job.policy, job.cluster, "bf16", "fsdp", None, job.plan, batch, 1, "fwd"))
+    (f,) = est.stage_times_s["F"]
+    assert forward_s(est) == pytest.approx(est.microbatches * f)
+    piped = parse_rl_job(copy.deepcopy(SMALL) | {"parallel": {"tp": 2, "pp": 2, "zero": 1}})
+    est2 = cached_estimate(train_job(piped.policy, piped.cluster, "bf16", "megatron", None, piped.plan, batch, 1, "fwd"))
+    f0, f1 = est2.stage_times_s["F"]
+    assert forward_s(est2) == pytest.approx((est2.microbatches - 1) * max(f0, f1) + f0 + f1)
+
+
+def test_drain_profile_by_hand():
+    """Two engines; requests 0 and 2 on engine 0, 1 and 3 on engine 1 (round-robin)."""
+    first = np.array([0.0, 0.0, 0.0, 0.0])
+    finish = np.array([10.0, 2.0, 4.0, 2.0])
+    d = drain_profile(first, finish, 2)
+    assert d.makespan_s == 10.0 and d.peak_running == 4
+    assert d.batch_idle_fraction == pytest.approx(1 - 18.0 / (4 * 10.0))  # running-time integral 18
+    assert d.replica_idle_fraction == pytest.approx((0 + 8) / (2 * 10))  # engine 1 is done at 2 s
+    assert d.curve[0] == (0.0, 4) and d.curve[-1] == (10.0, 0)
+
+
+def test_best_fit_decreasing_by_hand():
+    # 6 | 5 | 4 -> row of 6 (0 left) | 3 -> row of 5 (2 left) | 2 -> row of 5: two rows of 10
+    assert pack_rows(np.array([6, 5, 4, 3, 2]), 10) == 2
+    assert pack_rows(np.array([7, 7, 7]), 10) == 3
+
+
+@given(st.lists(st.integers(1, 100), min_size=1, max_size=200), st.integers(100, 400))
+def test_packing_bounds(lengths, row):
+    rows = pack_rows(np.array(lengths), row)
+    assert math.ceil(sum(lengths) / row) <= rows <= len(lengths)
+    # best-fit decreasing never leaves two rows that could be merged: at most one row is half empty or less
+    assert rows <= 2 * math.ceil(sum(lengths) / row) + 1
+
+
+def test_mode_overlap_follows_the_phase_times():
+    sync = estimate_rl(job_with(placement={"kind": "split", "rollout_gpus": 8, "mode": "sync"}))
+    off = estimate_rl(job_with(placement={"kind": "split", "rollout_gpus": 8, "mode": "one_step_off"}))
+    ph = off.phases_s
+    train_side = sum(v for k, v in ph.items() if k not in ("rollout", "weight sync"))
+    assert sum(sync.phases_s.values()) == pytest.approx(sync.period_s)
+    assert off.period_s == pytest.approx(max(ph["rollout"], train_side) + ph["weight sync"])
+    assert off.period_s < sync.period_s
+    asy = estimate_rl(job_with(placement={"kind": "split", "rollout_gpus": 8, "mode": "async", "staleness": 2}))
+    # the window of three batches drains its tail once: less rollout time per batch than one batch alone
+    assert asy.rollout_window is not None and asy.rollout_window.time_s / 3 < asy.rollout.time_s
+    assert asy.phases_s["rollout"] == pytest.approx(asy.rollout_window.time_s / 3)
+    assert asy.period_s <= off.period_s
+
+
+def test_colocated_memory_per_phase():
+    """Without offload the training states stay and the engine's KV cache shrinks by them; with offload the
+    iteration pays the host copies."""
+    keep = estimate_rl(job_with(placement={"kind": "colocated", "offload": "none"}))
+    off = estimate_rl(job_with(placement={"kind": "colocated", "offload": "all"}))
+    assert keep.memory["offload"] is False and off.memory["offload"] is True
+    assert keep.memory["rollout"]["kv_gib_per_gpu"] < off.memory["rollout"]["kv_gib_per_gpu"]
+    assert keep.memory["train"]["need_gib"] > off.memory["train"]["need_gib"]
+    assert "offload/onload" in off.phases_s and "offload/onload" not in keep.phases_s
+    assert off.phases_s["offload/onload"] > 0
+
+
+def test_heavier_tail_idles_more():
+    light = estimate_rl(job_with(rollout={"input_len": 256, "output_len": {"dist": "lognormal", "median": 600, "sigma": 0.2, "max": 4096}}))
+    heavy = estimate_rl(job_with(rollout={"input_len": 256, "output_len": {"dist": "lognormal", "median": 600, "sigma": 1.2, "max": 4096}}))
+    assert heavy.rollout.drain.batch_idle_fraction > light.rollout.drain.batch_idle_fraction
+    assert heavy.rollout.drain.finish_s["max"] / heavy.rollout.drain.finish_s["p50"] > \
+        light.rollout.drain.finish_s["max"] / light.rollout.drain.finish_s["p50"]
+
+
+def test_weight_sync_in_place_is_cheaper_than_across_pools():
+    co = estimate_rl(job_with(placement={"kind": "colocated"}))
+    split = estimate_rl(job_with(placement={"kind": "split", "rollout_gpus": 8}))
+    assert 0 < co.sync["total_s"] < split.sync["total_s"]
+    assert split.sync["send_s"] > 0 and co.sync["send_s"] == 0
+
+
+def test_ppo_adds_critic_passes():
+    ppo = estimate_rl(job_with(algorithm={"name": "ppo", "prompts_per_step": 256, "mini_batches": 2}))
+    assert {"forward: critic values", "train: critic"} <= set(ppo.phases_s)
+    assert ppo.samples == 256  # one response per prompt
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"placement": {"kind": "colocated", "mode": "async"}}, "colocated GPUs cannot"),
+    ({"placement": {"kind": "split"}}, "needs rollout_gpus"),
+    ({"placement": {"kind": "split", "rollout_gpus": 3}}, "whole number"),
+    ({"placement": {"kind": "split", "rollout_gpus": 16}}, "leaves no training GPUs"),
+    ({"placement": {"kind": "split", "rollout_gpus": 8, "mode": "async", "staleness": 3}}, "exceeds algorithm.max_staleness"),
+    ({"critic": True}, "GRPO has no value model"),
+    ({"rollout": {"output_len": "sharegpt"}}, "serving workload"),
+    ({"parallel": {"tp": 3}}, "does not divide"),
+])
+def test_bad_jobs_are_one_line_errors(tmp_path, capsys, change, words):
+    doc = copy.deepcopy(SMALL) | change
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    assert main(["rl", "estimate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and err.count("\n") == 1
+    with pytest.raises(ShardwiseError):
+        estimate_rl(parse_rl_job(doc))
+
+
+def test_example_job_runs(capsys):
+    assert main(["rl", "estimate", "examples/rl-grpo-llama3.1-8b-64xh100.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "serve simulate" in out and "train estimate" in out and "batch idle" in out
