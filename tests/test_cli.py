@@ -122,3 +122,19 @@ def test_a_single_bad_job_is_one_error_line(tmp_path, capsys):
     assert main(["train", "estimate", str(path), "--format", "json"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "unknown GPU 'b9000'" in captured.err
+
+
+def test_a_commands_explicit_exit_status_is_the_process_status(monkeypatch):
+    """A command that ends with typer.Exit(n) exits n (non-standalone click returns the code, not raises)."""
+    import click
+    import typer
+
+    import shardwise.cli.main as cli_main
+
+    @click.command()
+    @click.argument("code", type=int)
+    def ends_with(code):
+        raise typer.Exit(code)
+
+    monkeypatch.setattr(cli_main, "_command", lambda: ends_with)
+    assert [main([str(code)]) for code in (0, 1, 3)] == [0, 1, 3]

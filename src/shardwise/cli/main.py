@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         status = _command().main(args=argv, prog_name="shardwise", standalone_mode=False)
         if status == 130:  # typer turns Ctrl-C into Exit(130), which non-standalone mode returns
             return _interrupted()
+        if isinstance(status, int) and status:  # a command's typer.Exit(n), which non-standalone mode returns
+            return status
     except ShardwiseError as exc:
         typer.echo(f"error: {clip(exc, MAX_MESSAGE_CHARS)}", err=True)
         return 1 if isinstance(exc, CheckFailed) else 2
