@@ -125,16 +125,18 @@ def test_a_single_bad_job_is_one_error_line(tmp_path, capsys):
 
 
 def test_a_commands_explicit_exit_status_is_the_process_status(monkeypatch):
-    """A command that ends with typer.Exit(n) exits n (non-standalone click returns the code, not raises)."""
+    """A command that ends with typer.Exit(n) or click's Exit(n) exits n (non-standalone click returns
+    click's code instead of raising it)."""
     import click
     import typer
 
     import shardwise.cli.main as cli_main
 
-    @click.command()
-    @click.argument("code", type=int)
-    def ends_with(code):
-        raise typer.Exit(code)
+    for exit_type in (typer.Exit, click.exceptions.Exit):
+        @click.command()
+        @click.argument("code", type=int)
+        def ends_with(code, exit_type=exit_type):
+            raise exit_type(code)
 
-    monkeypatch.setattr(cli_main, "_command", lambda: ends_with)
-    assert [main([str(code)]) for code in (0, 1, 3)] == [0, 1, 3]
+        monkeypatch.setattr(cli_main, "_command", lambda command=ends_with: command)
+        assert [main([str(code)]) for code in (0, 1, 3)] == [0, 1, 3], exit_type
