@@ -36,6 +36,14 @@ def test_downgrades_are_named_and_upgrades_pass():
     after = "numpy==1.26.4\npydantic==2.10.0\ntorchtitan==0.3.0\n"
     assert downgrades(before, after) == ["numpy 2.1.0 -> 1.26.4", "typer 0.12.0 was removed"]
     assert downgrades(before, before) == []
+    assert downgrades(before, after, ["typer"]) == ["typer 0.12.0 was removed"]
+    assert downgrades(before, after, ["pydantic"]) == []
+
+
+def test_ci_guards_torch_and_the_build_tools_around_the_engines_install():
+    ci = (ROOT / ".ci/run").read_text()
+    guard = next(line for line in ci.splitlines() if "no_downgrades.py" in line)
+    assert {"torch", "setuptools", "wheel"} <= set(guard.split()[3:])
 
 
 def test_ci_gives_the_no_isolation_engines_install_the_build_tools_pyproject_needs():
