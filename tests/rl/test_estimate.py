@@ -174,3 +174,20 @@ def test_example_job_runs(capsys):
     assert main(["rl", "estimate", "examples/rl-grpo-llama3.1-8b-64xh100.yaml"]) == 0
     out = capsys.readouterr().out
     assert "serve simulate" in out and "train estimate" in out and "batch idle" in out
+
+
+@given(st.lists(st.integers(1, 4000), min_size=1, max_size=200), st.integers(1, 16), st.sampled_from([1, 2, 4, 8, 32]))
+def test_a_steps_rows_hold_its_tokens_and_no_row_is_shorter_than_the_longest_sequence(lengths, mini_batches, per_step):
+    """Packed by a token budget, a step's rows are between the longest sequence and the budget long, and hold the
+    step's tokens; unpacked, each row is padded to the longest sequence."""
+    from shardwise.rl.batch import TrainBatch
+
+    seq = np.array(lengths)
+    requests = type("R", (), {"input_len": seq * 0, "output_len": seq})()
+    packed = train_batch(requests, True, 4096)
+    rows = packed.rows_per_step(mini_batches, per_step)
+    row = packed.row_len(mini_batches, per_step)
+    assert max(lengths) <= row <= 4096
+    assert row * rows >= min(packed.tokens / mini_batches, rows * max(lengths))
+    padded = train_batch(requests, False, None)
+    assert padded.row_len(mini_batches, per_step) == max(lengths) and isinstance(padded, TrainBatch)

@@ -61,3 +61,24 @@ def test_table_output(capsys):
     assert main(["rl", "validate"]) == 0
     out = capsys.readouterr().out
     assert "mean absolute error per source" in out and "verl_one_step_off" in out
+
+
+def test_the_fitted_median_recovers_the_length_that_made_the_update_time():
+    """A record whose 'measured' update time is the estimate's own at median 400 gets back 400 (to the search's
+    2% tolerance in log median and rounding), and the other figures are then exactly the estimate's."""
+    import copy
+
+    from shardwise.rl.validate import _at_median, fit_median, implied_lengths
+
+    record = copy.deepcopy(load_measurements()["records"][0])
+    made = _at_median(record, 400)
+    record["measured"] = {"update_actor_s": made.phases_s["train: policy"], "step_s": made.period_s}
+    assert abs(fit_median([record]) / 400 - 1) < 0.03
+    fit = implied_lengths([record])["per_source"][record["source"]]
+    assert abs(fit["errors"][record["id"]]["step_s"]) < 0.02 and not fit["at_range_end"]
+
+
+def test_the_lengths_table_through_the_cli(capsys):
+    assert main(["rl", "validate", "--lengths"]) == 0
+    out = capsys.readouterr().out
+    assert "median: assumed -> fitted" in out and all(src in out for src in load_measurements()["sources"])

@@ -100,23 +100,31 @@ def plan(
 
 
 @app.command()
-def validate(format: Format = format_option()) -> None:
+def validate(format: Format = format_option(),
+             lengths: bool = typer.Option(False, "--lengths", help="Also infer the response-length median each record's "
+                                          "update time implies, fit one per source, and compare the other phases at it "
+                                          "(about 15 s).")) -> None:
     """Compare `rl estimate` with published RL runs (data/rl_measurements.yaml): per-phase and step seconds, the
     error per record and per source (+ means the estimate takes longer), and the error at other response-length
-    medians (the sources do not state their mean response length). Nothing is fitted on these rows.
+    medians (the sources do not state their mean response length). Nothing is fitted on these rows; with
+    --lengths, the response-length median is read from the update times and the other phases checked at it.
 
     Examples:
 
       shardwise rl validate
+
+      shardwise rl validate --lengths
 
       shardwise rl validate --format json
     """
     from rich.table import Table
 
     from shardwise.console import make_console
-    from shardwise.rl.validate import FIGURES, run_validation
+    from shardwise.rl.validate import FIGURES, LENGTH_FIGURE, implied_lengths, run_validation
 
     result = run_validation()
+    if lengths:
+        result["implied_lengths"] = implied_lengths()
     if format is Format.json:
         echo_json(result)
         return
@@ -138,5 +146,21 @@ def validate(format: Format = format_option()) -> None:
     for src, errs in result["per_source"].items():
         per.add_row(src, *[f"{errs[k]:.0%}" if k in errs else "-" for k in FIGURES])
     console.print(per)
+    if lengths:
+        inferred = result["implied_lengths"]
+        held = Table(title=f"the median response length the measured {LENGTH_FIGURE} implies (one per record, one fitted "
+                           "per source), and the other figures' error at the source's median", title_justify="left")
+        held.add_column("source")
+        held.add_column("median: assumed -> fitted", justify="right")
+        held.add_column("per record", justify="right")
+        others = [k for k in FIGURES if k != LENGTH_FIGURE]
+        for key in others:
+            held.add_column(key, justify="right")
+        for src, fit in inferred["per_source"].items():
+            mine = ", ".join(f"{inferred['per_record'][rid]:.0f}" for rid in fit["errors"])
+            end = " (range end)" if fit["at_range_end"] else ""
+            held.add_row(src, f"{fit['assumed_median']:.0f} -> {fit['median']:.0f}{end}", mine,
+                         *[f"{fit['mean_abs_error'][k]:.0%}" if k in fit["mean_abs_error"] else "-" for k in others])
+        console.print(held)
     for src, text in result["sources"].items():
         typer.echo(f"{src}: {text}")

@@ -8,6 +8,12 @@ Packing (verl ``use_remove_padding`` with dynamic batch size, OpenRLHF ``--packi
 prompt + response are placed in rows of ``pack_len`` tokens by best-fit decreasing (each sequence, longest
 first, into the fullest row it still fits; Johnson 1974: at most 11/9 OPT + 4 rows). Without packing each
 sequence is a padded row of the longest sequence.
+
+An optimizer step's rows are rounded up to micro-batch x data-parallel ranks. Packed by a token budget, the
+step's tokens are spread over those rows (verl balances sequence lengths over the data-parallel ranks,
+``seqlen_balancing``), so a step with fewer tokens than full rows runs shorter rows: each as long as the
+step's tokens per row, but no shorter than the longest sequence (it cannot be split) and no longer than the
+budget. Unpacked, every row is padded to the longest sequence.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class TrainBatch:
     rows: int  # rows of the whole batch (before rounding to the data-parallel layout)
     tokens: int  # real tokens (prompt + response) of the batch
     packed: bool
+    longest: int = 0  # the longest sequence (prompt + response); 0: seq_len
 
     @property
     def fill(self) -> float:
@@ -68,12 +75,20 @@ class TrainBatch:
         rows = math.ceil(self.rows / mini_batches)
         return max(per_step, math.ceil(rows / per_step) * per_step)
 
+    def row_len(self, mini_batches: int, per_step: int) -> int:
+        """Tokens per row of one optimizer step (module docstring): packed, the step's tokens over its rows,
+        between the longest sequence and the budget; unpacked, the padded length."""
+        if not self.packed:
+            return self.seq_len
+        spread = math.ceil(self.tokens / mini_batches / self.rows_per_step(mini_batches, per_step) / 128) * 128
+        return min(self.seq_len, max(self.longest or self.seq_len, spread))
+
 
 def train_batch(requests: Requests, packing: bool, pack_len: int | None) -> TrainBatch:
     """Rows of the training batch from the generated lengths (module docstring)."""
     seq = requests.input_len + requests.output_len
     longest = int(seq.max())
     if not packing:
-        return TrainBatch(longest, len(seq), int(seq.sum()), False)
+        return TrainBatch(longest, len(seq), int(seq.sum()), False, longest)
     row = max(pack_len or longest, longest)
-    return TrainBatch(row, pack_rows(seq, row), int(seq.sum()), True)
+    return TrainBatch(row, pack_rows(seq, row), int(seq.sum()), True, longest)
