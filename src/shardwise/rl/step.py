@@ -98,6 +98,18 @@ class RLEstimate:
         return self.samples / self.period_s
 
     @property
+    def rows_per_step(self) -> int:
+        """Packed rows of one optimizer step (rounded up to micro-batch x data-parallel ranks)."""
+        plan = self.train_estimate.plan
+        return self.train_estimate.microbatches * plan["micro_batch"] * plan["dp"]
+
+    @property
+    def row_len(self) -> int:
+        """Tokens per row the optimizer step ran (`TrainBatch.row_len`), from its estimate's token rate."""
+        est = self.train_estimate
+        return round(est.tokens_per_s_per_gpu * est.step_time_s * est.num_gpus / self.rows_per_step)
+
+    @property
     def generated_tokens_per_s(self) -> float:
         return self.rollout.output_tokens / self.period_s
 
@@ -144,8 +156,7 @@ class RLEstimate:
             "train_batch": {"rows": self.train_batch.rows, "seq_len": self.train_batch.seq_len,
                             "tokens": self.train_batch.tokens, "packed": self.train_batch.packed,
                             "fill": self.train_batch.fill, "optimizer_steps": self.train_steps,
-                            "rows_per_step": self.train_estimate.microbatches * self.train_estimate.plan["micro_batch"]
-                            * self.train_estimate.plan["dp"],
+                            "rows_per_step": self.rows_per_step, "row_len": self.row_len,
                             "step_time_s": self.train_estimate.step_time_s, "plan": self.train_estimate.plan},
             "weight_sync_s": self.sync,
             "memory": self.memory,
@@ -322,8 +333,9 @@ def estimate_rl(job: RLJob) -> RLEstimate:
     if job.training.pack_len is not None and job.training.pack_len < batch.seq_len:
         notes.append(f"training.pack_len {job.training.pack_len} is shorter than the longest sequence; rows of {batch.seq_len} tokens used")
     if batch.packed:
-        notes.append(f"packed rows of {batch.seq_len:,} tokens are costed as full sequences (attention across the row: "
-                     "an upper bound on varlen attention within each sequence)")
+        per_step = side.actor.plan["micro_batch"] * side.actor.plan["dp"]
+        notes.append(f"packed rows of {batch.row_len(job.algorithm.mini_batches, per_step):,} tokens are costed as full "
+                     "sequences (attention across the row: an upper bound on varlen attention within each sequence)")
     if not memory["fits"]:
         notes.append(f"training phase needs {memory['train']['need_gib']:.1f} GiB per GPU of {memory['train']['usable_gib']:.1f} usable")
     placement = {"kind": p.kind, "mode": p.mode if p.kind == "split" else "sync", "rollout_tp": r.tp, "rollout_pp": r.pp,
