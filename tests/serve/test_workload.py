@@ -1,6 +1,7 @@
 """Arrivals, lengths and traces; bad workloads give one clear error."""
 
 import math
+from datetime import datetime
 
 import numpy as np
 import pytest
@@ -129,3 +130,34 @@ def test_job_errors_name_the_field():
     with pytest.raises(ShardwiseError, match="exactly one of"):
         parse_serve_job({**base, "deployment": {"gpu": "h100", "prefill": {"gpu": "h100"}, "decode": {"gpu": "h100"}}})
     assert math.isinf(build_requests({"rate": "inf", "num_requests": 2}).mean_rate)
+
+
+_numeric_stamps = st.floats(0, 1e9, allow_nan=False).map(repr)
+_iso_stamps = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2030, 1, 1)).flatmap(
+    lambda d: st.sampled_from([d.isoformat(sep=" "), d.isoformat(), d.strftime("%Y-%m-%d %H:%M:%S") + ".6805909",
+                               d.strftime("%Y-%m-%d %H:%M")]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([_numeric_stamps, _iso_stamps]).flatmap(
+    lambda stamps: st.lists(st.tuples(stamps, st.integers(1, 10**5), st.integers(0, 10**5)), min_size=1, max_size=30)),
+    st.booleans())
+def test_the_column_reader_equals_the_row_reader(rows, spaced):
+    """Well-formed traces are read a column at a time; the result equals the row-by-row reader's (which names bad
+    lines), times to the microsecond both cut at."""
+    from shardwise.serve.trace import _columns_at_once, _columns_row_by_row
+
+    pad = " " if spaced else ""
+    body = [[f"{pad}{t}{pad}", f"{pad}{i}", str(o)] for t, i, o in rows]
+    fast = _columns_at_once(body, 0, 1, 2)
+    slow = _columns_row_by_row(body, ["t", "i", "o"], 0, 1, 2, "trace")
+    assert fast is not None
+    np.testing.assert_allclose(fast[0] - fast[0][0], slow[0] - slow[0][0], atol=2e-6)
+    assert (fast[1] == slow[1]).all() and (fast[2] == slow[2]).all()
+
+
+@pytest.mark.parametrize("cell", ["2023-11-16 18:15:46+02:00", "2023-11-16T18:15:46Z", "noon", "inf", "-"])
+def test_cells_the_column_reader_does_not_take_go_to_the_row_reader(cell):
+    from shardwise.serve.trace import _columns_at_once
+
+    assert _columns_at_once([["2023-11-16 18:15:45", "5", "5"], [cell, "5", "5"]], 0, 1, 2) is None

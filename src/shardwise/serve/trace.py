@@ -13,7 +13,8 @@ from __future__ import annotations
 import csv
 import io
 import math
-from datetime import datetime
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +40,12 @@ def _column(header: list[str], names: tuple[str, ...], what: str, path: Path) ->
     )
 
 
+_ISO_NAIVE = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?")
+
+
 def parse_timestamp(text: str) -> float:
-    """Seconds: a number, or an ISO date-time (fractional seconds beyond microseconds are cut)."""
+    """Seconds: a number, or an ISO date-time (fractional seconds beyond microseconds are cut; a time without
+    a zone is read as UTC, so a trace that crosses a daylight-saving change keeps its gaps)."""
     s = text.strip()
     try:
         value = float(s)
@@ -57,7 +62,37 @@ def parse_timestamp(text: str) -> float:
         digits = "".join(ch for ch in frac if ch.isdigit())
         tail = frac[len(digits):]
         s = f"{head}.{digits[:6]}{tail}"
-    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+    stamp = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _columns_at_once(body: list[list[str]], ti: int, ii: int, oi: int) -> tuple[np.ndarray, ...] | None:
+    """(times, inputs, outputs) of well-formed rows, converted a column at a time; None if any cell is not
+    (a number, or an ISO date-time without a zone; whole token counts within the limit), so that the row
+    by row reader finds and names the bad line."""
+    width = max(ti, ii, oi) + 1
+    if any(len(row) < width for row in body):
+        return None
+    try:
+        counts = np.array([(row[ii], row[oi]) for row in body], dtype=np.float64)
+    except ValueError:
+        return None
+    if not (np.isfinite(counts).all() and (counts >= 0).all() and (counts == np.floor(counts)).all()
+            and (counts <= MAX_SEQUENCE_TOKENS).all()):
+        return None
+    stamps = [row[ti].strip() for row in body]
+    try:
+        t = np.array(stamps, dtype=np.float64)
+    except ValueError:
+        if not all(_ISO_NAIVE.fullmatch(x) for x in stamps):
+            return None
+        try:  # UTC, as parse_timestamp; numpy keeps up to nanoseconds, parse_timestamp cuts at microseconds
+            t = np.array(stamps, dtype="datetime64[us]").astype(np.int64) / 1e6
+        except ValueError:
+            return None
+    if not np.isfinite(t).all():
+        return None
+    return t, counts[:, 0].astype(np.int64), counts[:, 1].astype(np.int64)
 
 
 def read_trace(path: str | Path, max_rows: int | None = None, sessions: bool = False) -> tuple[np.ndarray | None, ...]:
@@ -89,6 +124,30 @@ def read_trace(path: str | Path, max_rows: int | None = None, sessions: bool = F
     body = rows[1:]
     if not body:
         raise ShardwiseError(f"trace {shown} has a header but no requests")
+    fast = _columns_at_once(body, ti, ii, oi)
+    if fast is not None:
+        t, inp, out = fast
+    else:
+        t, inp, out = _columns_row_by_row(body, header, ti, ii, oi, shown)
+    if np.any(inp < 1):
+        bad = int(np.argmax(inp < 1)) + 2
+        raise ShardwiseError(f"{shown} line {bad}: a request needs at least 1 input token")
+    out = np.maximum(out, 1)  # a request always returns at least one token (Azure rows with 0 are refusals)
+    order = np.argsort(t, kind="stable")
+    if not sessions:
+        return t[order], inp[order], out[order]
+    keys = [h.strip().lower() for h in header]
+    col = next((keys.index(name) for name in _SESSION if name in keys), None)
+    if col is None:
+        return t[order], inp[order], out[order], None
+    ids: dict[str, int] = {}
+    sess = np.array([ids.setdefault(row[col].strip() if col < len(row) else "", len(ids)) for row in body], dtype=np.int64)
+    return t[order], inp[order], out[order], sess[order]
+
+
+def _columns_row_by_row(body: list[list[str]], header: list[str], ti: int, ii: int, oi: int,
+                        shown: str) -> tuple[np.ndarray, ...]:
+    """(times, inputs, outputs) read a row at a time, naming the first bad line (ShardwiseError)."""
     n = len(body)
     t = np.empty(n)
     inp = np.empty(n, dtype=np.int64)
@@ -113,17 +172,4 @@ def read_trace(path: str | Path, max_rows: int | None = None, sessions: bool = F
             if value > MAX_SEQUENCE_TOKENS:
                 raise ShardwiseError(f"{shown} line {line}: {what} tokens {shorten(row[col])} exceed the limit of {MAX_SEQUENCE_TOKENS:,} per request")
             arr[k] = int(value)
-    if np.any(inp < 1):
-        bad = int(np.argmax(inp < 1)) + 2
-        raise ShardwiseError(f"{shown} line {bad}: a request needs at least 1 input token")
-    out = np.maximum(out, 1)  # a request always returns at least one token (Azure rows with 0 are refusals)
-    order = np.argsort(t, kind="stable")
-    if not sessions:
-        return t[order], inp[order], out[order]
-    keys = [h.strip().lower() for h in header]
-    col = next((keys.index(name) for name in _SESSION if name in keys), None)
-    if col is None:
-        return t[order], inp[order], out[order], None
-    ids: dict[str, int] = {}
-    sess = np.array([ids.setdefault(row[col].strip() if col < len(row) else "", len(ids)) for row in body], dtype=np.int64)
-    return t[order], inp[order], out[order], sess[order]
+    return t, inp, out
