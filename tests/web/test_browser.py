@@ -235,3 +235,11 @@ def test_rl_bad_job_shows_the_clis_message(server, page, capsys, tmp_path):
     page.click("#rl-estimate")
     page.wait_for_selector("#rl-error:not([hidden])")
     assert page.inner_text("#rl-error") == message
+
+
+def test_rl_tab_at_phone_width_has_no_sideways_scroll(server, browser):
+    pg = browser.new_page(viewport={"width": 390, "height": 844})
+    _open(pg, f"{server}/?tab=rl&example=rl-grpo-llama3.1-8b-64xh100&run=estimate")
+    pg.wait_for_selector("#rl-timeline .main-svg")
+    assert pg.evaluate("document.scrollingElement.scrollWidth") <= 390
+    pg.close()

@@ -879,7 +879,7 @@ function rlDrain(target, e) {
   const d = e.rollout.drain;
   plot(target, [{ type: "scatter", mode: "lines", name: "generating", x: curve.map((p) => p[0]), y: curve.map((p) => p[1]),
     line: { shape: "hv", color: "#2f6db5", width: 2 }, fill: "tozeroy", hovertemplate: "%{x:.1f} s: %{y:,} responses generating<extra></extra>" }],
-    { title: `Rollout drain: half the responses done at ${fmt.sig(d.finish_s.p50, 3)} s, the last at ${fmt.sig(d.finish_s.max, 3)} s`,
+    { title: `Rollout drain${e.rollout_window ? " (one batch alone)" : ""}: half the responses done at ${fmt.sig(d.finish_s.p50, 3)} s, the last at ${fmt.sig(d.finish_s.max, 3)} s`,
       xaxis: { title: { text: "seconds into the rollout" } }, yaxis: { title: { text: "responses still generating" }, rangemode: "tozero" }, showlegend: false });
 }
 
@@ -949,11 +949,10 @@ async function runRLPlan() {
 function renderRLPlan(out, doc) {
   $("#rl-empty").hidden = true; $("#rl-plan-out").hidden = false;
   $("#rl-plan-summary").textContent = `${out.feasible} of ${out.considered} candidates run; searched in ${fmt.sig(out.seconds, 3)} s; ranked by samples/s`;
-  const head = ["#", "placement", "pools", "iteration s", "samples/s", "tokens/s generated", "GPU idle", "rollout batch idle", "$ / 1k samples"];
-  $("#rl-ranked").replaceChildren(el("thead", {}, el("tr", {}, head.map((h, k) => el("th", { class: k === 1 || k === 2 ? "l" : "", text: h })))),
+  const head = ["#", "placement", "iteration s", "samples/s", "tokens/s generated", "GPU idle", "rollout batch idle", "$ / 1k samples"];
+  $("#rl-ranked").replaceChildren(el("thead", {}, el("tr", {}, head.map((h, k) => el("th", { class: k === 1 ? "l" : "", text: h })))),
     el("tbody", {}, out.ranked.map((c, k) => el("tr", { "data-rank": k + 1, "data-samples-per-s": String(c.samples_per_s), "data-period": String(c.period_s) },
       el("td", { text: k + 1 }), el("td", { class: "l plan", text: placementLabel(c.placement, c.pools) }),
-      el("td", { class: "l", text: Object.entries(c.pools).map(([p, n]) => `${p} ${n}`).join(", ") }),
       el("td", { text: fmt.sig(c.period_s, 4) }), el("td", { text: fmt.sig(c.samples_per_s, 4) }), el("td", { text: fmt.num(c.generated_tokens_per_s) }),
       el("td", { text: Object.entries(c.gpu_idle_fraction).map(([p, x]) => `${p} ${fmt.pct(x)}`).join(", ") }),
       el("td", { text: fmt.pct(c.rollout_batch_idle_fraction) }), el("td", { text: c.usd_per_1k_samples === null ? "–" : fmt.sig(c.usd_per_1k_samples, 3) })))));
