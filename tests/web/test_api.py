@@ -437,3 +437,18 @@ def test_rl_examples_and_docs(client):
     assert doc["paths"]["/api/rl/plan"]["post"]["requestBody"]["content"]["application/json"]["schema"] == \
         {"$ref": "#/components/schemas/RLPlanBody"}
     assert {"RLJobSpec", "RLPlanBody", "AlgorithmSpec", "PlacementSpec"} <= set(doc["components"]["schemas"])
+
+
+def test_a_long_rl_estimate_goes_through_the_queue(capsys):
+    from fastapi.testclient import TestClient
+
+    from shardwise.web.app import WebSettings, create_app
+
+    app = create_app(WebSettings(inline_rl_tokens=0))  # every RL estimate is "long"
+    doc = yaml.safe_load(RL_EXAMPLE.read_text())
+    with TestClient(app) as c:
+        r = c.post("/api/rl/estimate", json=doc)
+        assert r.status_code == 200 and r.json() == cli_json(capsys, "rl", "estimate", str(RL_EXAMPLE))
+        assert [j.task for j in app.state.jobs._jobs.values()] == ["rl/estimate"]
+        assert c.post("/api/rl/estimate", json={**doc, "policy": "llama-9"}).status_code == 422  # checked before queueing
+        assert len(app.state.jobs._jobs) == 1
