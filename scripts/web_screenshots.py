@@ -1,5 +1,5 @@
-"""Screenshots of the web planner's three tabs for the README (docs/img/web-*.png), taken in headless
-Chromium from the system packages after a real estimate/plan, schedule simulation and serving plan.
+"""Screenshots of the web planner's four tabs for the README (docs/img/web-*.png), taken in headless
+Chromium from the system packages after a real estimate/plan, schedule simulation, serving plan and RL plan.
 
     .venv/bin/python scripts/web_screenshots.py [--out docs/img] [--chromium /usr/bin/chromium] [--phone]
 """
@@ -26,6 +26,7 @@ SHOTS = [
      "#sched-timelines canvas"),
     ("web-serving.png", "tab=serve&model=llama-3.1-8b&rate=20&gpus=h100:8,a100-80gb:8&slo_ttft_ms=300&slo_tpot_ms=50&run=plan",
      "#serve-cdfs .chart .main-svg"),
+    ("web-rl.png", "tab=rl&example=rl-grpo-llama3.1-8b-64xh100&run=plan", "#rl-timeline .main-svg"),
 ]
 
 

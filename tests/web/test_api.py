@@ -373,3 +373,82 @@ def test_train_estimate_of_a_cluster_with_groups_equals_cli(client, capsys):
     body = {"job": {k: v for k, v in yaml.safe_load(hetero.read_text()).items() if k != "parallel"}}
     refused = client.post("/api/train/plan", json=body)
     assert refused.status_code in (400, 422) and "cluster.groups" in refused.text
+
+
+# --- RL post-training -----------------------------------------------------------------------------------
+
+RL_EXAMPLE = ROOT / "examples" / "rl-grpo-llama3.1-8b-64xh100.yaml"
+
+
+def _rl_untimed(d: dict) -> dict:
+    return {k: v for k, v in d.items() if k != "seconds"}
+
+
+def test_rl_estimate_equals_cli(client, capsys, tmp_path):
+    doc = yaml.safe_load(RL_EXAMPLE.read_text())
+    r = client.post("/api/rl/estimate", json=doc)
+    assert r.status_code == 200, r.text
+    assert r.json() == cli_json(capsys, "rl", "estimate", str(RL_EXAMPLE))
+    split = {**doc, "placement": {"kind": "split", "rollout_gpus": 32, "mode": "one_step_off"}}
+    queued = client.post("/api/rl/estimate?background=true", json=split)  # the same answer through the job queue
+    assert queued.status_code == 202
+    done = _wait(client, queued.json()["id"])
+    assert done["state"] == "done" and done["result"] == cli_json(capsys, "rl", "estimate", _write(tmp_path, split))
+    assert {s["pool"] for s in done["result"]["timeline"]} == {"rollout", "train"}
+
+
+def test_rl_plan_equals_cli(client, capsys):
+    doc = yaml.safe_load(RL_EXAMPLE.read_text())
+    r = client.post("/api/rl/plan", json={"job": doc, "top": 3, "max_staleness": 0})
+    assert r.status_code == 200, r.text
+    expected = cli_json(capsys, "rl", "plan", str(RL_EXAMPLE), "--top", "3", "--max-staleness", "0")
+    assert _rl_untimed(r.json()) == _rl_untimed(expected)
+    assert len(r.json()["ranked"]) == 3 and r.json()["rejected"]  # off-policy candidates rejected by the staleness limit
+
+
+def test_rl_errors_are_the_clis(client, capsys, tmp_path):
+    doc = yaml.safe_load(RL_EXAMPLE.read_text())
+    for change in ({"policy": "llama-9"}, {"placement": {"kind": "split"}}, {"critic": True},
+                   {"rollout": {"output_len": {"dist": "sharegpt"}}}, {"algorithm": {"name": "dpo"}}, {"cluster": {"gpu": "h1000", "gpus": 8}}):
+        bad = {**doc, **change}
+        r = client.post("/api/rl/estimate", json=bad)
+        assert (r.status_code, r.json()["detail"]) == (422, cli_error(capsys, "rl", "estimate", _write(tmp_path, bad))), change
+    bad = {**doc, "reference": "llama-9"}
+    r = client.post("/api/rl/plan", json={"job": bad})
+    assert (r.status_code, r.json()["detail"]) == (422, cli_error(capsys, "rl", "plan", _write(tmp_path, bad)))
+    r = client.post("/api/rl/plan", json={"job": doc, "max_staleness": 99})
+    assert (r.status_code, r.json()["detail"]) == (422, cli_error(capsys, "rl", "plan", str(RL_EXAMPLE), "--max-staleness", "99"))
+    assert client.post("/api/rl/plan", json={"job": doc, "top": 0}).json()["detail"].startswith("top:")
+    for body in ([], {"policy": "llama-3.1-8b"}, {**doc, "policy": "/etc/hostname"}):
+        r = client.post("/api/rl/estimate", json=body)
+        assert r.status_code == 422 and isinstance(r.json()["detail"], str)
+    assert "unknown model" in client.post("/api/rl/estimate", json={**doc, "policy": "/etc/hostname"}).json()["detail"]
+    huge = {**doc, "algorithm": {"prompts_per_step": 100_000, "responses_per_prompt": 64}}
+    r = client.post("/api/rl/estimate", json=huge)
+    assert r.status_code == 422 and "the web planner simulates at most" in r.json()["detail"]
+
+
+def test_rl_examples_and_docs(client):
+    examples = client.get("/api/rl/examples").json()
+    assert examples[RL_EXAMPLE.stem] == yaml.safe_load(RL_EXAMPLE.read_text())
+    doc = client.get("/openapi.json").json()
+    for p in ("/api/rl/estimate", "/api/rl/plan", "/api/rl/examples"):
+        assert p in doc["paths"]
+    assert doc["paths"]["/api/rl/plan"]["post"]["requestBody"]["content"]["application/json"]["schema"] == \
+        {"$ref": "#/components/schemas/RLPlanBody"}
+    assert {"RLJobSpec", "RLPlanBody", "AlgorithmSpec", "PlacementSpec"} <= set(doc["components"]["schemas"])
+
+
+def test_a_long_rl_estimate_goes_through_the_queue(capsys):
+    from fastapi.testclient import TestClient
+
+    from shardwise.web.app import WebSettings, create_app
+
+    app = create_app(WebSettings(inline_rl_tokens=0))  # every RL estimate is "long"
+    doc = yaml.safe_load(RL_EXAMPLE.read_text())
+    with TestClient(app) as c:
+        r = c.post("/api/rl/estimate", json=doc)
+        assert r.status_code == 200 and r.json() == cli_json(capsys, "rl", "estimate", str(RL_EXAMPLE))
+        assert [j.task for j in app.state.jobs._jobs.values()] == ["rl/estimate"]
+        assert c.post("/api/rl/estimate", json={**doc, "policy": "llama-9"}).status_code == 422  # checked before queueing
+        assert len(app.state.jobs._jobs) == 1

@@ -171,3 +171,75 @@ def test_phone_width_has_no_sideways_scroll(server, browser):
     pg.wait_for_selector("#train-est-timeline canvas")
     assert pg.evaluate("document.scrollingElement.scrollWidth") <= 390
     pg.close()
+
+
+RL_EXAMPLE = "examples/rl-grpo-llama3.1-8b-64xh100.yaml"
+
+
+def _rl_card(page, key: str) -> float:
+    return float(page.get_attribute(f"#rl-cards .card[data-key='{key}']", "data-value"))
+
+
+def test_rl_estimate_of_the_example_matches_the_cli_and_draws_the_timeline(server, page, capsys):
+    expected = cli_json(capsys, "rl", "estimate", RL_EXAMPLE)
+    _open(page, f"{server}/?tab=rl&example=rl-grpo-llama3.1-8b-64xh100&run=estimate")
+    page.wait_for_selector("#rl-timeline .main-svg")
+    # the timeline: one bar per segment of the iteration, on each pool
+    assert page.locator("#rl-timeline .bars .point").count() == len(expected["timeline"])
+    assert int(page.get_attribute("#rl-timeline", "data-segments")) == len(expected["timeline"])
+    for key in ("period_s", "samples_per_s", "generated_tokens_per_s", "trained_tokens_per_s"):
+        assert _rl_card(page, key) == pytest.approx(expected[key], rel=1e-12), key
+    for pool, idle in expected["gpu_idle_fraction"].items():
+        assert _rl_card(page, f"idle:{pool}") == pytest.approx(idle, rel=1e-12, abs=1e-15)
+    assert _rl_card(page, "train_need_gib") == pytest.approx(expected["memory"]["train"]["need_gib"], rel=1e-12)
+    phases = page.locator("#rl-phases tbody tr")
+    assert phases.count() == len(expected["phases_s"])
+    for k, (phase, seconds) in enumerate(expected["phases_s"].items()):
+        assert phases.nth(k).get_attribute("data-phase") == phase
+        assert float(phases.nth(k).get_attribute("data-seconds")) == pytest.approx(seconds, rel=1e-12)
+    train_mem = float(page.get_attribute("#rl-memory tr[data-phase='train']", "data-gib"))
+    assert train_mem == pytest.approx(expected["memory"]["train"]["need_gib"], rel=1e-12)
+    page.wait_for_selector("#rl-drain .main-svg")
+    assert "tab=rl" in page.url and "run=estimate" in page.url
+
+
+def test_rl_plan_ranks_the_placements_as_the_cli_does(server, page, capsys):
+    expected = cli_json(capsys, "rl", "plan", RL_EXAMPLE, "--top", "3", "--max-staleness", "0")
+    _open(page, f"{server}/?tab=rl&example=rl-grpo-llama3.1-8b-64xh100&top=3&max_staleness=0&run=plan")
+    page.wait_for_selector("#rl-ranked tbody tr", timeout=120_000)
+    rows = page.locator("#rl-ranked tbody tr")
+    assert rows.count() == len(expected["ranked"]) == 3
+    for k, c in enumerate(expected["ranked"]):
+        assert float(rows.nth(k).get_attribute("data-samples-per-s")) == pytest.approx(c["samples_per_s"], rel=1e-12)
+    assert page.locator("#rl-rejects tbody tr").count() == len(expected["rejected"]) > 0
+    assert expected["rejected"][0]["reason"] in page.inner_text("#rl-rejects")
+    page.wait_for_selector("#rl-timeline .main-svg")  # the chosen placement's iteration
+    assert page.locator("#rl-timeline .bars .point").count() == len(expected["chosen"]["timeline"])
+
+
+def test_rl_bad_job_shows_the_clis_message(server, page, capsys, tmp_path):
+    import json
+
+    import yaml
+
+    doc = yaml.safe_load(open(RL_EXAMPLE))
+    doc["placement"] = {"kind": "split"}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    from shardwise.cli.main import main
+
+    assert main(["rl", "estimate", str(tmp_path / "bad.yaml")]) == 2
+    message = capsys.readouterr().err.strip().removeprefix("error: ")
+    _open(page, f"{server}/?tab=rl")
+    page.evaluate("(text) => { document.querySelector('#rl-job').value = text; }", json.dumps(doc))
+    page.click("#rl-estimate")
+    page.wait_for_selector("#rl-error:not([hidden])")
+    assert page.inner_text("#rl-error") == message
+
+
+def test_rl_tab_at_phone_width_has_no_sideways_scroll(server, browser):
+    pg = browser.new_page(viewport={"width": 390, "height": 844})
+    _open(pg, f"{server}/?tab=rl&example=rl-grpo-llama3.1-8b-64xh100&run=estimate")
+    pg.wait_for_selector("#rl-timeline .main-svg")
+    assert pg.evaluate("document.scrollingElement.scrollWidth") <= 390
+    pg.close()

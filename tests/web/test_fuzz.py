@@ -15,7 +15,7 @@ from shardwise.web.jobs import Limits  # noqa: E402
 # Searches the fuzzer starts are cut at 2 s (the server's time limit, answered as 422) to keep the suite short.
 APP = create_app(WebSettings(limits=Limits(time_limit_s=2.0)))
 SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP)
-SEARCHES = ["/api/train/plan", "/api/serve/plan", "/api/serve/simulate"]
+SEARCHES = ["/api/train/plan", "/api/serve/plan", "/api/serve/simulate", "/api/rl/plan"]
 FUZZ = {"deadline": None, "derandomize": True, "phases": [Phase.explicit, Phase.generate],
         "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]}
 

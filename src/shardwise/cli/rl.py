@@ -78,14 +78,10 @@ def plan(
     if top < 1:
         raise ShardwiseError(f"--top must be >= 1, got {top}")
     spec = load_rl_job(job)
-    change = {k: v for k, v in (("max_staleness", max_staleness),) if v is not None}
-    if change:
-        from shardwise.rl.spec import AlgorithmSpec, RLJob
-        from shardwise.serve.config import parse_block
+    if max_staleness is not None:
+        from shardwise.rl.spec import with_max_staleness
 
-        algo = parse_block(AlgorithmSpec, {**spec.algorithm.model_dump(), **change}, "options")
-        spec = RLJob(spec.name, spec.policy, spec.reference, spec.reward, spec.critic, spec.spec.model_copy(update={"algorithm": algo}),
-                     spec.cluster, spec.plan, spec.engine)
+        spec = with_max_staleness(spec, max_staleness)
     done = [0.0]
 
     def report(message: str, fraction: float) -> None:

@@ -277,6 +277,13 @@ def parse_rl_job(data: Any, base_dir: Path | None = None) -> RLJob:
     return RLJob(name, policy, reference, reward, critic, spec, cluster, plan, engine)
 
 
+def with_max_staleness(job: RLJob, max_staleness: int) -> RLJob:
+    """The job with another algorithm.max_staleness (`rl plan --max-staleness`)."""
+    algo = parse_block(AlgorithmSpec, {**job.algorithm.model_dump(), "max_staleness": max_staleness}, "options")
+    return RLJob(job.name, job.policy, job.reference, job.reward, job.critic, job.spec.model_copy(update={"algorithm": algo}),
+                 job.cluster, job.plan, job.engine)
+
+
 def load_rl_job(path: str | Path) -> RLJob:
     """Read a YAML/JSON RL job file."""
     p = Path(path)

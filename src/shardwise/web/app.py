@@ -43,6 +43,7 @@ class WebSettings:
     limits: Limits = field(default_factory=Limits)
     inline_cells: int = 20_000  # estimates and schedules up to this many stages x micro-batches run inline
     inline_threads: int = 2  # inline requests computing at once; more wait their turn (no GIL thrashing)
+    inline_rl_tokens: float = 2**27  # RL estimates generating at most this many response tokens (responses x cap) run inline
     max_body_bytes: int = 32 * 2**20
 
 
@@ -117,9 +118,17 @@ def catalog() -> dict[str, Any]:
             "serving_precisions": ["bf16", "fp16", "fp8", "int8", "int4", "fp4"]}
 
 
-def answer_inline(task: str, body: Any, limit_cells: int) -> tuple[bool, Any]:
-    """(True, the answer) when the request simulates at most `limit_cells` pipeline stages x micro-batches,
-    else (False, None): it goes to the job queue. Checks the body either way."""
+def answer_inline(task: str, body: Any, limit_cells: int, limit_rl_tokens: float = 2**27) -> tuple[bool, Any]:
+    """(True, the answer) when the request simulates at most `limit_cells` pipeline stages x micro-batches
+    (an RL estimate: generates at most `limit_rl_tokens` response tokens), else (False, None): it goes to the
+    job queue. Checks the body either way."""
+    if task == "rl/estimate":
+        from shardwise.rl.step import estimate_rl
+
+        job = tasks.rl_job(body)
+        if tasks.rl_tokens(job) > limit_rl_tokens:
+            return False, None
+        return True, estimate_rl(job).to_dict()
     if task == "train/estimate":
         jobs = tasks.estimate_jobs(body)
         if max(tasks.estimate_cells(j) for j in jobs) > limit_cells:
@@ -133,6 +142,17 @@ def answer_inline(task: str, body: Any, limit_cells: int) -> tuple[bool, Any]:
     if cells * (20 if searched else 1) > limit_cells:  # `auto` searches schedules before simulating one
         return False, None
     return True, tasks.run_task(task, body)
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@lru_cache(maxsize=1)
+def rl_example_jobs() -> dict[str, Any]:
+    """examples/rl-*.yaml as job documents, by file stem (none in an installed wheel)."""
+    import yaml
+
+    return {p.stem: yaml.safe_load(p.read_text()) for p in sorted(EXAMPLES.glob("rl-*.yaml"))}
 
 
 def create_app(settings: WebSettings | None = None) -> FastAPI:
@@ -202,7 +222,8 @@ def create_app(settings: WebSettings | None = None) -> FastAPI:
 
     async def quick_or_queued(request: Request, task: str, body: Any, background: bool) -> JSONOut:
         if not background:
-            done, answer = await anyio.to_thread.run_sync(answer_inline, task, body, settings.inline_cells, limiter=inline)
+            done, answer = await anyio.to_thread.run_sync(answer_inline, task, body, settings.inline_cells,
+                                                          settings.inline_rl_tokens, limiter=inline)
             if done:
                 return JSONOut(answer)
         return await queued(request, task, body, background)
@@ -258,6 +279,25 @@ def create_app(settings: WebSettings | None = None) -> FastAPI:
     async def serve_plan(request: Request, body: Any = Body(...), background: bool = background_flag, plot: bool = plot_flag) -> JSONOut:
         """`shardwise serve plan ... --format json`: the cheapest deployment meeting the SLOs."""
         return await queued(request, "serve/plan", body, background, plot=plot)
+
+    @app.post("/api/rl/estimate", tags=["rl"])
+    async def rl_estimate(request: Request, body: Any = Body(...), background: bool = background_flag) -> JSONOut:
+        """`shardwise rl estimate JOB --format json`: one RL iteration (rollout, forward passes, training, weight
+        sync) under the job's placement and mode: per-phase seconds, memory per phase, GPU idle time, tokens/s
+        generated and trained, and the iteration's timeline per pool."""
+        return await quick_or_queued(request, "rl/estimate", body, background)
+
+    @app.post("/api/rl/plan", tags=["rl"])
+    async def rl_plan(request: Request, body: Any = Body(...), background: bool = background_flag) -> JSONOut:
+        """`shardwise rl plan JOB --format json`: colocated vs split pools, rollout TP, training plan and mode,
+        ranked by samples/s, with the rejected candidates and why."""
+        return await queued(request, "rl/plan", body, background)
+
+    @app.get("/api/rl/examples", tags=["rl"])
+    async def rl_examples() -> JSONOut:
+        """The RL example jobs of the source tree (examples/rl-*.yaml), by name; empty where Shardwise is
+        installed without them."""
+        return JSONOut(rl_example_jobs())
 
     @app.get("/api/jobs/{job_id}", tags=["jobs"])
     async def job_state(job_id: str) -> JSONOut:

@@ -24,6 +24,7 @@ MAX_PIPELINE_CELLS = 1_000_000  # pipeline stages x micro-batches of one estimat
 MAX_TIMELINE_CELLS = 50_000  # stages x micro-batches of a schedule whose timeline is sent back
 MAX_TRACE_BYTES = 16 * 2**20
 MAX_REQUESTS = 100_000  # requests of one serving simulation
+MAX_RL_SAMPLES = 100_000  # responses generated in one RL iteration (prompts x responses per prompt)
 # Keys that mark a Hugging Face config.json (a ModelSpec mapping uses layers/hidden/heads).
 HF_KEYS = frozenset({"num_hidden_layers", "n_layer", "hidden_size", "n_embd", "model_type", "architectures"})
 
@@ -216,3 +217,45 @@ class ServePlanBody(_Body):
     mix: bool = True
     num_requests: int | None = Field(default=None, le=20000, description="requests per candidate simulation (default 600)")
 
+
+
+class RLPlanBody(_Body):
+    """`rl plan`: an RL job document and the CLI's options (with underscores)."""
+
+    job: dict[str, Any] = Field(description="an RL job document (policy, cluster, algorithm, rollout, ...); its placement, "
+                                "rollout tp/pp and parallel are searched")
+    top: int = Field(default=5, ge=1, le=50, description="candidates shown")
+    max_staleness: int | None = Field(default=None, description="policy versions a response may lag (default: the job's "
+                                      "algorithm.max_staleness)")
+
+
+RL_MODEL_FIELDS = ("policy", "reference", "critic")
+
+
+def rl_document(doc: Any, where: str = "") -> Any:
+    """An RL job document whose models are checked by :func:`model_ref` (never a path on the server), with the
+    CLI's messages (the job's own fields are checked first, as the CLI does), and within the web's bounds."""
+    from shardwise.rl.spec import RLJobSpec
+    from shardwise.serve.config import parse_block
+
+    if not isinstance(doc, dict) or any(k not in doc for k in ("policy", "cluster")):
+        return doc  # the CLI's parser names the problem
+    spec = parse_block(RLJobSpec, doc, where)
+    out = dict(doc)
+    for key in RL_MODEL_FIELDS:
+        if isinstance(out.get(key), str | dict):
+            try:
+                out[key] = model_ref(out[key])
+            except ShardwiseError as exc:
+                raise ShardwiseError(f"{where}{key}: {exc}") from None
+    reward = out.get("reward")
+    if isinstance(reward, dict) and isinstance(reward.get("model"), str | dict):
+        try:
+            out["reward"] = {**reward, "model": model_ref(reward["model"])}
+        except ShardwiseError as exc:
+            raise ShardwiseError(f"{where}reward.model: {exc}") from None
+    samples = spec.algorithm.samples
+    if samples > MAX_RL_SAMPLES:
+        raise ShardwiseError(f"{where}algorithm: {samples:,} responses per iteration (prompts_per_step x responses_per_prompt); "
+                             f"the web planner simulates at most {MAX_RL_SAMPLES:,} (use the CLI for larger ones)")
+    return out

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from shardwise.rl.spec import RLJobSpec
 from shardwise.serve.config import DeploymentSpec, SLOSpec
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs.job import ClusterSpec
@@ -15,6 +16,7 @@ from shardwise.specs.model import ModelSpec
 from shardwise.specs.reliability import CheckpointSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.web.inputs import (
+    RLPlanBody,
     ScheduleCompareBody,
     ScheduleSimulateBody,
     ServePlanBody,
@@ -75,6 +77,8 @@ BODIES: dict[str, type[BaseModel] | dict[str, Any]] = {
     "/api/schedule/compare": ScheduleCompareBody,
     "/api/serve/simulate": ServeSimulateBody,
     "/api/serve/plan": ServePlanBody,
+    "/api/rl/estimate": RLJobSpec,
+    "/api/rl/plan": RLPlanBody,
 }
 
 
@@ -116,6 +120,10 @@ def _overrides() -> dict[tuple[str, str], dict[str, Any]]:
         ("ServeSimulateBody", "deployment"): _ref("DeploymentSpec"),
         ("ServeSimulateBody", "workload"): _ref("WorkloadSpec"),
         ("ServeSimulateBody", "slo"): _ref("SLOSpec", nullable=True),
+        ("RLJobSpec", "policy"): _model_ref(),
+        ("RLJobSpec", "cluster"): _ref("ClusterSpec"),
+        ("RLJobSpec", "parallel"): _ref("TrainPlan", nullable=True),
+        ("RLPlanBody", "job"): _ref("RLJobSpec"),
     }
 
 

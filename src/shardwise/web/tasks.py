@@ -14,6 +14,7 @@ from shardwise.errors import ShardwiseError
 from shardwise.web.inputs import (
     MAX_PIPELINE_CELLS,
     MAX_TIMELINE_CELLS,
+    RLPlanBody,
     ScheduleCompareBody,
     ScheduleSimulateBody,
     ServePlanBody,
@@ -23,6 +24,7 @@ from shardwise.web.inputs import (
     check_cells,
     model_ref,
     pipeline_cells,
+    rl_document,
     serve_workload,
     trace_file,
     validate,
@@ -204,6 +206,44 @@ def serve_plan(body: Any, progress: Progress = _quiet, plot: bool = False) -> di
     return out
 
 
+# --- RL post-training ----------------------------------------------------------------------------------
+
+def rl_job(body: Any) -> Any:
+    """The RL job of an `rl estimate` body (a job document), checked as the CLI checks a job file."""
+    from shardwise.rl.spec import parse_rl_job
+
+    return parse_rl_job(rl_document(body))
+
+
+def rl_tokens(job: Any) -> float:
+    """Most response tokens one iteration generates (responses x their longest length; inf without a cap):
+    what the rollout's simulation costs grows with."""
+    out = job.rollout.output_len
+    longest = out.value if out.dist == "fixed" else out.max
+    return job.algorithm.samples * longest if longest is not None else float("inf")
+
+
+def rl_estimate(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
+    """`rl estimate JOB --format json`."""
+    from shardwise.rl.step import estimate_rl
+
+    job = rl_job(body)
+    progress(f"estimating {job.algorithm.samples:,} responses", 0.1)
+    return estimate_rl(job).to_dict()
+
+
+def rl_plan(body: Any, progress: Progress = _quiet) -> dict[str, Any]:
+    """`rl plan JOB [--top N] [--max-staleness K] --format json`."""
+    from shardwise.rl.planner import plan_rl
+    from shardwise.rl.spec import with_max_staleness
+
+    o = validate(RLPlanBody, body)
+    job = rl_job(o.job)
+    if o.max_staleness is not None:
+        job = with_max_staleness(job, o.max_staleness)
+    return plan_rl(job, o.top, progress=progress).to_dict(o.top)
+
+
 TASKS: dict[str, Callable[..., Any]] = {
     "train/estimate": train_estimate,
     "train/plan": train_plan,
@@ -212,6 +252,8 @@ TASKS: dict[str, Callable[..., Any]] = {
     "schedule/compare": schedule_compare,
     "serve/simulate": serve_simulate,
     "serve/plan": serve_plan,
+    "rl/estimate": rl_estimate,
+    "rl/plan": rl_plan,
 }
 
 

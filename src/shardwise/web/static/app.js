@@ -1,4 +1,4 @@
-/* Shardwise web planner: three tabs over the HTTP API (no build step; charts by plotly.js from the
+/* Shardwise web planner: four tabs over the HTTP API (no build step; charts by plotly.js from the
    plotly wheel, pipeline timelines drawn on a canvas). Every number shown comes from the API, which
    returns what the CLI prints with --format json. The URL carries the inputs of the open tab. */
 "use strict";
@@ -103,8 +103,8 @@ function runJob(path, body, onProgress) {
 /* ----------------------------------------------------------------- page state --------------------- */
 
 let CATALOG = null;
-const TABS = ["train", "schedule", "serve"];
-const FORMS = { train: "#form-train", schedule: "#form-schedule", serve: "#form-serve" };
+const TABS = ["train", "schedule", "serve", "rl"];
+const FORMS = { train: "#form-train", schedule: "#form-schedule", serve: "#form-serve", rl: "#form-rl" };
 let currentTab = "train";
 
 function formValues(tab) {
@@ -765,6 +765,217 @@ async function simulateDeployment(c, k) {
   } catch (err) { $("#serve-cdf-title").textContent = `Latency CDFs: ${err.message}`; }
 }
 
+/* ----------------------------------------------------------------- RL post-training tab ------------ */
+
+let RL_EXAMPLES = {};
+const RL_DEFAULT_EXAMPLE = "rl-grpo-llama3.1-8b-64xh100";
+
+function getPath(obj, path) { return path.split(".").reduce((o, k) => (o && typeof o === "object" ? o[k] : undefined), obj); }
+function setPath(obj, path, value) {
+  const keys = path.split("."), last = keys.pop();
+  let o = obj;
+  for (const k of keys) { if (!o[k] || typeof o[k] !== "object") o[k] = {}; o = o[k]; }
+  if (value === undefined) delete o[last]; else o[last] = value;
+}
+
+function rlDoc() {
+  const text = $("#rl-job").value.trim();
+  if (!text) throw new ApiError("job: give an RL job document (load an example)", 422);
+  try { return JSON.parse(text); } catch (e) { throw new ApiError(`job: the document is not valid JSON (${e.message})`, 422); }
+}
+
+function setRLDoc(doc) { $("#rl-job").value = JSON.stringify(doc, null, 1); rlFieldsFromDoc(); }
+
+/* The quick fields show the document's values (a value the select lacks is added to it). */
+function rlFieldsFromDoc() {
+  let doc;
+  try { doc = rlDoc(); } catch (e) { return; }
+  for (const input of $$("#form-rl [data-path]")) {
+    const v = getPath(doc, input.dataset.path);
+    if (input.tagName === "SELECT") {
+      const value = v === undefined ? "" : typeof v === "object" ? "__job__" : String(v);
+      if (value && !$$("option", input).some((o) => o.value === value))
+        input.append(el("option", { value }, value === "__job__" ? "(the job's mapping)" : value));
+      if (value) input.value = value;
+    } else input.value = v === undefined || v === null ? "" : v;
+  }
+}
+
+function rlFieldChanged(input) {
+  let doc;
+  try { doc = rlDoc(); } catch (err) { return showError("rl", err); }
+  const raw = input.value;
+  if (raw === "__job__") return;
+  const value = raw === "" ? undefined : input.type === "number" ? Number(raw) : raw;
+  setPath(doc, input.dataset.path, value);
+  if (input.dataset.path === "placement.kind") {  // keep the placement consistent: colocated runs sync on every GPU
+    const pl = doc.placement;
+    if (value === "colocated") { delete pl.rollout_gpus; pl.mode = "sync"; delete pl.staleness; }
+    else if (pl.rollout_gpus === undefined) pl.rollout_gpus = Math.max(1, Math.floor((Number(getPath(doc, "cluster.gpus")) || 2) / 2));
+  }
+  setRLDoc(doc);
+}
+
+function loadRLExample(name) {
+  const doc = RL_EXAMPLES[name];
+  if (doc) setRLDoc(JSON.parse(JSON.stringify(doc)));
+}
+
+const RL_COLORS = [["rollout", "#2f6db5"], ["reward", "#9aa3b2"], ["forward: old", "#d9762b"], ["forward: ref", "#f3bd8c"], ["forward", "#e3c26b"],
+  ["train: policy", "#3c9a4a"], ["train", "#9fd4a6"], ["weight sync", "#c0392b"]];
+function rlColor(phase) { return (RL_COLORS.find(([k]) => phase.startsWith(k)) || [null, "#5d6678"])[1]; }
+
+function poolLabel(e, pool) {
+  if (pool === "all") return `all ${e.pools.all} GPUs`;
+  return `${pool} pool (${e.pools[pool]} GPUs)`;
+}
+
+function placementLabel(p, pools) {
+  const where = p.kind === "split" ? `split ${pools.rollout}+${pools.train}` : `colocated${p.offload ? " offload" : ""}`;
+  return `${where} · ${p.mode}${p.mode === "async" ? ` (staleness ${p.staleness})` : ""} · rollout tp${p.rollout_tp}${p.rollout_pp > 1 ? ` pp${p.rollout_pp}` : ""} · train ${p.train_plan}`;
+}
+
+function rlCards(e) {
+  const idle = Object.entries(e.gpu_idle_fraction).map(([pool, x]) =>
+    card(`GPU idle: ${pool === "all" ? "all GPUs" : pool + " pool"}`, fmt.pct(x), `${e.pools[pool]} GPUs, share of the iteration`, "", `idle:${pool}`, x));
+  const t = e.memory.train;
+  return [
+    card("iteration", `${fmt.sig(e.period_s, 4)} s`, `${fmt.num(e.samples)} responses`, "", "period_s", e.period_s),
+    card("samples/s", fmt.sig(e.samples_per_s, 4), e.usd_per_1k_samples !== null ? `$${fmt.sig(e.usd_per_1k_samples, 3)} per 1k samples` : null, "", "samples_per_s", e.samples_per_s),
+    card("tokens/s generated", fmt.num(e.generated_tokens_per_s), `${fmt.num(e.rollout.output_tokens)} response tokens per iteration`, "", "generated_tokens_per_s", e.generated_tokens_per_s),
+    card("tokens/s trained", fmt.num(e.trained_tokens_per_s), `${fmt.num(e.train_batch.tokens)} tokens, ${e.train_batch.optimizer_steps} optimizer steps`, "", "trained_tokens_per_s", e.trained_tokens_per_s),
+    ...idle,
+    card("rollout batch idle", fmt.pct(e.rollout.drain.batch_idle_fraction), "sequence slots empty as responses finish (the long tail)", "", "batch_idle_fraction", e.rollout.drain.batch_idle_fraction),
+    card("training memory", `${fmt.num(t.need_gib, 1)} GiB`, e.fits ? `fits in ${fmt.num(t.usable_gib, 1)} GiB usable` : `does NOT fit in ${fmt.num(t.usable_gib, 1)} GiB`, e.fits ? "good" : "bad", "train_need_gib", t.need_gib),
+  ];
+}
+
+function rlTimeline(target, e) {
+  const pools = [...new Set(e.timeline.map((s) => s.pool))];
+  const phases = [...new Set(e.timeline.map((s) => s.phase))];
+  const end = Math.max(...e.timeline.map((s) => s.end_s), e.period_s);
+  const traces = phases.map((phase) => {
+    const segs = e.timeline.filter((s) => s.phase === phase);
+    return { type: "bar", orientation: "h", name: phase, y: segs.map((s) => poolLabel(e, s.pool)), base: segs.map((s) => s.start_s),
+      x: segs.map((s) => s.end_s - s.start_s), marker: { color: rlColor(phase), line: { color: "#fff", width: 0.5 } },
+      customdata: segs.map((s) => [s.start_s, s.end_s]),
+      hovertemplate: `${phase}: %{customdata[0]:.2f} → %{customdata[1]:.2f} s (%{x:.2f} s)<extra>%{y}</extra>` };
+  });
+  const shapes = e.period_s < end - 1e-9 ? [{ type: "line", x0: e.period_s, x1: e.period_s, yref: "paper", y0: 0, y1: 1,
+    line: { color: "#1d2330", dash: "dash", width: 1.5 } }] : [];
+  const annotations = shapes.length ? [{ x: e.period_s, yref: "paper", y: 1, yanchor: "bottom", text: "next iteration starts", showarrow: false, font: { size: 11 } }] : [];
+  $("#rl-timeline-title").textContent = `Timeline of one iteration per pool: ${fmt.sig(e.period_s, 4)} s (${e.placement.kind}, ${e.placement.mode})` +
+    (shapes.length ? "; the next iteration starts at the dashed line, overlapping this one's tail" : "");
+  plot(target, traces, { title: "", barmode: "overlay",
+    xaxis: { title: { text: "seconds from the iteration's start" }, range: [0, end * 1.02] },
+    yaxis: { categoryorder: "array", categoryarray: pools.map((p) => poolLabel(e, p)).reverse(), automargin: true },
+    height: 170 + 55 * pools.length, shapes, annotations, legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+    margin: { ...BASE_LAYOUT.margin, t: 40, b: 44 } });
+  $(target).dataset.segments = String(e.timeline.length);
+}
+
+function rlDrain(target, e) {
+  const curve = e.rollout.drain.running_curve || [];
+  const d = e.rollout.drain;
+  plot(target, [{ type: "scatter", mode: "lines", name: "generating", x: curve.map((p) => p[0]), y: curve.map((p) => p[1]),
+    line: { shape: "hv", color: "#2f6db5", width: 2 }, fill: "tozeroy", hovertemplate: "%{x:.1f} s: %{y:,} responses generating<extra></extra>" }],
+    { title: `Rollout drain${e.rollout_window ? " (one batch alone)" : ""}: half the responses done at ${fmt.sig(d.finish_s.p50, 3)} s, the last at ${fmt.sig(d.finish_s.max, 3)} s`,
+      xaxis: { title: { text: "seconds into the rollout" } }, yaxis: { title: { text: "responses still generating" }, rangemode: "tozero" }, showlegend: false });
+}
+
+function rlTables(e) {
+  const rows = Object.entries(e.phases_s).map(([phase, sec]) => {
+    const pools = [...new Set(e.timeline.filter((s) => s.phase === phase).map((s) => s.pool))].join(", ");
+    return el("tr", { "data-phase": phase, "data-seconds": String(sec) }, el("td", { class: "l" }, el("i", { class: "swatch", style: `background:${rlColor(phase)}` }), phase),
+      el("td", { class: "l", text: pools }), el("td", { text: fmt.sig(sec, 4) }), el("td", { text: fmt.pct(sec / e.period_s) }));
+  });
+  $("#rl-phases").replaceChildren(el("thead", {}, el("tr", {}, ["phase", "pool", "seconds", "of the iteration"].map((h, k) => el("th", { class: k < 2 ? "l" : "", text: h })))),
+    el("tbody", {}, rows));
+  const m = e.memory, r = m.rollout, t = m.train;
+  const resident = Object.entries(t.resident_gib || {}).map(([k, x]) => `${k} ${fmt.num(x, 1)}`).join(", ");
+  $("#rl-memory").replaceChildren(el("thead", {}, el("tr", {}, ["phase", "GiB per GPU", "of", "what"].map((h, k) => el("th", { class: k === 0 || k === 3 ? "l" : "", text: h })))),
+    el("tbody", {},
+      el("tr", { "data-phase": "rollout", "data-gib": String(r.kv_gib_per_gpu + r.resident_gib) }, el("td", { class: "l", text: "rollout" }),
+        el("td", { text: fmt.num(r.kv_gib_per_gpu + r.resident_gib, 1) }), el("td", { text: fmt.pct(r.engine_share, 0) + " to the engine" }),
+        el("td", { class: "l", text: `KV cache ${fmt.num(r.kv_gib_per_gpu, 1)} (${fmt.num(r.kv_capacity_tokens)} tokens)` + (r.resident_gib ? `; training states kept ${fmt.num(r.resident_gib, 1)}` : "") })),
+      el("tr", { "data-phase": "train", "data-gib": String(t.need_gib) }, el("td", { class: "l", text: "training (peak)" }),
+        el("td", { text: fmt.num(t.need_gib, 1) }), el("td", { text: `${fmt.num(t.usable_gib, 1)} usable` }),
+        el("td", { class: "l", text: `peak while running the ${t.peak_model}` + (resident ? `; others resident: ${resident}` : "") + (m.offload ? "; offloaded between phases" : "") }))));
+}
+
+function renderRLEstimate(e) {
+  $("#rl-empty").hidden = true; $("#rl-estimate-out").hidden = false;
+  $("#rl-title").textContent = `${e.name} on ${e.gpus} GPUs: ${placementLabel(e.placement, e.pools)}`;
+  $("#rl-cards").replaceChildren(...rlCards(e).filter(Boolean));
+  rlTimeline("#rl-timeline", e);
+  rlTables(e);
+  rlDrain("#rl-drain", e);
+  const w = e.weight_sync_s;
+  $("#rl-notes").replaceChildren(el("li", { text: `weight sync ${fmt.sig(w.total_s, 3)} s (gather ${fmt.sig(w.gather_s, 3)}, send ${fmt.sig(w.send_s, 3)}, broadcast ${fmt.sig(w.broadcast_s, 3)} s)` }),
+    el("li", { text: `training batch: ${fmt.num(e.train_batch.rows)} rows of ≤ ${fmt.num(e.train_batch.seq_len)} tokens${e.train_batch.packed ? `, packed (${fmt.pct(e.train_batch.fill)} full)` : ""}; step ${fmt.sig(e.train_batch.step_time_s, 4)} s` }),
+    ...e.notes.map((n) => el("li", { text: n })));
+}
+
+async function runRLEstimate() {
+  showError("rl", null);
+  let doc;
+  try { doc = rlDoc(); } catch (err) { return showError("rl", err); }
+  writeURL("rl", "estimate");
+  busy("rl", true, "#rl-progress");
+  setProgress("#rl-progress", { state: "running", message: "estimating", fraction: 0.1 });
+  try {
+    const e = await post("/api/rl/estimate", doc);
+    $("#rl-plan-out").hidden = true;
+    renderRLEstimate(e);
+  } catch (err) { showError("rl", err); } finally { busy("rl", false, "#rl-progress"); }
+}
+
+let rlRun = null, rlChosen = null;
+
+async function runRLPlan() {
+  showError("rl", null);
+  let doc;
+  try { doc = rlDoc(); } catch (err) { return showError("rl", err); }
+  const v = formValues("rl");
+  const body = { job: doc, top: numberOr(v.top, 5) };
+  if (v.max_staleness !== undefined) body.max_staleness = numberOr(v.max_staleness, v.max_staleness);
+  writeURL("rl", "plan");
+  busy("rl", true, "#rl-progress");
+  setProgress("#rl-progress", { state: "queued", position: 0, fraction: 0 });
+  rlRun = runJob("/api/rl/plan", body, (snap) => setProgress("#rl-progress", snap));
+  try { renderRLPlan(await rlRun.promise, doc); } catch (err) { showError("rl", err); } finally { busy("rl", false, "#rl-progress"); rlRun = null; }
+}
+
+function renderRLPlan(out, doc) {
+  $("#rl-empty").hidden = true; $("#rl-plan-out").hidden = false;
+  $("#rl-plan-summary").textContent = `${out.feasible} of ${out.considered} candidates run; searched in ${fmt.sig(out.seconds, 3)} s; ranked by samples/s`;
+  const head = ["#", "placement", "iteration s", "samples/s", "tokens/s generated", "GPU idle", "rollout batch idle", "$ / 1k samples"];
+  $("#rl-ranked").replaceChildren(el("thead", {}, el("tr", {}, head.map((h, k) => el("th", { class: k === 1 ? "l" : "", text: h })))),
+    el("tbody", {}, out.ranked.map((c, k) => el("tr", { "data-rank": k + 1, "data-samples-per-s": String(c.samples_per_s), "data-period": String(c.period_s) },
+      el("td", { text: k + 1 }), el("td", { class: "l plan", text: placementLabel(c.placement, c.pools) }),
+      el("td", { text: fmt.sig(c.period_s, 4) }), el("td", { text: fmt.sig(c.samples_per_s, 4) }), el("td", { text: fmt.num(c.generated_tokens_per_s) }),
+      el("td", { text: Object.entries(c.gpu_idle_fraction).map(([p, x]) => `${p} ${fmt.pct(x)}`).join(", ") }),
+      el("td", { text: fmt.pct(c.rollout_batch_idle_fraction) }), el("td", { text: c.usd_per_1k_samples === null ? "–" : fmt.sig(c.usd_per_1k_samples, 3) })))));
+  const reasons = Object.entries(out.rejected_by_reason);
+  $("#rl-rejects").replaceChildren(el("thead", {}, el("tr", {}, el("th", { class: "l", text: "candidate" }), el("th", { class: "l", text: "why rejected" }))),
+    el("tbody", {}, out.rejected.length ? out.rejected.map((r) => el("tr", { "data-candidate": r.candidate }, el("td", { class: "l", text: r.candidate }), el("td", { class: "l", text: r.reason })))
+      : [el("tr", {}, el("td", { class: "l", colspan: 2, text: "none: every candidate searched fits and runs" }))]));
+  $("#rl-plan-notes").replaceChildren(...reasons.map(([why, n]) => el("li", { text: `${n} × ${why}` })), ...out.notes.map((n) => el("li", { text: n })));
+  rlChosen = out.placement_block ? { doc, block: out.placement_block } : null;
+  $("#rl-chosen-yaml").textContent = out.placement_block ? yamlDoc(out.placement_block) : "(no placement runs)";
+  $("#rl-open-chosen").hidden = !rlChosen;
+  if (out.chosen) renderRLEstimate(out.chosen);
+  else $("#rl-estimate-out").hidden = true;
+}
+
+function openRLChosen() {
+  if (!rlChosen) return;
+  const { doc, block } = rlChosen;
+  const next = { ...doc, placement: block.placement, rollout: { ...(doc.rollout || {}), ...block.rollout }, parallel: block.parallel };
+  setRLDoc(next);
+  runRLEstimate();
+}
+
 /* ----------------------------------------------------------------- start --------------------------- */
 
 function fillSelect(sel, values, selected) {
@@ -776,12 +987,14 @@ async function start() {
   const models = CATALOG.models.map((m) => m.name);
   fillSelect("#train-model", models, "llama-3.1-70b");
   fillSelect("#serve-model", models, "llama-3.1-8b");
+  fillSelect("#rl-policy", models, "llama-3.1-8b");
   for (const m of CATALOG.models) {
     const label = `${m.name} (${m.params_b >= 1 ? m.params_b.toFixed(m.params_b < 10 ? 1 : 0) : m.params_b.toFixed(2)}B${m.experts ? `, ${m.experts} experts` : ""})`;
     for (const opt of $$(`option[value="${m.name}"]`)) opt.textContent = label;
   }
   fillSelect("#train-gpu", CATALOG.gpus.map((g) => g.name), "H100-SXM");
-  for (const g of CATALOG.gpus) for (const opt of $$(`#train-gpu option[value="${g.name}"]`)) opt.textContent = `${g.name} (${g.memory_gib} GiB)`;
+  fillSelect("#rl-gpu", CATALOG.gpus.map((g) => g.name), "H100-SXM");
+  for (const g of CATALOG.gpus) for (const opt of $$(`#train-gpu option[value="${g.name}"], #rl-gpu option[value="${g.name}"]`)) opt.textContent = `${g.name} (${g.memory_gib} GiB)`;
   fillSelect("#train-precision", CATALOG.precisions, "bf16");
   fillSelect("#serve-precision", CATALOG.serving_precisions, "bf16");
   fillSelect("#train-objective", CATALOG.objectives, "throughput");
@@ -803,6 +1016,17 @@ async function start() {
     $("#serve-trace-name").hidden = !file;
     $("#serve-trace-name").textContent = file ? `trace ${file.name}: ${traceText.split("\n").filter((l) => l.trim()).length - 1} requests (rescaled to the rate)` : "";
   });
+  try { RL_EXAMPLES = await (await fetch("/api/rl/examples")).json(); } catch (e) { RL_EXAMPLES = {}; }
+  const exampleNames = Object.keys(RL_EXAMPLES);
+  $("#rl-example").replaceChildren(el("option", { value: "" }, exampleNames.length ? "(pick one)" : "(none installed)"),
+    ...exampleNames.map((n) => el("option", { value: n, selected: n === RL_DEFAULT_EXAMPLE }, n)));
+  $("#rl-example").addEventListener("change", (ev) => loadRLExample(ev.target.value));
+  for (const input of $$("#form-rl [data-path]")) input.addEventListener("change", () => rlFieldChanged(input));
+  $("#rl-job").addEventListener("change", rlFieldsFromDoc);
+  $("#form-rl").addEventListener("submit", (ev) => { ev.preventDefault(); runRLEstimate(); });
+  $("#rl-plan").addEventListener("click", runRLPlan);
+  $("#rl-open-chosen").addEventListener("click", openRLChosen);
+  $("#rl-progress .cancel").addEventListener("click", () => rlRun && rlRun.cancel());
   $("#copy-link").addEventListener("click", async () => {
     writeURL(currentTab, null);
     try { await navigator.clipboard.writeText(location.href); $("#copy-link").textContent = "Link copied"; }
@@ -813,12 +1037,16 @@ async function start() {
   const params = new URLSearchParams(location.search);
   const tab = TABS.includes(params.get("tab")) ? params.get("tab") : "train";
   fillForm(tab, params);
+  if (tab !== "rl" || !params.get("job")) loadRLExample($("#rl-example").value);
+  else rlFieldsFromDoc();
   showTab(tab);
   const run = params.get("run");
   if (tab === "train" && run === "estimate") runEstimate();
   else if (tab === "train" && run === "plan") runPlan();
   else if (tab === "schedule" && run === "simulate") runSchedules();
   else if (tab === "serve" && run === "plan") runServePlan();
+  else if (tab === "rl" && run === "estimate") runRLEstimate();
+  else if (tab === "rl" && run === "plan") runRLPlan();
   document.body.dataset.ready = "1";
 }
 
