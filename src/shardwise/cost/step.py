@@ -22,10 +22,18 @@ import numpy as np
 from shardwise.cost.numeric import minimum, where
 from shardwise.cost.constants import Constants
 from shardwise.cost.memory import ModelStateBytes, model_state_bytes
+from shardwise.specs.hardware import DEFAULT_HOST_LINK_GBYTE_S, GPU, Cluster
 
 GIB = 2**30
-# Host link per GPU, one direction (PCIe 4.0 x16 = 31.5 GB/s, PCIe 5.0 x16 = 63 GB/s: PCI-SIG specifications).
-HOST_LINK_GBYTE_S = {"ampere": 31.5, "ada": 31.5, "hopper": 63.0, "blackwell": 63.0, "cdna3": 63.0}
+
+
+def host_link_gbyte_s(hw: GPU | Cluster) -> float:
+    """Host link of one GPU, one direction, GB/s: the cluster's (catalog system with `cluster.host`
+    overrides) or the GPU's catalog entry (data/gpus.yaml `host`: PCI-SIG PCIe figures, NVLink-C2C);
+    DEFAULT_HOST_LINK_GBYTE_S (PCIe 4.0 x16) only for a GPU built outside the catalog."""
+    if isinstance(hw, Cluster):
+        return hw.host.link_gbyte_s
+    return hw.host_link_gbyte_s or DEFAULT_HOST_LINK_GBYTE_S
 
 
 def model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, weight_bytes, grad_bytes,
@@ -49,21 +57,25 @@ def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_param
     return fixed + where(zero >= 3, 2 * largest_layer_params * weight_bytes, buckets)
 
 
-def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none", arch: str = "ampere",
+def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none",
+                     host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
                      weight_bytes: float = 2.0, grad_bytes: float = 4.0, gpus_per_host: int = 1):
     """Seconds of the optimizer step over the `params_local` parameters this GPU updates. Offloaded, the
     step runs on the host's CPUs, which the `gpus_per_host` GPUs of a node share (every one updates its
-    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own PCIe link."""
+    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own host link
+    of `host_gbyte_s` (:func:`host_link_gbyte_s`)."""
     if offload == "none":
         return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
-    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+    link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
     transfers = params_local * (grad_bytes + weight_bytes) / link
     return transfers + params_local * gpus_per_host * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
 
 
-def offload_params_s(consts: Constants, params_per_layer_pass, arch: str = "ampere", weight_bytes: float = 2.0):
-    """Host-to-device copy of offloaded parameters for one pass over one layer (ZeRO-Infinity style)."""
-    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+def offload_params_s(consts: Constants, params_per_layer_pass, host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
+                     weight_bytes: float = 2.0):
+    """Host-to-device copy of offloaded parameters for one pass over one layer (ZeRO-Infinity style), over
+    a host link of `host_gbyte_s` (:func:`host_link_gbyte_s`)."""
+    link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
     return params_per_layer_pass * weight_bytes / link
 
 

@@ -19,7 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
-from shardwise.specs.hardware import Cluster, GroupsSpec, HeteroCluster, NetworkSpec, make_cluster, make_hetero_cluster
+from shardwise.specs.hardware import (
+    Cluster,
+    GroupsSpec,
+    HeteroCluster,
+    HostSpec,
+    NetworkSpec,
+    make_cluster,
+    make_hetero_cluster,
+)
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.reliability import CheckpointSpec, ReliabilitySpec, Resilience, StorageSpec
 from shardwise.specs.training import RECIPE_ARCHS, TrainingSpec, TrainPlan
@@ -45,6 +53,8 @@ class ClusterSpec(BaseModel):
     network: NetworkSpec | None = Field(default=None, description="what differs from the GPU's catalog network")
     memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory a plan must leave "
                                           "free to fit (allocator fragmentation, spikes); default 0.05")
+    host: HostSpec | None = Field(default=None, description="memory tiers below HBM that differ from the GPU's "
+                                  "catalog system: host link per GPU, host DRAM and NVMe per node (docs/offload.md)")
     reliability: ReliabilitySpec | None = Field(default=None, description="failure rates, restart and spares (docs/goodput.md)")
     storage: StorageSpec | None = Field(default=None, description="where checkpoints are written (docs/goodput.md)")
 
@@ -56,7 +66,7 @@ def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluste
         return make_hetero_cluster(_build(GroupsSpec, data, where), where)
     c: ClusterSpec = _build(ClusterSpec, data, where)
     return make_cluster(c.gpu, c.gpus, c.gpus_per_node, c.inter_node_gbps, c.price_usd_per_gpu_hour, c.network, c.power_limit_w,
-                        gpu_field=f"{where}.gpu", memory_headroom=c.memory_headroom)
+                        gpu_field=f"{where}.gpu", memory_headroom=c.memory_headroom, host=c.host)
 
 
 @dataclass(frozen=True)

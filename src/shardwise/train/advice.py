@@ -168,6 +168,11 @@ def _other_gpus(model: ModelSpec, cluster: Cluster, training: TrainingSpec, fixe
     for g in (get_gpu(name) for name in gpu_names()):
         if g.memory_gib <= cluster.gpu.memory_gib or g.name == cluster.gpu.name:
             continue
+        try:  # a part without this precision's tensor cores (V100: no BF16) is no lever
+            g.peak_flops(training.precision)
+            g.peak_flops("bf16" if training.low_precision else training.precision)
+        except ShardwiseError:
+            continue
         usable = g.memory_gib * GIB * (1 - cluster.memory_headroom)
         if memory_floor_bytes(model, training, cluster.num_gpus, fixed.get("offload", "none"), constants) > usable:
             continue  # the model states alone cannot fit (smallest.memory_floor_bytes)

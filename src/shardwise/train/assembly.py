@@ -31,7 +31,7 @@ from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.cost.stack import StackProfile
-from shardwise.cost.step import fixed_memory_bytes, model_states, offload_params_s, optimizer_step_s
+from shardwise.cost.step import fixed_memory_bytes, host_link_gbyte_s, model_states, offload_params_s, optimizer_step_s
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
@@ -231,10 +231,10 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
                         zero1_broadcast=stack.zero1_comm == "all_reduce_broadcast", param_sync_overlap=stack.param_sync_overlap,
                         keep_unsharded=keep_unsharded, unsharded_grads=unsharded_grads)
     if offload == "optimizer+params":
-        dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
+        dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, host_link_gbyte_s(cluster), wb)
     sharded = zero >= 1
     opt_params = p_dense / where(sharded, shard, 1) + p_exp / where(sharded, expert_group, 1)
-    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb,
+    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, host_link_gbyte_s(cluster), wb, gb,
                                    min(cluster.gpus_per_node, cluster.num_gpus))
     # A rank casts and keeps low-precision copies of the weights it owns: all of its stage's below ZeRO-3,
     # its shard under ZeRO-3 (gathered copies are transient, like the 16-bit layer buffers in `fixed`).

@@ -15,7 +15,7 @@ from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.allocator import fragmentation_share, runtime_bytes
 from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile, tp_overlap_mode
-from shardwise.cost.step import host_overhead_s, straggler_factor
+from shardwise.cost.step import host_link_gbyte_s, host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, plan_rank_tail, stage_work
@@ -94,7 +94,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         optimizer, paging_s = float(t.states.optimizer), 0.0
         if paged:
             _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations * (1 + frag),
-                                                  cluster.usable_memory_bytes, consts, gpu.arch)
+                                                  cluster.usable_memory_bytes, consts, host_link_gbyte_s(cluster))
             paged_gib = max(paged_gib, (optimizer - float(resident)) / GIB)
             optimizer, paging_s = float(resident), float(paging)
         mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations,

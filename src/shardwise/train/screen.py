@@ -35,7 +35,7 @@ from shardwise.cost.layer import TP_OVERLAP_MODES, PassCost
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.allocator import fragmentation_share
 from shardwise.cost.stack import attention_kernel, expandable_segments, stack_profile
-from shardwise.cost.step import host_overhead_s, straggler_factor
+from shardwise.cost.step import host_link_gbyte_s, host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
@@ -238,7 +238,6 @@ def screen(
     estimate counts it); sets each plan's TP overlap mode (the array `tpo` of `c`); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
     and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp)."""
     consts = constants or default_constants()
-    gpu = cluster.gpu
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     table = table or layer_table(c, model, cluster, training, consts, flash_attention)
     c.arrays["tpo"] = table.modes[table.inv]  # each plan's TP overlap mode: the fastest for its layers (layer_table)
@@ -278,7 +277,7 @@ def screen(
                             for x in (tail.states.weights + tail.states.grads, tail.states.optimizer, tail.fixed_bytes)]
                 total, _resident, paging_s = paged_optimizer(ModelStateBytes(per_rank[0], 0.0, per_rank[1]), per_rank[2],
                                                              activations * (1 + frag),
-                                                             cluster.usable_memory_bytes, consts, gpu.arch)
+                                                             cluster.usable_memory_bytes, consts, host_link_gbyte_s(cluster))
                 opt_rest = (opt_s[rows].reshape(shape)[rank_kind] + paging_s).max(axis=0)
             rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + host_overhead_s(consts, stack.host_step_overhead)
             lb[idx] = pipe_lb * straggle + rest
