@@ -133,6 +133,18 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
                              "set zero: 3 or leave it out")
     if p.offload != "none" and p.zero == 0:
         raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
+    if p.offload_device == "nvme":
+        if p.offload == "none":
+            raise ShardwiseError("parallel.offload_device: nvme names where offloaded states live; set offload: optimizer "
+                                 "or optimizer+params, or leave offload_device out")
+        if p.zero != 3:
+            raise ShardwiseError("parallel.offload_device: NVMe offload (ZeRO-Infinity) needs zero: 3 "
+                                 f"(zero is {p.zero}); set zero: 3 or offload_device: cpu")
+        host = cluster.host
+        missing = [k for k in ("nvme_tb", "nvme_read_gbyte_s", "nvme_write_gbyte_s") if not getattr(host, k)]
+        if missing:
+            raise ShardwiseError(f"parallel.offload_device: the catalog has no NVMe {', '.join(missing)} for "
+                                 f"{cluster.gpu.name} nodes; set cluster.host.{missing[0]} (and the others: docs/offload.md)")
     if training.adapter is not None:
         training.adapter.shapes(model)  # adapters need a dense, standard-attention model with those layers
         if p.offload == "optimizer+params":

@@ -164,15 +164,19 @@ def plan_search(
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")
     scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster),
-                 extra.get("dp_shard"), extra.get("offload", "none"))
+                 extra.get("dp_shard"), extra.get("offload", "none"), extra.get("offload_device", "cpu"))
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
-    fits = scr["memory_bytes"] <= capacity
+    host_ok = scr.pop("host_ok")
+    gpu_fits = scr["memory_bytes"] <= capacity
+    fits = gpu_fits & host_ok
     if not fits.any():
         closest = _leanest_distinct(cands, scr["memory_bytes"])
-        cands.keep(fits, "memory")
+        cands.keep(gpu_fits, "memory")
+        cands.keep(host_ok[gpu_fits], "host_memory")
         raise NothingFits(_nothing_runs(cands, cluster), cluster, closest, dict(cands.rejected), extra)
-    cands.keep(fits, "memory")
+    cands.keep(gpu_fits, "memory")
+    cands.keep(host_ok[gpu_fits], "host_memory")
     scr = {k: v[fits] for k, v in scr.items()}
     if max_memory_gib is not None:
         ok = scr["memory_bytes"] <= max_memory_gib * GIB
@@ -244,7 +248,7 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
                 cands.rejected[REASONS["schedule"]] += 1
                 continue
             if not e.fits:
-                cands.rejected[REASONS["memory"]] += 1
+                cands.rejected[REASONS["memory" if (e.misfit or "").startswith("GPU") else "host_memory"]] += 1
                 continue
             score = _score(e, objective)
             item = ((-score[0], -score[1]), -i, e)
