@@ -104,3 +104,18 @@ def test_deepspeed_export_writes_nvme_offload_and_others_refuse_it():
     assert job_verdict(job, "deepspeed").runnable
     assert not job_verdict(job, "torchtitan").runnable and not job_verdict(job, "megatron").runnable
     assert "NVMe" in job_verdict(job, "torchtitan").reason or "nvme" in job_verdict(job, "torchtitan").reason.lower()
+
+
+def test_cli_names_host_memory_when_it_is_why_nothing_fits(tmp_path, capsys):
+    from shardwise.cli.main import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama-3.1-8b\ncluster: {gpu: h100, gpus: 8, host: {dram_gib: 64}}\n"
+                    "training: {seq_len: 4096, global_batch: 8}\nparallel: {zero: 2, offload: optimizer}\n")
+    assert main(["train", "plan", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "offload more than a node's host DRAM (64 GiB)" in err
+    assert main(["train", "estimate", str(path), "--format", "json"]) == 0  # an estimate that does not fit is still printed
+    doc = json.loads(capsys.readouterr().out)
+    doc = doc[0] if isinstance(doc, list) else doc
+    assert doc["fits"] is False and doc["misfit"].startswith("host memory") and doc["host_memory"]["dram_available_gib"] < 64

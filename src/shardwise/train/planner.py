@@ -311,9 +311,15 @@ def _nothing_runs(c: Candidates, cluster: Cluster | None = None) -> str:
     groups = group_rejections(c.rejected)
     memory = next((n for g, n, _ in groups if g == REASONS["memory"]), 0)
     where = f" on {cluster.num_gpus} x {cluster.gpu.name}" if cluster is not None else ""
+    host = c.rejected.get(REASONS["host_memory"], 0)
     if memory:
         head = (f"no plan fits{where}: all {memory:,} plans that can run need more than "
                 f"{cluster.usable_memory_bytes / GIB:.1f} GiB per GPU" if cluster is not None else f"no plan fits: {memory:,} out of memory")
+        if host and cluster is not None:
+            h = cluster.host
+            head = (f"no plan fits{where}: of the {memory:,} plans that can run, {memory - host:,} need more than "
+                    f"{cluster.usable_memory_bytes / GIB:.1f} GiB per GPU and {host:,} offload more than a node's host DRAM "
+                    f"({'unknown' if h.dram_gib is None else f'{h.dram_gib:,.0f}'} GiB) or NVMe holds (cluster.host; docs/offload.md)")
         rest = "; ".join(f"{n:,} {g}" for g, n, _ in groups if g != REASONS["memory"])
         return f"{head} (of {c.considered:,} plans; {rest}). Add GPUs or offload (`train plan` prices what would fit)"
     reasons = "; ".join(f"{n:,} {g} ({', '.join(r for r, _ in members[:2])})" for g, n, members in groups)
