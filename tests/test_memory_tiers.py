@@ -66,3 +66,18 @@ def test_bad_host_fields_name_the_field(host, message):
 def test_a_gpu_outside_the_catalog_uses_the_pcie4_default():
     gpu = get_gpu("h100").model_copy(update={"host_link_gbyte_s": None})
     assert isinstance(gpu, GPU) and host_link_gbyte_s(gpu) == 31.5
+
+
+def test_a_catalog_entry_without_a_host_block_is_refused(monkeypatch):
+    import shardwise.specs.hardware as hw
+
+    raw = {k: dict(v) for k, v in hw.load_yaml(hw.data_path("gpus.yaml")).items()}
+    del raw["H200"]["host"]
+    monkeypatch.setattr(hw, "load_yaml", lambda path: raw)
+    hw._catalog.cache_clear()
+    try:
+        with pytest.raises(ShardwiseError, match="H200 needs a host block"):
+            hw._catalog()
+    finally:
+        monkeypatch.undo()
+        hw._catalog.cache_clear()
