@@ -119,3 +119,21 @@ def test_cli_names_host_memory_when_it_is_why_nothing_fits(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     doc = doc[0] if isinstance(doc, list) else doc
     assert doc["fits"] is False and doc["misfit"].startswith("host memory") and doc["host_memory"]["dram_available_gib"] < 64
+
+
+def test_when_host_dram_is_the_limit_the_planner_falls_back_to_nvme(tmp_path, capsys):
+    """Llama-3.1-70B on 8 H100 with 256 GiB of host DRAM: offloading to host memory cannot hold 70B x 16 B,
+    the NVMe lever can; the search retries with it and says so."""
+    from shardwise.cli.main import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama-3.1-70b\ncluster: {gpu: h100, gpus: 8, host: {dram_gib: 256}}\n"
+                    "training: {seq_len: 4096, global_batch: 8}\n")
+    assert main(["train", "plan", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    advice = doc["what_to_change"]
+    assert (advice["searched_with_offload"], advice["searched_with_offload_device"]) == ("optimizer+params", "nvme")
+    levers = {lv["lever"]: lv for lv in advice["levers"]}
+    assert levers["offload optimizer+params to nvme"]["fits"] and not levers["offload optimizer"]["fits"]
+    top = doc["top"][0]
+    assert top["plan"]["offload_device"] == "nvme" and top["plan"]["zero"] == 3 and top["fits"]
