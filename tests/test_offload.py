@@ -137,3 +137,14 @@ def test_when_host_dram_is_the_limit_the_planner_falls_back_to_nvme(tmp_path, ca
     assert levers["offload optimizer+params to nvme"]["fits"] and not levers["offload optimizer"]["fits"]
     top = doc["top"][0]
     assert top["plan"]["offload_device"] == "nvme" and top["plan"]["zero"] == 3 and top["fits"]
+
+
+def test_the_report_shows_what_is_offloaded_per_node(tmp_path, capsys):
+    from shardwise.cli.main import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text("model: llama-3.1-8b\ncluster: {gpu: h100, gpus: 8}\ntraining: {seq_len: 4096, global_batch: 8}\n"
+                    "parallel: {zero: 3, offload: optimizer+params, offload_device: nvme}\n")
+    assert main(["train", "estimate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "offloaded per node" in out and "offloading to nvme" in out and "of 30.72 TB" in out
