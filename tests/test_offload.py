@@ -23,7 +23,7 @@ def _job(parallel, host=None, gpu="h100", gpus=8, model="llama-3.1-8b"):
 
 
 def test_host_bytes_by_device():
-    """CPU: fp32 master + Adam moments + the gradient partition (+ 16-bit weights) in DRAM (ZeRO-Offload Sec. 4.1);
+    """CPU: fp32 master + Adam moments + the gradient partition (+ 16-bit weights) in DRAM (ZeRO-Offload Sec. 4);
     NVMe: the same bytes on the drives, DRAM keeps DeepSpeed's staging buffers."""
     cpu = host_state_bytes(1e9, 2e9, "optimizer+params", "cpu", 2.0, 4.0, 12.0)
     assert cpu.dram == 1e9 * 16 + 2e9 * 2 and cpu.nvme == 0

@@ -7,8 +7,9 @@ planner's vectorised screen (every argument may be a number or a numpy array, on
   layer in use and the prefetched one) or the gradient-reduce buckets in flight;
 - the optimizer step: a memory-bound pass over the GPU's shard (fused Adam), or with the optimizer
   offloaded, the gradients down and the parameters up over PCIe plus CPU Adam (ZeRO-Offload Sec. 4.2);
-  with the states on NVMe (ZeRO-Infinity, Rajbhandari et al. 2021 Sec. 5), their read and write-back over
-  the node's drives, overlapped with CPU Adam sub-group by sub-group (its Sec. 6.3, overlap-centric design);
+  with the states on NVMe (ZeRO-Infinity, Rajbhandari et al. 2021: its infinity offload engine), their
+  read and write-back over the node's drives, overlapped with CPU Adam sub-group by sub-group (its
+  overlap-centric design);
 - the host side of offloading (:func:`host_state_bytes`): what lives in host DRAM and on NVMe per GPU;
 - the straggler factor of a synchronous step: with per-node jitter of coefficient of variation cv (the
   GPUs of a node share its host, network card and clocks), the expected slowest of N nodes is
@@ -19,10 +20,9 @@ planner's vectorised screen (every argument may be a number or a numpy array, on
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from shardwise.cost.numeric import maximum, minimum, where
 from shardwise.cost.constants import Constants
@@ -50,7 +50,7 @@ def model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, weight_
               + model_state_bytes(p_exp, expert_group, zero, weight_bytes, grad_bytes, optimizer_bytes))
     if offload == "none":
         return states
-    # ZeRO-Offload (Ren et al. 2021, Sec. 4.1, Fig. 2): fp32 master weights, Adam moments and, from ZeRO-2
+    # ZeRO-Offload (Ren et al. 2021, Sec. 4, its offload strategy: fp16 parameters on the GPU): fp32 master weights, Adam moments and, from ZeRO-2
     # on, the reduced 16-bit gradient partition live on the host (copied out bucket by bucket during the
     # backward); ZeRO-1 keeps its gradients on the GPU until the step.
     weights = 0.0 * states.weights if offload == "optimizer+params" else states.weights
@@ -79,9 +79,9 @@ def host_state_bytes(opt_params, weight_shard_params, offload: str, device: str,
                      optimizer_bytes) -> HostBytes:
     """What one GPU's offload puts below HBM. `opt_params`: the parameters its optimizer updates (its
     shard); `weight_shard_params`: the 16-bit weights it would hold (its shard under ZeRO-3).
-    CPU (ZeRO-Offload, Ren et al. 2021 Sec. 4.1): fp32 master + Adam moments (`optimizer_bytes`) and the
+    CPU (ZeRO-Offload, Ren et al. 2021 Sec. 4): fp32 master + Adam moments (`optimizer_bytes`) and the
     gradient partition (`grad_bytes`) in pinned DRAM, plus the 16-bit weights when parameters are offloaded.
-    NVMe (ZeRO-Infinity, Rajbhandari et al. 2021 Sec. 5): the same bytes on the drives; DRAM keeps the
+    NVMe (ZeRO-Infinity, Rajbhandari et al. 2021, infinity offload engine): the same bytes on the drives; DRAM keeps the
     pinned staging buffers (NVME_PARAM_BUFFER_ELEMENTS, one optimizer sub-group)."""
     if offload == "none":
         return HostBytes(0.0 * opt_params, 0.0 * opt_params)
@@ -112,7 +112,7 @@ def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "
     shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own host link
     of `host_gbyte_s` (:func:`host_link_gbyte_s`). With `device` nvme the `state_bytes` per parameter are
     read from and written back to the node's drives (`nvme_gbyte_s`: read, write GB/s per node, shared by
-    its GPUs), overlapped with CPU Adam (ZeRO-Infinity Sec. 6.3): the slower of the two counts."""
+    its GPUs), overlapped with CPU Adam (ZeRO-Infinity, overlap-centric design): the slower of the two counts."""
     if offload == "none":
         return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
     link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
@@ -128,7 +128,7 @@ def offload_params_s(consts: Constants, params_per_layer_pass, host_gbyte_s: flo
                      weight_bytes: float = 2.0, nvme_read_gbyte_s_per_gpu: float | None = None):
     """Host-to-device copy of offloaded parameters for one pass over one layer (ZeRO-Infinity style), over
     a host link of `host_gbyte_s` (:func:`host_link_gbyte_s`); from NVMe, streamed through host memory at
-    the slower of the link and the GPU's share of the drives' read bandwidth (ZeRO-Infinity Sec. 6.2)."""
+    the slower of the link and the GPU's share of the drives' read bandwidth (ZeRO-Infinity, overlap-centric design: prefetched through pinned host buffers)."""
     link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
     if nvme_read_gbyte_s_per_gpu is not None:
         link = min(link, nvme_read_gbyte_s_per_gpu * 1e9)
