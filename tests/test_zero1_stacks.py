@@ -6,7 +6,7 @@ import pytest
 from shardwise.cost.constants import NetworkConstants
 from shardwise.cost.overlap import dp_exposed_s
 from shardwise.cost.stack import stack_profile
-from shardwise.specs.hardware import make_cluster
+from shardwise.specs.hardware import get_gpu, make_cluster
 from shardwise.specs.job import job_from_mapping
 from shardwise.train.estimate import estimate
 
@@ -47,11 +47,11 @@ def test_offloaded_optimizer_step_shares_the_host_cpus():
     """ZeRO-Offload: the 8 GPUs of a node step their shards on the same host CPUs at once, so 8 x 1/8 of
     the parameters take the host as long as one GPU's whole set; only the PCIe transfers are per GPU."""
     from shardwise.cost.constants import default_constants
-    from shardwise.cost.step import HOST_LINK_GBYTE_S, optimizer_step_s
+    from shardwise.cost.step import host_link_gbyte_s, optimizer_step_s
 
     c = default_constants()
-    one = optimizer_step_s(c, 8e9, 1e12, "optimizer", "hopper", 2.0, 4.0, gpus_per_host=1)
-    eight = optimizer_step_s(c, 1e9, 1e12, "optimizer", "hopper", 2.0, 4.0, gpus_per_host=8)
-    link = HOST_LINK_GBYTE_S["hopper"] * 1e9 * c.step.pcie_efficiency
+    one = optimizer_step_s(c, 8e9, 1e12, "optimizer", 63.0, 2.0, 4.0, gpus_per_host=1)
+    eight = optimizer_step_s(c, 1e9, 1e12, "optimizer", 63.0, 2.0, 4.0, gpus_per_host=8)
+    link = host_link_gbyte_s(get_gpu("h100")) * 1e9 * c.step.pcie_efficiency
     assert one - eight == pytest.approx(7e9 * 6.0 / link)
     assert eight - 1e9 * 6.0 / link == pytest.approx(8e9 * c.step.optimizer_bytes_per_param / c.step.host_adam_bytes_s)

@@ -32,7 +32,7 @@ from shardwise.serve.config import (
 from shardwise.serve.lengths import LengthSpec
 from shardwise.serve.precision import PrecisionSpec
 from shardwise.serve.workload import SessionSpec, WorkloadSpec
-from shardwise.specs.hardware import GroupSpec, GroupsSpec, NetworkSpec, NicSpec
+from shardwise.specs.hardware import GroupSpec, GroupsSpec, HostSpec, NetworkSpec, NicSpec
 from shardwise.specs.hetero import HeteroLayoutFields
 from shardwise.specs.job import ClusterSpec
 from shardwise.specs.model import ModelSpec
@@ -45,6 +45,7 @@ SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
     "train-model": (ModelSpec, "model mapping"),
     "train-cluster": (ClusterSpec, "cluster"),
     "train-network": (NetworkSpec, "network"),
+    "train-host": (HostSpec, "host"),
     "train-training": (TrainingSpec, "training"),
     "train-moe": (MoeSpec, "moe"),
     "train-lora": (LoraSpec, "lora"),

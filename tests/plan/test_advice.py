@@ -82,7 +82,7 @@ def test_cli_retries_with_offload_and_reports_what_it_bought(capsys):
 
 
 def test_cli_nothing_fits_even_with_offload_prints_the_levers_and_exits_2(capsys):
-    args = ["train", "plan", "--model", "llama-3.1-8b", "--gpu", "l4", "--gpus", "1", "--seq-len", "4096",
+    args = ["train", "plan", "--model", "llama-3.1-70b", "--gpu", "l4", "--gpus", "1", "--seq-len", "4096",
             "--global-batch", "8", "--format", "json"]
     assert main(args) == 2
     captured = capsys.readouterr()

@@ -96,6 +96,20 @@ def test_estimate_matches_the_cli_and_draws_the_timeline(server, page, capsys, t
     assert "run=estimate" in page.url and "tp=8" in page.url  # a shareable link
 
 
+def test_offload_to_nvme_shows_host_memory_as_the_cli_does(server, page, capsys, tmp_path):
+    (tmp_path / "job.yaml").write_text("model: llama-3.1-8b\ncluster: {gpu: H100-SXM, gpus: 8}\n"
+                                       "training: {seq_len: 4096, global_batch: 8, precision: bf16}\n"
+                                       "parallel: {zero: 3, offload: optimizer+params, offload_device: nvme}\n")
+    expected = cli_json(capsys, "train", "estimate", str(tmp_path / "job.yaml"))
+    _open(page, f"{server}/?tab=train&model=llama-3.1-8b&gpu=H100-SXM&gpus=8&seq_len=4096&global_batch=8"
+                "&tp=1&pp=1&vpp=1&dp=auto&zero=3&micro_batch=1&recompute=selective&schedule=1f1b"
+                "&offload=optimizer%2Bparams&offload_device=nvme&run=estimate")
+    page.wait_for_selector("#train-estimate-out .card[data-key='host_dram_used_gib']")
+    assert _card(page, "host_dram_used_gib") == pytest.approx(expected["host_memory"]["dram_used_gib"], rel=1e-12)
+    assert _card(page, "step_time_s") == pytest.approx(expected["step_time_s"], rel=1e-12)
+    assert "NVMe" in page.inner_text("#train-estimate-out")
+
+
 def test_bad_input_shows_the_clis_message_on_the_field(server, page, capsys, tmp_path):
     import yaml
 

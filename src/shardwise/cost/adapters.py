@@ -48,7 +48,6 @@ from shardwise.cost.constants import Constants
 from shardwise.cost.device import Device
 from shardwise.cost.layer import PassCost
 from shardwise.cost.memory import ModelStateBytes
-from shardwise.cost.step import HOST_LINK_GBYTE_S
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import LoraSpec, TrainingSpec
 
@@ -182,16 +181,17 @@ def adapter_model_flops_per_token(model: ModelSpec, lora: LoraSpec, base_flops: 
     return base_flops - 2.0 * frozen + 6.0 * model.layers * adapter_params(model, lora)
 
 
-def paged_optimizer(states: ModelStateBytes, fixed, activations, usable, consts: Constants, arch: str):
+def paged_optimizer(states: ModelStateBytes, fixed, activations, usable, consts: Constants, host_gbyte_s: float):
     """(peak bytes, optimizer bytes resident on the GPU, seconds of paging per step) of a rank whose
     optimizer states are paged (module docstring): the states keep the room the weights, gradients,
     fixed memory and `activations` (with fragmentation) leave of `usable`; the rest lives in host memory
-    and crosses the host link twice a step (evicted for the next forward, paged in for the update).
+    and crosses the host link (`host_gbyte_s`, :func:`shardwise.cost.step.host_link_gbyte_s`) twice a step
+    (evicted for the next forward, paged in for the update).
     Arrays allowed."""
     others = states.weights + states.grads + fixed + activations
     free_pages = np.floor(np.maximum(usable - others, 0.0) / UVM_PAGE_BYTES)  # whole pages, so the peak stays <= usable
     resident = np.minimum(free_pages * UVM_PAGE_BYTES, states.optimizer)
-    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+    link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
     return others + resident, resident, 2.0 * (states.optimizer - resident) / link
 
 

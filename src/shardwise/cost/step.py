@@ -7,6 +7,10 @@ planner's vectorised screen (every argument may be a number or a numpy array, on
   layer in use and the prefetched one) or the gradient-reduce buckets in flight;
 - the optimizer step: a memory-bound pass over the GPU's shard (fused Adam), or with the optimizer
   offloaded, the gradients down and the parameters up over PCIe plus CPU Adam (ZeRO-Offload Sec. 4.2);
+  with the states on NVMe (ZeRO-Infinity, Rajbhandari et al. 2021: its infinity offload engine), their
+  read and write-back over the node's drives, overlapped with CPU Adam sub-group by sub-group (its
+  overlap-centric design);
+- the host side of offloading (:func:`host_state_bytes`): what lives in host DRAM and on NVMe per GPU;
 - the straggler factor of a synchronous step: with per-node jitter of coefficient of variation cv (the
   GPUs of a node share its host, network card and clocks), the expected slowest of N nodes is
   ~ 1 + cv * sqrt(2 ln N) of the mean (the Gaussian extreme-value approximation; Dean & Barroso 2013,
@@ -16,16 +20,25 @@ planner's vectorised screen (every argument may be a number or a numpy array, on
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.cost.numeric import minimum, where
+from shardwise.cost.numeric import maximum, minimum, where
 from shardwise.cost.constants import Constants
 from shardwise.cost.memory import ModelStateBytes, model_state_bytes
+from shardwise.specs.hardware import DEFAULT_HOST_LINK_GBYTE_S, GPU, Cluster
 
 GIB = 2**30
-# Host link per GPU, one direction (PCIe 4.0 x16 = 31.5 GB/s, PCIe 5.0 x16 = 63 GB/s: PCI-SIG specifications).
-HOST_LINK_GBYTE_S = {"ampere": 31.5, "ada": 31.5, "hopper": 63.0, "blackwell": 63.0, "cdna3": 63.0}
+
+
+def host_link_gbyte_s(hw: GPU | Cluster) -> float:
+    """Host link of one GPU, one direction, GB/s: the cluster's (catalog system with `cluster.host`
+    overrides) or the GPU's catalog entry (data/gpus.yaml `host`: PCI-SIG PCIe figures, NVLink-C2C);
+    DEFAULT_HOST_LINK_GBYTE_S (PCIe 4.0 x16) only for a GPU built outside the catalog."""
+    if isinstance(hw, Cluster):
+        return hw.host.link_gbyte_s
+    return hw.host_link_gbyte_s or DEFAULT_HOST_LINK_GBYTE_S
 
 
 def model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, weight_bytes, grad_bytes,
@@ -37,8 +50,49 @@ def model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, weight_
               + model_state_bytes(p_exp, expert_group, zero, weight_bytes, grad_bytes, optimizer_bytes))
     if offload == "none":
         return states
+    # ZeRO-Offload (Ren et al. 2021, Sec. 4, its offload strategy: fp16 parameters on the GPU): fp32 master weights, Adam moments and, from ZeRO-2
+    # on, the reduced 16-bit gradient partition live on the host (copied out bucket by bucket during the
+    # backward); ZeRO-1 keeps its gradients on the GPU until the step.
     weights = 0.0 * states.weights if offload == "optimizer+params" else states.weights
-    return ModelStateBytes(weights, states.grads, 0.0 * states.optimizer)
+    return ModelStateBytes(weights, where(zero >= 2, 0.0 * states.grads, states.grads), 0.0 * states.optimizer)
+
+
+#: DeepSpeed's pinned host staging for NVMe offload (deepspeed.ai/docs/config-json, defaults):
+#: offload_param buffer_count 5 x buffer_size 1e8 elements; the optimizer steps one sub-group of
+#: zero_optimization.sub_group_size 1e9 parameters at a time, staged in host memory.
+NVME_PARAM_BUFFER_ELEMENTS = 5 * 1e8
+NVME_OPTIMIZER_SUB_GROUP = 1e9
+#: Share of a node's host DRAM that offloaded states may use; the rest is the OS, the page cache and the
+#: data loaders (assumption, a policy like cluster.memory_headroom).
+HOST_MEMORY_RESERVE = 0.10
+
+
+@dataclass(frozen=True)
+class HostBytes:
+    """Bytes one GPU keeps below its HBM: in host DRAM and on the node's NVMe (numbers or arrays)."""
+
+    dram: object
+    nvme: object
+
+
+def host_state_bytes(opt_params, weight_shard_params, offload: str, device: str, weight_bytes, grad_bytes,
+                     optimizer_bytes) -> HostBytes:
+    """What one GPU's offload puts below HBM. `opt_params`: the parameters its optimizer updates (its
+    shard); `weight_shard_params`: the 16-bit weights it would hold (its shard under ZeRO-3).
+    CPU (ZeRO-Offload, Ren et al. 2021 Sec. 4): fp32 master + Adam moments (`optimizer_bytes`) and the
+    gradient partition (`grad_bytes`) in pinned DRAM, plus the 16-bit weights when parameters are offloaded.
+    NVMe (ZeRO-Infinity, Rajbhandari et al. 2021, infinity offload engine): the same bytes on the drives; DRAM keeps the
+    pinned staging buffers (NVME_PARAM_BUFFER_ELEMENTS, one optimizer sub-group)."""
+    if offload == "none":
+        return HostBytes(0.0 * opt_params, 0.0 * opt_params)
+    states = opt_params * (optimizer_bytes + grad_bytes)
+    params = weight_shard_params * weight_bytes if offload == "optimizer+params" else 0.0 * opt_params
+    if device != "nvme":
+        return HostBytes(states + params, 0.0 * opt_params)
+    staging = minimum(NVME_OPTIMIZER_SUB_GROUP, opt_params) * (optimizer_bytes + grad_bytes)
+    if offload == "optimizer+params":
+        staging = staging + NVME_PARAM_BUFFER_ELEMENTS * weight_bytes
+    return HostBytes(staging, states + params)
 
 
 def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_params, weight_bytes):
@@ -49,21 +103,35 @@ def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_param
     return fixed + where(zero >= 3, 2 * largest_layer_params * weight_bytes, buckets)
 
 
-def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none", arch: str = "ampere",
-                     weight_bytes: float = 2.0, grad_bytes: float = 4.0, gpus_per_host: int = 1):
+def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none",
+                     host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
+                     weight_bytes: float = 2.0, grad_bytes: float = 4.0, gpus_per_host: int = 1,
+                     device: str = "cpu", nvme_gbyte_s: tuple[float, float] | None = None, state_bytes: float = 12.0):
     """Seconds of the optimizer step over the `params_local` parameters this GPU updates. Offloaded, the
     step runs on the host's CPUs, which the `gpus_per_host` GPUs of a node share (every one updates its
-    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own PCIe link."""
+    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own host link
+    of `host_gbyte_s` (:func:`host_link_gbyte_s`). With `device` nvme the `state_bytes` per parameter are
+    read from and written back to the node's drives (`nvme_gbyte_s`: read, write GB/s per node, shared by
+    its GPUs), overlapped with CPU Adam (ZeRO-Infinity, overlap-centric design): the slower of the two counts."""
     if offload == "none":
         return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
-    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+    link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
     transfers = params_local * (grad_bytes + weight_bytes) / link
-    return transfers + params_local * gpus_per_host * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
+    adam = params_local * gpus_per_host * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
+    if device == "nvme" and nvme_gbyte_s is not None:
+        read, write = nvme_gbyte_s
+        adam = maximum(adam, params_local * gpus_per_host * state_bytes * (1.0 / read + 1.0 / write) / 1e9)
+    return transfers + adam
 
 
-def offload_params_s(consts: Constants, params_per_layer_pass, arch: str = "ampere", weight_bytes: float = 2.0):
-    """Host-to-device copy of offloaded parameters for one pass over one layer (ZeRO-Infinity style)."""
-    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+def offload_params_s(consts: Constants, params_per_layer_pass, host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
+                     weight_bytes: float = 2.0, nvme_read_gbyte_s_per_gpu: float | None = None):
+    """Host-to-device copy of offloaded parameters for one pass over one layer (ZeRO-Infinity style), over
+    a host link of `host_gbyte_s` (:func:`host_link_gbyte_s`); from NVMe, streamed through host memory at
+    the slower of the link and the GPU's share of the drives' read bandwidth (ZeRO-Infinity, overlap-centric design: prefetched through pinned host buffers)."""
+    link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
+    if nvme_read_gbyte_s_per_gpu is not None:
+        link = min(link, nvme_read_gbyte_s_per_gpu * 1e9)
     return params_per_layer_pass * weight_bytes / link
 
 

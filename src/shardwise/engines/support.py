@@ -74,6 +74,7 @@ class PlanView:
     microbatch_group: int | None = None
     reshard_after_forward: bool | None = None
     offload: str = "none"
+    offload_device: str = "cpu"  # cpu | nvme
     dp_shard: int | None = None
     grouped_gemm: str = "on"  # moe.grouped_gemm: on | off
     overlap_a2a: str = "default"  # moe.overlap_a2a: default (unset: the stack's share) | on | off
@@ -125,7 +126,7 @@ class PlanView:
                    training.precision, plan.flash_attention, training.method, etp=one(plan.expert_tp),
                    cpc=one(CP_COMMS.index(plan.cp_comm)), rcp=one(0), recipes=(recipe,), disp=one(0),
                    dispatchers=(training.moe.dispatcher,), tp_overlap=mode, microbatch_group=plan.microbatch_group,
-                   reshard_after_forward=plan.reshard_after_forward, offload=plan.offload, dp_shard=plan.dp_shard,
+                   reshard_after_forward=plan.reshard_after_forward, offload=plan.offload, offload_device=plan.offload_device, dp_shard=plan.dp_shard,
                    **training_knobs(training))
 
     @classmethod

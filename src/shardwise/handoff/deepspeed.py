@@ -9,7 +9,8 @@ data-parallel replica read the same samples, so the config gives only the micro-
 steps and DeepSpeed derives its count), the ranks over ``sequence_parallel_size`` for Ulysses context
 parallelism, and the pipeline module's data-parallel size for a ``PipelineModule``. ``bf16``/``fp16``
 ``enabled``; ``zero_optimization.stage`` 0-3 with ``overlap_comm``, ``offload_optimizer`` /
-``offload_param`` for ZeRO-Offload; experts as AutoEP (``expert_parallel``: ``autoep_size``, the model's
+``offload_param`` for ZeRO-Offload (``device: cpu``) and ZeRO-Infinity (``device: nvme`` with ``nvme_path``,
+``parallel.offload_device: nvme``; ``deepspeed/runtime/zero/offload_config.py``); experts as AutoEP (``expert_parallel``: ``autoep_size``, the model's
 ``preset_model``, ``comm_backend`` comm (all-to-all) or deepep); ``activation_checkpointing`` configures
 ``deepspeed.checkpointing``, which the training script applies per layer (full recompute). Pipeline
 parallelism is a ``PipelineModule(num_stages=pp)`` built by the training script; its engine runs 1F1B
@@ -26,6 +27,9 @@ from shardwise.specs.job import TrainJob
 from shardwise.specs.model import load_model
 
 VERSION = "0.19.8"
+#: Where the ZeRO-Infinity export points DeepSpeed's NVMe swap files: a local NVMe mount (edit to the
+#: node's; DeepSpeed's offload_config.py requires nvme_path with device nvme).
+NVME_PATH = "/local_nvme"
 
 
 def autoep_preset(job: TrainJob) -> str:
@@ -43,10 +47,13 @@ def ds_config(job: TrainJob) -> dict:
     if p.tp == 1:  # DeepSpeed's data-parallel count is the plan's: give the global batch too
         cfg = {"train_batch_size": tr.global_batch, **cfg}
     zero: dict = {"stage": p.zero, "overlap_comm": bool(p.overlap_grad_reduce), "contiguous_gradients": True}
-    if p.offload != "none":
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if p.offload == "optimizer+params":
-        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if p.offload != "none":  # ZeRO-Offload to host DRAM, or ZeRO-Infinity to NVMe (zero 3 only)
+        where = {"device": p.offload_device, "pin_memory": True}
+        if p.offload_device == "nvme":
+            where["nvme_path"] = NVME_PATH
+        zero["offload_optimizer"] = dict(where)
+        if p.offload == "optimizer+params":
+            zero["offload_param"] = dict(where)
     cfg |= {
         "gradient_clipping": 1.0,
         "bf16": {"enabled": tr.precision == "bf16"},

@@ -14,7 +14,7 @@
   inference shard to the first rollout replica over the NICs, and an NCCL broadcast over the replicas
   (OpenRLHF's and NeMo-RL's broadcast from the trainer to the engines).
 - **switching** (colocated with offload): model states crossing PCIe to host memory and back
-  (:data:`shardwise.cost.step.HOST_LINK_GBYTE_S` at the fitted copy efficiency).
+  (:func:`shardwise.cost.step.host_link_gbyte_s` at the fitted copy efficiency).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from shardwise.cost.comm import group_collective_s
 from shardwise.cost.constants import default_constants
-from shardwise.cost.step import HOST_LINK_GBYTE_S
+from shardwise.cost.step import host_link_gbyte_s
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
 from shardwise.rl.batch import TrainBatch
@@ -215,9 +215,10 @@ def weight_sync_s(policy: ModelSpec, bytes_per_weight: float, train: Cluster, pl
     return {"gather_s": gather, "send_s": send, "broadcast_s": bcast, "total_s": gather + send + bcast}
 
 
-def host_copy_s(bytes_per_gpu: float, arch: str) -> float:
-    """One host<->device copy of `bytes_per_gpu` over each GPU's own PCIe link (all GPUs at once)."""
-    link = HOST_LINK_GBYTE_S.get(arch, 31.5) * 1e9 * default_constants().step.pcie_efficiency
+def host_copy_s(bytes_per_gpu: float, cluster: Cluster) -> float:
+    """One host<->device copy of `bytes_per_gpu` over each GPU's own host link (all GPUs at once; the
+    link from the catalog or cluster.host, :func:`shardwise.cost.step.host_link_gbyte_s`)."""
+    link = host_link_gbyte_s(cluster) * 1e9 * default_constants().step.pcie_efficiency
     return bytes_per_gpu / link
 
 

@@ -296,7 +296,7 @@ def estimate_rl(job: RLJob) -> RLEstimate:
         rollout_s = min(rollout_s, window.time_s / (eta + 1))
     sync = weight_sync_s(job.policy, 2.0, train_cluster, _plan(side), rollout_cluster, r.tp, r.pp, rollout.replicas)
     reward_cpu = math.ceil(requests.output_len.size / job.spec.reward.cpu_workers) * job.spec.reward.cpu_s_per_sample
-    switch = host_copy_s(side.moved, cluster.gpu.arch) if offload else 0.0
+    switch = host_copy_s(side.moved, cluster) if offload else 0.0
     s = sync["total_s"]
     phases = {"rollout": rollout_s, "reward (cpu)": reward_cpu, **{f"forward: {k}": v for k, v in side.forward_s.items()},
               **{f"train: {k}": v for k, v in side.train_s.items()}, "weight sync": s}

@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardwise.cost.adapters import adapter_params
-from shardwise.cost.step import HOST_LINK_GBYTE_S
+from shardwise.cost.step import host_link_gbyte_s
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_SERVE_ADAPTERS
 from shardwise.serve.timing import StepTimer
@@ -189,7 +189,7 @@ class AdapterCost:
     @cached_property
     def gpu_load_s(self) -> float:
         """One slot copied from host memory (every GPU of the replica loads its share at once)."""
-        link = HOST_LINK_GBYTE_S.get(self.timer.gpu.arch, 31.5) * 1e9 * self._link_efficiency
+        link = host_link_gbyte_s(self.timer.gpu) * 1e9 * self._link_efficiency
         return self.slot_bytes_per_gpu / link
 
     @cached_property

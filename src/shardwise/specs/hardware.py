@@ -16,6 +16,11 @@ voltage following the clock in the DVFS range (P ~ f^3); memory bandwidth is unc
 can be larger near the minimum voltage (a practitioner report: an H100 capped at 600 W runs
 transformer pre-training 10-15% slower, factryze.ai/scale-atlas/power/power-capping; the rule says 5%),
 so treat the rule as optimistic.
+
+Memory tiers (:class:`HostTiers`): each GPU's host link (PCIe generation and lanes, or NVLink-C2C on Grace
+parts), the host DRAM and the NVMe drives of its node, from the catalog's ``host`` block (the reference
+system's datasheet) and overridable per job in ``cluster.host`` (:class:`HostSpec`). Offloaded model states
+live there (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al. 2021).
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ Fabric = Literal["infiniband", "roce", "efa", "tcpxo"]
 #: notes describe the caching allocator's reserved-but-unallocated memory; 5% is a policy default, set
 #: per job with `cluster.memory_headroom` (0 = the whole HBM).
 DEFAULT_MEMORY_HEADROOM = 0.05
+
+#: Host link per GPU, one direction, where neither the catalog nor the job gives one: PCIe 4.0 x16
+#: (31.5 GB/s, PCI-SIG PCIe 4.0 base specification: 16 GT/s x 16 lanes, 128b/130b), the slowest link of the
+#: catalog's current parts. Only a GPU built outside the catalog reaches this default.
+DEFAULT_HOST_LINK_GBYTE_S = 31.5
 
 
 class GPU(BaseModel):
@@ -68,6 +78,12 @@ class GPU(BaseModel):
     nic_gbps: float = Field(gt=0)
     fabric: Fabric = "infiniband"
     price_usd_per_hour: float | None = None
+    host_link: str = Field(default="pcie4-x16", description="host link of one GPU: pcie3/4/5-x16 or nvlink-c2c")
+    host_link_gbyte_s: float | None = Field(default=None, gt=0, description="host link per GPU, one direction, GB/s")
+    host_dram_gib: float | None = Field(default=None, gt=0, description="host DRAM per node of the reference system, GiB")
+    nvme_tb: float | None = Field(default=None, gt=0, description="NVMe capacity per node, TB (10^12 B)")
+    nvme_read_gbyte_s: float | None = Field(default=None, gt=0, description="NVMe read bandwidth per node (all drives), GB/s")
+    nvme_write_gbyte_s: float | None = Field(default=None, gt=0, description="NVMe write bandwidth per node (all drives), GB/s")
     sources: dict[str, str] = {}
 
     @property
@@ -122,11 +138,17 @@ def _catalog() -> dict[str, GPU]:
         if entry.get("family") not in raw:
             raise ShardwiseError(f"data/gpus.yaml: {name} needs a family: the catalog GPU whose fitted constants it uses "
                                  f"(itself once its runs are fitted; one of {', '.join(raw)})")
-        fields = {k: v for k, v in entry.items() if k not in ("intra_node", "network")}
-        link, net = entry["intra_node"], entry["network"]
+        fields = {k: v for k, v in entry.items() if k not in ("intra_node", "network", "host")}
+        link, net, host = entry["intra_node"], entry["network"], entry.get("host")
+        if not host or "host" not in entry.get("sources", {}):
+            raise ShardwiseError(f"data/gpus.yaml: {name} needs a host block (link, gbyte_s, dram_gib, nvme_tb, "
+                                 "nvme_read_gbyte_s, nvme_write_gbyte_s; null where unknown) and a sources.host citation")
         out[name] = GPU(
             name=name, intra_node_link=link["link"], intra_node_gbyte_s=link["gbyte_s"],
             intra_node_topology=link["topology"], nvls=link["nvls"], **net, **fields,
+            host_link=host["link"], host_link_gbyte_s=host["gbyte_s"], host_dram_gib=host.get("dram_gib"),
+            nvme_tb=host.get("nvme_tb"), nvme_read_gbyte_s=host.get("nvme_read_gbyte_s"),
+            nvme_write_gbyte_s=host.get("nvme_write_gbyte_s"),
         )
     return out
 
@@ -176,6 +198,47 @@ class NetworkSpec(BaseModel):
     nvls: bool | None = Field(default=None, description="NVLink SHARP (NVSwitch reductions, Hopper or newer); "
                               "default: the GPU's")
     sharp: bool = Field(default=False, description="SHARP in-network reduction on InfiniBand switches")
+
+
+class HostSpec(BaseModel):
+    """The job file's `cluster.host` mapping: the memory tiers that differ from the GPU's catalog entry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    link_gbyte_s: float | None = Field(default=None, gt=0, le=10_000, description="host link per GPU, one direction, "
+                                       "GB/s (PCIe 3.0 x16 15.75, 4.0 x16 31.5, 5.0 x16 63; NVLink-C2C 450)")
+    dram_gib: float | None = Field(default=None, gt=0, le=1e6, description="host DRAM per node, GiB")
+    nvme_tb: float | None = Field(default=None, ge=0, le=1e5, description="NVMe capacity per node, TB (10^12 B); 0 = none")
+    nvme_read_gbyte_s: float | None = Field(default=None, gt=0, le=10_000, description="NVMe read bandwidth per node "
+                                            "(all drives together), GB/s")
+    nvme_write_gbyte_s: float | None = Field(default=None, gt=0, le=10_000, description="NVMe write bandwidth per node "
+                                             "(all drives together), GB/s")
+
+
+@dataclass(frozen=True)
+class HostTiers:
+    """A node's memory tiers below HBM, resolved: the catalog's reference system with the job's overrides.
+    None: the catalog has no figure for this system (the check it feeds is skipped, with a note)."""
+
+    link_gbyte_s: float  # per GPU, one direction
+    link: str
+    dram_gib: float | None  # per node
+    nvme_tb: float | None  # per node
+    nvme_read_gbyte_s: float | None  # per node
+    nvme_write_gbyte_s: float | None  # per node
+
+    @classmethod
+    def of(cls, gpu: GPU, spec: HostSpec | None = None) -> HostTiers:
+        """The tiers of `gpu`'s catalog system with the job's `spec` overrides (module docstring)."""
+        spec = spec or HostSpec()
+        pick = lambda mine, catalog: catalog if mine is None else mine  # noqa: E731
+        return cls(
+            link_gbyte_s=pick(spec.link_gbyte_s, gpu.host_link_gbyte_s) or DEFAULT_HOST_LINK_GBYTE_S,
+            link=gpu.host_link if spec.link_gbyte_s is None else "cluster.host",
+            dram_gib=pick(spec.dram_gib, gpu.host_dram_gib), nvme_tb=pick(spec.nvme_tb, gpu.nvme_tb),
+            nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, gpu.nvme_read_gbyte_s),
+            nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, gpu.nvme_write_gbyte_s),
+        )
 
 
 @dataclass(frozen=True)
@@ -242,6 +305,12 @@ class Cluster(BaseModel):
     network: Network
     price_usd_per_gpu_hour: float | None = None
     memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0, lt=1)
+    host_spec: HostSpec | None = None  # the job's cluster.host overrides of the catalog's memory tiers
+
+    @property
+    def host(self) -> HostTiers:
+        """Host link, DRAM and NVMe of this cluster's nodes (catalog, with cluster.host overrides)."""
+        return HostTiers.of(self.gpu, self.host_spec)
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
@@ -303,6 +372,7 @@ def make_cluster(
     power_limit_w: float | None = None,
     gpu_field: str = "--gpu",
     memory_headroom: float | None = None,
+    host: HostSpec | dict[str, Any] | None = None,
 ) -> Cluster:
     """Cluster of `gpus` GPUs with the catalog's network, overridden by `network` (see NetworkSpec).
     `gpu_field` names the field an unknown GPU is reported on; `memory_headroom` defaults to
@@ -318,12 +388,17 @@ def make_cluster(
             network = NetworkSpec(**network)
         except ValidationError as exc:
             raise ShardwiseError(format_validation_error(exc, "cluster.network")) from None
+    if isinstance(host, dict):
+        try:
+            host = HostSpec(**host)
+        except ValidationError as exc:
+            raise ShardwiseError(format_validation_error(exc, "cluster.host")) from None
     net = make_network(g, per_node, network, inter_node_gbps)
     price = price_usd_per_gpu_hour if price_usd_per_gpu_hour is not None else g.price_usd_per_hour
     try:
         headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
         return Cluster(gpu=g, num_gpus=gpus, gpus_per_node=per_node, network=net, price_usd_per_gpu_hour=price,
-                       memory_headroom=headroom)
+                       memory_headroom=headroom, host_spec=host)
     except ValidationError as exc:
         raise ShardwiseError(format_validation_error(exc, "cluster")) from None
 

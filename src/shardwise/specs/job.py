@@ -19,7 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_STAGES
 from shardwise.specs._loading import format_validation_error, read_document
-from shardwise.specs.hardware import Cluster, GroupsSpec, HeteroCluster, NetworkSpec, make_cluster, make_hetero_cluster
+from shardwise.specs.hardware import (
+    Cluster,
+    GroupsSpec,
+    HeteroCluster,
+    HostSpec,
+    NetworkSpec,
+    make_cluster,
+    make_hetero_cluster,
+)
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.reliability import CheckpointSpec, ReliabilitySpec, Resilience, StorageSpec
 from shardwise.specs.training import RECIPE_ARCHS, TrainingSpec, TrainPlan
@@ -45,6 +53,8 @@ class ClusterSpec(BaseModel):
     network: NetworkSpec | None = Field(default=None, description="what differs from the GPU's catalog network")
     memory_headroom: float | None = Field(default=None, ge=0, lt=1, description="share of GPU memory a plan must leave "
                                           "free to fit (allocator fragmentation, spikes); default 0.05")
+    host: HostSpec | None = Field(default=None, description="memory tiers below HBM that differ from the GPU's "
+                                  "catalog system: host link per GPU, host DRAM and NVMe per node (docs/offload.md)")
     reliability: ReliabilitySpec | None = Field(default=None, description="failure rates, restart and spares (docs/goodput.md)")
     storage: StorageSpec | None = Field(default=None, description="where checkpoints are written (docs/goodput.md)")
 
@@ -56,7 +66,7 @@ def cluster_from_mapping(data: dict[str, Any], where: str = "cluster") -> Cluste
         return make_hetero_cluster(_build(GroupsSpec, data, where), where)
     c: ClusterSpec = _build(ClusterSpec, data, where)
     return make_cluster(c.gpu, c.gpus, c.gpus_per_node, c.inter_node_gbps, c.price_usd_per_gpu_hour, c.network, c.power_limit_w,
-                        gpu_field=f"{where}.gpu", memory_headroom=c.memory_headroom)
+                        gpu_field=f"{where}.gpu", memory_headroom=c.memory_headroom, host=c.host)
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,18 @@ def check_plan(model: ModelSpec, cluster: Cluster, training: TrainingSpec, plan:
                              "set zero: 3 or leave it out")
     if p.offload != "none" and p.zero == 0:
         raise ShardwiseError("parallel.offload: offloading model states needs ZeRO (zero: 1, 2 or 3)")
+    if p.offload_device == "nvme":
+        if p.offload == "none":
+            raise ShardwiseError("parallel.offload_device: nvme names where offloaded states live; set offload: optimizer "
+                                 "or optimizer+params, or leave offload_device out")
+        if p.zero != 3:
+            raise ShardwiseError("parallel.offload_device: NVMe offload (ZeRO-Infinity) needs zero: 3 "
+                                 f"(zero is {p.zero}); set zero: 3 or offload_device: cpu")
+        host = cluster.host
+        missing = [k for k in ("nvme_tb", "nvme_read_gbyte_s", "nvme_write_gbyte_s") if not getattr(host, k)]
+        if missing:
+            raise ShardwiseError(f"parallel.offload_device: the catalog has no NVMe {', '.join(missing)} for "
+                                 f"{cluster.gpu.name} nodes; set cluster.host.{missing[0]} (and the others: docs/offload.md)")
     if training.adapter is not None:
         training.adapter.shapes(model)  # adapters need a dense, standard-attention model with those layers
         if p.offload == "optimizer+params":

@@ -241,6 +241,9 @@ class TrainPlan(BaseModel):
         description="ranks of the data-parallel group that shard ZeRO/FSDP states (hybrid sharding, HSDP); None = all",
     )
     offload: Offload = Field(default="none", description="model states kept in host memory (ZeRO-Offload)")
+    offload_device: Literal["cpu", "nvme"] = Field(
+        default="cpu", description="where offloaded states live: cpu (host DRAM, ZeRO-Offload) or nvme (the node's "
+        "NVMe drives behind pinned host buffers, ZeRO-Infinity; needs zero 3); docs/offload.md")
     reshard_after_forward: bool | None = Field(
         default=None, description="zero 3: free each layer's gathered parameters after its forward (true: gathered "
         "again for the backward and every micro-batch) or keep them for the step (false: FSDP2 "

@@ -116,13 +116,21 @@ def what_to_change(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fi
     closest.sort(key=lambda c: c["peak_memory_gib"])
     levers: list[Lever] = []
     if fixed.get("offload", "none") == "none":
-        for offload, words in (("optimizer", "offload the optimizer states to host memory (ZeRO-Offload)"),
-                               ("optimizer+params", "offload the optimizer states and the parameters to host memory "
-                                                    "(ZeRO-Infinity, host tier)")):
-            best = _fastest(model, cluster, training, fixed | {"offload": offload}, schedules, constants)
-            lever = Lever(f"offload {offload}", words, SAME_JOB, best, cluster.num_gpus, usd_per_mtok=_price(best, cluster))
+        choices = [("optimizer", "cpu", "offload the optimizer states to host memory (ZeRO-Offload)"),
+                   ("optimizer+params", "cpu", "offload the optimizer states and the parameters to host memory "
+                                               "(ZeRO-Infinity, host tier)")]
+        h = cluster.host
+        if h.nvme_tb and h.nvme_read_gbyte_s and h.nvme_write_gbyte_s:  # the drives are known: the NVMe tier too
+            choices.append(("optimizer+params", "nvme", "offload the optimizer states and the parameters to the "
+                                                        "node's NVMe (ZeRO-Infinity, ZeRO-3)"))
+        for offload, device, words in choices:
+            where = {"offload": offload} | ({"offload_device": device} if device != "cpu" else {})
+            best = _fastest(model, cluster, training, fixed | where, schedules, constants)
+            name = f"offload {offload}" + (f" to {device}" if device != "cpu" else "")
+            lever = Lever(name, words, SAME_JOB, best, cluster.num_gpus, usd_per_mtok=_price(best, cluster))
             if best is not None:
-                plain = estimate(job_from_plan(model, cluster, training, {**best.plan, "offload": "none"}), constants)
+                plain = estimate(job_from_plan(model, cluster, training, {**best.plan, "offload": "none", "offload_device": "cpu"}),
+                                 constants)
                 lever.slowdown = best.step_time_s / plain.step_time_s - 1
                 lever.note = (f"{lever.slowdown:.0%} slower than the same plan without offload "
                               f"(which would need {plain.peak_memory_gib:.1f} GiB)")
@@ -168,6 +176,11 @@ def _other_gpus(model: ModelSpec, cluster: Cluster, training: TrainingSpec, fixe
     for g in (get_gpu(name) for name in gpu_names()):
         if g.memory_gib <= cluster.gpu.memory_gib or g.name == cluster.gpu.name:
             continue
+        try:  # a part without this precision's tensor cores (V100: no BF16) is no lever
+            g.peak_flops(training.precision)
+            g.peak_flops("bf16" if training.low_precision else training.precision)
+        except ShardwiseError:
+            continue
         usable = g.memory_gib * GIB * (1 - cluster.memory_headroom)
         if memory_floor_bytes(model, training, cluster.num_gpus, fixed.get("offload", "none"), constants) > usable:
             continue  # the model states alone cannot fit (smallest.memory_floor_bytes)
@@ -206,11 +219,11 @@ class NoPlanFits(ShardwiseError):
 
 def offload_fallback(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fixed: dict[str, Any] | None = None,
                      schedules: tuple[str, ...] | None = None, constants: Constants | None = None,
-                     max_gpus: int = 4096) -> tuple[str, Advice]:
-    """When nothing fits: (the offload mode the search should retry with, the advice); raises
-    :class:`NoPlanFits` when the job fixed its offload or no offload fits these GPUs."""
+                     max_gpus: int = 4096) -> tuple[dict[str, str], Advice]:
+    """When nothing fits: (the offload fields the search should retry with: offload and offload_device, the
+    advice); raises :class:`NoPlanFits` when the job fixed its offload or no offload fits these GPUs."""
     advice = what_to_change(model, training, nf, fixed, schedules, constants, max_gpus)
     lever = advice.best_offload()
     if lever is None or (fixed or {}).get("offload", "none") != "none":
         raise NoPlanFits(advice)
-    return lever.best.plan["offload"], advice
+    return {"offload": lever.best.plan["offload"], "offload_device": lever.best.plan.get("offload_device", "cpu")}, advice

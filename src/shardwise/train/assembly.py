@@ -31,7 +31,15 @@ from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.cost.stack import StackProfile
-from shardwise.cost.step import fixed_memory_bytes, model_states, offload_params_s, optimizer_step_s
+from shardwise.cost.step import (
+    HostBytes,
+    fixed_memory_bytes,
+    host_link_gbyte_s,
+    host_state_bytes,
+    model_states,
+    offload_params_s,
+    optimizer_step_s,
+)
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
@@ -184,12 +192,13 @@ class RankTail:
     fixed_bytes: object  # float or array
     dp_s: object
     optimizer_s: object
+    host: HostBytes | None = None  # what the GPU's offload keeps in host DRAM and on NVMe (None: no offload)
 
 
 def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts: Constants, stack: StackProfile, dev: Device,
               *, tp, cp, ep, dp, zero, dp_shard, offload: str, overlap_grad_reduce, microbatches,
               p_dense, p_exp, fwd_s, bwd_s, layers=1, lowp: LowPrecision = NO_LOWP, etp=None,
-              keep_unsharded=False, unsharded_grads=False) -> RankTail:
+              keep_unsharded=False, unsharded_grads=False, offload_device: str = "cpu") -> RankTail:
     """Model states, fixed memory, exposed data-parallel communication and the optimizer step of a
     pipeline rank holding `p_dense` / `p_exp` parameters (after TP/EP) in `layers` layers, whose
     micro-batch forward and backward take `fwd_s` / `bwd_s`. Low-precision recipes (`lowp`): ZeRO-3
@@ -197,7 +206,9 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     step, and their kept low-precision copies (of the weights the rank owns: its shard under ZeRO-3)
     count as fixed memory (:mod:`shardwise.cost.lowp`). `keep_unsharded` (ZeRO-3 with reshard_after_forward
     off, :func:`shardwise.cost.stack.keeps_unsharded`): the rank keeps its layers' gathered weights for the
-    step; `unsharded_grads`: their gradients accumulate unsharded until the last micro-batch (under PP)."""
+    step; `unsharded_grads`: their gradients accumulate unsharded until the last micro-batch (under PP).
+    `offload_device`: where offloaded states live (cpu: host DRAM; nvme: the node's drives,
+    :func:`shardwise.cost.step.host_state_bytes`)."""
     wb, gb = training.weight_bytes, training.grad_bytes
     dense_group = dp * cp
     if etp is None:
@@ -230,12 +241,23 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
                         bucket_bytes=(stack.grad_bucket_elements or grad_bucket_params(dense_group)) * gb, frozen_bytes=frozen,
                         zero1_broadcast=stack.zero1_comm == "all_reduce_broadcast", param_sync_overlap=stack.param_sync_overlap,
                         keep_unsharded=keep_unsharded, unsharded_grads=unsharded_grads)
+    per_host = min(cluster.gpus_per_node, cluster.num_gpus)
+    tiers = cluster.host
+    nvme = offload_device == "nvme"
     if offload == "optimizer+params":
-        dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, cluster.gpu.arch, wb)
+        nvme_read = tiers.nvme_read_gbyte_s / per_host if nvme and tiers.nvme_read_gbyte_s else None
+        dp_s = dp_s + microbatches * 2 * offload_params_s(consts, p_dense / shard + p_exp / expert_group, host_link_gbyte_s(cluster),
+                                                          wb, nvme_read)
     sharded = zero >= 1
     opt_params = p_dense / where(sharded, shard, 1) + p_exp / where(sharded, expert_group, 1)
-    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, cluster.gpu.arch, wb, gb,
-                                   min(cluster.gpus_per_node, cluster.num_gpus))
+    nvme_rates = (tiers.nvme_read_gbyte_s, tiers.nvme_write_gbyte_s) if nvme and tiers.nvme_read_gbyte_s and tiers.nvme_write_gbyte_s else None
+    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, host_link_gbyte_s(cluster), wb, gb, per_host,
+                                   offload_device, nvme_rates, opt_bytes)
+    host = None
+    if offload != "none":
+        stage3 = zero == 3
+        host = host_state_bytes(opt_params, p_dense / where(stage3, shard, 1) + p_exp / where(stage3, expert_group, 1), offload,
+                                offload_device, wb, gb, opt_bytes)
     # A rank casts and keeps low-precision copies of the weights it owns: all of its stage's below ZeRO-3,
     # its shard under ZeRO-3 (gathered copies are transient, like the 16-bit layer buffers in `fixed`).
     stage3 = zero == 3
@@ -243,7 +265,7 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     if lowp.weights_per_step:
         optimizer_s = optimizer_s + cast_s(dev, lowp, owned, layers * 4)
     fixed = fixed + owned * lowp.weight_copy_bytes
-    return RankTail(states, fixed, dp_s, optimizer_s)
+    return RankTail(states, fixed, dp_s, optimizer_s, host)
 
 
 class _Same:

@@ -15,7 +15,7 @@ from shardwise.cost.lowp import job_device
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.allocator import fragmentation_share, runtime_bytes
 from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile, tp_overlap_mode
-from shardwise.cost.step import host_overhead_s, straggler_factor
+from shardwise.cost.step import HOST_MEMORY_RESERVE, host_link_gbyte_s, host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, plan_rank_tail, stage_work
@@ -75,7 +75,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
                 model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
                 dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
                 microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers, lowp=lowp,
-                etp=plan.expert_tp, keep_unsharded=keep, unsharded_grads=keep and pp > 1,
+                etp=plan.expert_tp, keep_unsharded=keep, unsharded_grads=keep and pp > 1, offload_device=plan.offload_device,
             )
         tails.append(known[key])
     extra_act = [b.act_recompute] * pp
@@ -94,7 +94,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         optimizer, paging_s = float(t.states.optimizer), 0.0
         if paged:
             _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations * (1 + frag),
-                                                  cluster.usable_memory_bytes, consts, gpu.arch)
+                                                  cluster.usable_memory_bytes, consts, host_link_gbyte_s(cluster))
             paged_gib = max(paged_gib, (optimizer - float(resident)) / GIB)
             optimizer, paging_s = float(resident), float(paging)
         mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations,
@@ -132,6 +132,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         if cluster.price_usd_per_gpu_hour is not None:
             cost = seconds / 3600 * n * cluster.price_usd_per_gpu_hour
     notes = []
+    host_use = host_memory(cluster, tails, plan.offload, plan.offload_device, notes)
     if model.is_moe:
         notes.append(f"MoE routing: {training.moe.assumption()}; {training.moe.dispatcher} dispatch over ep {ep}, "
                      f"expert all-to-all {e_ep:.3g} s per step (exposed)")
@@ -184,4 +185,26 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         pipeline_inputs=timing.inputs,
         fp8_recipe=lowp.recipe if lowp.active else None,
         moe_dispatcher=training.moe.dispatcher if model.is_moe else None,
+        host_memory=host_use,
     )
+
+
+def host_memory(cluster, tails, offload: str, device: str, notes: list[str]) -> dict | None:
+    """Host DRAM and NVMe a node's offload uses against what it has (None: nothing offloaded). Every GPU of
+    a node offloads at once: the node holds `gpus on the node` x the largest rank's bytes (an upper bound
+    where a node's GPUs hold different pipeline stages). Available DRAM leaves HOST_MEMORY_RESERVE to the
+    OS and the data loaders (cost/step.py)."""
+    if offload == "none":
+        return None
+    per_node = min(cluster.gpus_per_node, cluster.num_gpus)
+    dram = per_node * max(float(t.host.dram) for t in tails)
+    nvme = per_node * max(float(t.host.nvme) for t in tails)
+    tiers = cluster.host
+    avail = None if tiers.dram_gib is None else tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
+    if avail is None:
+        notes.append(f"host memory not checked: the catalog has no host DRAM figure for {cluster.gpu.name} nodes "
+                     f"(offload needs {dram / GIB:,.0f} GiB per node); set cluster.host.dram_gib")
+    out = {"device": device, "gpus_per_node": per_node, "dram_used_gib": dram / GIB,
+           "dram_available_gib": None if avail is None else avail / GIB, "nvme_used_tb": nvme / 1e12,
+           "nvme_available_tb": tiers.nvme_tb if device == "nvme" else None}
+    return out

@@ -46,7 +46,8 @@ class FitSearch:
     best: list
     fronts: list
     advice: Advice | None = None
-    fallback: str | None = None
+    fallback: str | None = None  # the offload searched with ("optimizer+params on nvme" when on NVMe)
+    fallback_fields: dict[str, str] | None = None  # offload and offload_device
 
 
 def search_fitting(inputs: PlanInputs, search: Callable[[PlanInputs], tuple], schedules: Any = None, max_gpus: int = 4096,
@@ -61,15 +62,18 @@ def search_fitting(inputs: PlanInputs, search: Callable[[PlanInputs], tuple], sc
             on_advice()
         fallback, advice = offload_fallback(inputs.model, inputs.training, nf, inputs.fixed, tuple(split_list(schedules)) or None,
                                             max_gpus=max_gpus)
-        inputs = replace(inputs, fixed={**inputs.fixed, "offload": fallback})
-        return FitSearch(inputs, *search(inputs), advice, fallback)
+        inputs = replace(inputs, fixed={**inputs.fixed, **fallback})
+        label = fallback["offload"] + (f" on {fallback['offload_device']}" if fallback["offload_device"] != "cpu" else "")
+        return FitSearch(inputs, *search(inputs), advice, label, fallback)
 
 
 def fit_json(found: FitSearch, sized: list[SizedCluster] | None, days: float | None) -> dict[str, Any]:
     """What `train plan --format json` (and the web API) adds about fitting."""
     out: dict[str, Any] = {}
     if found.advice is not None:
-        out["what_to_change"] = found.advice.to_dict() | {"searched_with_offload": found.fallback}
+        fields = found.fallback_fields or {}
+        out["what_to_change"] = found.advice.to_dict() | {"searched_with_offload": fields.get("offload"),
+                                                          "searched_with_offload_device": fields.get("offload_device")}
     if sized is not None:
         out["smallest_gpus"] = {"gpus": sized[0].gpus, "counts": [v.to_dict() for v in sized[0].verdicts]}
         out["smallest_clusters"] = smallest_json(sized, found.results, found.inputs.clusters, days)

@@ -41,7 +41,7 @@ from shardwise.cost.goodput import (
     young_interval_s,
 )
 from shardwise.cost.memory import optimizer_bytes_per_param
-from shardwise.cost.step import HOST_LINK_GBYTE_S, model_states
+from shardwise.cost.step import host_link_gbyte_s, model_states
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.specs.reliability import Resilience
@@ -196,7 +196,7 @@ def goodput(job: TrainJob, est: Estimate, res: Resilience | None = None, constan
     tier = storage_of(res)
     replicas = ck.replicas if ck.replicas is not None else (0 if tier.survives_node_loss else 1)
     size = checkpoint_size(job)
-    host = HOST_LINK_GBYTE_S.get(cluster.gpu.arch, 31.5) * 1e9 * consts.step.pcie_efficiency
+    host = host_link_gbyte_s(cluster) * 1e9 * consts.step.pcie_efficiency
     nic = cluster.network.nics_per_node * cluster.network.nic_gbps / 8 * 1e9
     times = checkpoint_times(ck.mode, tier, write_bytes_node=size.write_bytes_node, staged_bytes_gpu=size.staged_bytes_gpu,
                              resident_bytes_node=size.resident_bytes_gpu * gpn, gpus_per_node=gpn, nodes=nodes,

@@ -34,7 +34,7 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile, tp_overlap_mode
-from shardwise.cost.step import host_overhead_s, model_states, optimizer_step_s, straggler_factor
+from shardwise.cost.step import host_link_gbyte_s, host_overhead_s, model_states, optimizer_step_s, straggler_factor
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
 from shardwise.specs.hardware import Cluster, HeteroCluster, group_shape
@@ -357,7 +357,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
                 states = type(full)(*(kv + share * (fv - kv) for fv, kv in ((full.weights, kept.weights), (full.grads, kept.grads),
                                                                               (full.optimizer, kept.optimizer))))
                 opt_s = float(optimizer_step_s(consts, (p_dense + p_exp) * share, costs[g].dev.hbm_rate, "none",
-                                               costs[g].cluster.gpu.arch, wb, gb))
+                                               host_link_gbyte_s(costs[g].cluster), wb, gb))
             span_tail, _, _ = _tail(job, plan, costs[g], span, pipes[g], r, dp, mg, consts, pad)
             dp_times.append(float(span_tail.dp_s))
             opt_times.append(opt_s)

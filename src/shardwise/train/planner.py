@@ -164,15 +164,19 @@ def plan_search(
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")
     scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster),
-                 extra.get("dp_shard"), extra.get("offload", "none"))
+                 extra.get("dp_shard"), extra.get("offload", "none"), extra.get("offload_device", "cpu"))
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
-    fits = scr["memory_bytes"] <= capacity
+    host_ok = scr.pop("host_ok")
+    gpu_fits = scr["memory_bytes"] <= capacity
+    fits = gpu_fits & host_ok
     if not fits.any():
         closest = _leanest_distinct(cands, scr["memory_bytes"])
-        cands.keep(fits, "memory")
+        cands.keep(gpu_fits, "memory")
+        cands.keep(host_ok[gpu_fits], "host_memory")
         raise NothingFits(_nothing_runs(cands, cluster), cluster, closest, dict(cands.rejected), extra)
-    cands.keep(fits, "memory")
+    cands.keep(gpu_fits, "memory")
+    cands.keep(host_ok[gpu_fits], "host_memory")
     scr = {k: v[fits] for k, v in scr.items()}
     if max_memory_gib is not None:
         ok = scr["memory_bytes"] <= max_memory_gib * GIB
@@ -244,7 +248,7 @@ def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray,
                 cands.rejected[REASONS["schedule"]] += 1
                 continue
             if not e.fits:
-                cands.rejected[REASONS["memory"]] += 1
+                cands.rejected[REASONS["memory" if (e.misfit or "").startswith("GPU") else "host_memory"]] += 1
                 continue
             score = _score(e, objective)
             item = ((-score[0], -score[1]), -i, e)
@@ -307,9 +311,15 @@ def _nothing_runs(c: Candidates, cluster: Cluster | None = None) -> str:
     groups = group_rejections(c.rejected)
     memory = next((n for g, n, _ in groups if g == REASONS["memory"]), 0)
     where = f" on {cluster.num_gpus} x {cluster.gpu.name}" if cluster is not None else ""
+    host = c.rejected.get(REASONS["host_memory"], 0)
     if memory:
         head = (f"no plan fits{where}: all {memory:,} plans that can run need more than "
                 f"{cluster.usable_memory_bytes / GIB:.1f} GiB per GPU" if cluster is not None else f"no plan fits: {memory:,} out of memory")
+        if host and cluster is not None:
+            h = cluster.host
+            head = (f"no plan fits{where}: of the {memory:,} plans that can run, {memory - host:,} need more than "
+                    f"{cluster.usable_memory_bytes / GIB:.1f} GiB per GPU and {host:,} offload more than a node's host DRAM "
+                    f"({'unknown' if h.dram_gib is None else f'{h.dram_gib:,.0f}'} GiB) or NVMe holds (cluster.host; docs/offload.md)")
         rest = "; ".join(f"{n:,} {g}" for g, n, _ in groups if g != REASONS["memory"])
         return f"{head} (of {c.considered:,} plans; {rest}). Add GPUs or offload (`train plan` prices what would fit)"
     reasons = "; ".join(f"{n:,} {g} ({', '.join(r for r, _ in members[:2])})" for g, n, members in groups)

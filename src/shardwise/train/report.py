@@ -89,7 +89,7 @@ def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Gr
     head = Table(title=f"{e.name}: {e.model} on {e.num_gpus} x {e.gpu}", show_header=False, title_justify="left")
     head.add_column(style="bold")
     head.add_column()
-    fits = Text("yes", style="green") if e.fits else Text("NO (out of memory)", style="bold red")
+    fits = Text("yes", style="green") if e.fits else Text(f"NO ({e.misfit})", style="bold red")
     rows = [
         ("plan", _plan_text(e) + f"  ({e.microbatches} micro-batches)"),
         ("step time", f"{e.step_time_s:.3f} s"),
@@ -104,6 +104,13 @@ def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Gr
                                  "max_memory_reserved; the device adds the CUDA context and NCCL buffers)"),
         ("fits", fits),
     ]
+    h = e.host_memory
+    if h is not None:
+        avail = "not checked (set cluster.host.dram_gib)" if h["dram_available_gib"] is None else f"{h['dram_available_gib']:,.0f}"
+        text = f"{h['dram_used_gib']:,.0f} GiB of {avail} host DRAM per node ({h['gpus_per_node']} GPUs offloading to {h['device']})"
+        if h["nvme_available_tb"] is not None:
+            text += f"; NVMe {h['nvme_used_tb']:,.2f} of {h['nvme_available_tb']:,.2f} TB"
+        rows.insert(-1, ("offloaded per node", text))
     if engines is not None:
         rows.append(("runs on", ", ".join(k for k, v in engines.items() if v.runnable) or "no engine as is"))
     rows += run_cost_rows(e) + goodput_rows(e)

@@ -116,6 +116,8 @@ class Estimate:
     moe_dispatcher: str | None = None
     #: failures, checkpoints and restarts (train/goodput.py), attached on request; None: not asked or failures off
     goodput: dict[str, Any] | None = None
+    #: what offloading uses per node below HBM (train/estimate.py host_memory); None: nothing offloaded
+    host_memory: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         """Refuse an estimate that cannot be true rather than print it: a utilisation above 1, a negative
@@ -150,8 +152,22 @@ class Estimate:
         return self.memory.reserved / GIB
 
     @property
+    def misfit(self) -> str | None:
+        """Why the plan does not fit (GPU memory, host DRAM, NVMe), or None when it fits."""
+        if self.peak_memory_gib > self.usable_memory_gib:
+            return f"GPU memory: {self.peak_memory_gib:.1f} GiB of {self.usable_memory_gib:.1f} GiB usable per GPU"
+        h = self.host_memory or {}
+        if h.get("dram_available_gib") is not None and h["dram_used_gib"] > h["dram_available_gib"]:
+            return (f"host memory: offloaded states and pinned buffers need {h['dram_used_gib']:,.0f} GiB per node, "
+                    f"{h['dram_available_gib']:,.0f} GiB available (offload to NVMe, add nodes or set cluster.host.dram_gib)")
+        if h.get("nvme_available_tb") is not None and h["nvme_used_tb"] > h["nvme_available_tb"]:
+            return (f"NVMe: offloaded states need {h['nvme_used_tb']:,.1f} TB per node, {h['nvme_available_tb']:,.1f} TB "
+                    "available (add nodes or set cluster.host.nvme_tb)")
+        return None
+
+    @property
     def fits(self) -> bool:
-        return bool(self.peak_memory_gib <= self.usable_memory_gib)
+        return self.misfit is None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -177,6 +193,8 @@ class Estimate:
             "gpu_memory_gib": self.gpu_memory_gib,
             "usable_memory_gib": self.usable_memory_gib,
             "fits": self.fits,
+            "misfit": self.misfit,
+            "host_memory": self.host_memory,
             "peak_memory_rank": self.peak_memory_rank,
             "memory_gib": self.memory.gib(),
             "memory_per_rank_gib": list(self.memory_per_rank_gib),

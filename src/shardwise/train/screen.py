@@ -35,7 +35,7 @@ from shardwise.cost.layer import TP_OVERLAP_MODES, PassCost
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.allocator import fragmentation_share
 from shardwise.cost.stack import attention_kernel, expandable_segments, stack_profile
-from shardwise.cost.step import host_overhead_s, straggler_factor
+from shardwise.cost.step import GIB, HOST_MEMORY_RESERVE, host_link_gbyte_s, host_overhead_s, straggler_factor
 from shardwise.pipeline import schedule_info
 from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
@@ -233,12 +233,13 @@ def screen(
     table: LayerTable | None = None,
     dp_shard: int | None = None,
     offload: str = "none",
+    offload_device: str = "cpu",
 ) -> dict[str, np.ndarray]:
     """Arrays (one per plan): step_lb_s, step_s (approximation) and memory_bytes (peak per GPU, as the
     estimate counts it); sets each plan's TP overlap mode (the array `tpo` of `c`); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
-    and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp)."""
+    and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp). `host_ok`: whether each plan's
+    offloaded states fit the node's host DRAM and NVMe (as :func:`shardwise.train.estimate.host_memory`)."""
     consts = constants or default_constants()
-    gpu = cluster.gpu
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     table = table or layer_table(c, model, cluster, training, consts, flash_attention)
     c.arrays["tpo"] = table.modes[table.inv]  # each plan's TP overlap mode: the fastest for its layers (layer_table)
@@ -247,6 +248,8 @@ def screen(
     act = table.act[table.inv]  # (n, 5)
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
+    host_dram, host_nvme = np.zeros(n), np.zeros(n)
+    per_node = min(cluster.gpus_per_node, cluster.num_gpus)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     frag = fragmentation_share(consts.memory, expandable_segments(training, stack))
     straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
@@ -263,7 +266,7 @@ def screen(
         tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
                          dp_shard=dp * cp if dp_shard is None else dp_shard, offload=offload, overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
                          p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp,
-                         etp=r["etp"], keep_unsharded=r["keep"], unsharded_grads=r["keep"])
+                         etp=r["etp"], keep_unsharded=r["keep"], unsharded_grads=r["keep"], offload_device=offload_device)
         rows_total = len(cp)
         states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
         dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
@@ -278,12 +281,15 @@ def screen(
                             for x in (tail.states.weights + tail.states.grads, tail.states.optimizer, tail.fixed_bytes)]
                 total, _resident, paging_s = paged_optimizer(ModelStateBytes(per_rank[0], 0.0, per_rank[1]), per_rank[2],
                                                              activations * (1 + frag),
-                                                             cluster.usable_memory_bytes, consts, gpu.arch)
+                                                             cluster.usable_memory_bytes, consts, host_link_gbyte_s(cluster))
                 opt_rest = (opt_s[rows].reshape(shape)[rank_kind] + paging_s).max(axis=0)
             rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + host_overhead_s(consts, stack.host_step_overhead)
             lb[idx] = pipe_lb * straggle + rest
             approx[idx] = pipe * straggle + rest
             mem[idx] = np.max(total, axis=0)
+            if tail.host is not None:
+                host_dram[idx] = per_node * np.broadcast_to(tail.host.dram, (rows_total,))[rows].reshape(shape).max(axis=0)
+                host_nvme[idx] = per_node * np.broadcast_to(tail.host.nvme, (rows_total,))[rows].reshape(shape).max(axis=0)
 
     groups, pending = [], 0
     for g, (rcp, pp, vpp, si, tp, ep) in enumerate(gk.tolist()):
@@ -330,4 +336,10 @@ def screen(
         if pending >= BATCH_ROWS or g == len(gk) - 1 or gk[g + 1, 0] != rcp:  # one rank_tail call per recipe
             finish(groups)
             groups, pending = [], 0
-    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem}
+    tiers = cluster.host
+    host_ok = np.ones(n, dtype=bool)
+    if tiers.dram_gib is not None:
+        host_ok &= host_dram <= tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
+    if offload_device == "nvme" and tiers.nvme_tb is not None:
+        host_ok &= host_nvme <= tiers.nvme_tb * 1e12
+    return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem, "host_ok": host_ok}

@@ -45,7 +45,8 @@ FIELDS = ("tp", "pp", "vpp", "cp", "cpc", "uly", "ep", "etp", "zero", "sp", "rc"
 FIXED_AXES = ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ulysses", "ep", "etp", "zero", "sequence_parallel", "recompute",
               "micro_batch", "schedule", "tp_overlap")
 #: job-file plan fields every searched plan carries as given (TrainPlan's other fields)
-EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload", "reshard_after_forward", "microbatch_group")
+EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload", "offload_device", "reshard_after_forward",
+              "microbatch_group")
 assert set(FIXED_AXES) | set(EVERY_PLAN) == set(TrainPlan.model_fields), "a TrainPlan field the planner would ignore"
 DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 
@@ -64,12 +65,14 @@ REASONS = {
     "dp_fixed": "dp is not the job's parallel.dp (GPUs / (tp*pp*cp))",
     "dp_shard": "the job's parallel.dp_shard does not divide the data-parallel group dp*cp",
     "offload_zero": "the job's parallel.offload needs ZeRO (zero 1, 2 or 3)",
+    "offload_nvme": "the job's parallel.offload_device nvme needs ZeRO-3",
     "batch_small": "micro-batch x dp exceeds the global batch",
     "batch_divide": "global batch is not a multiple of micro-batch x dp",
     "schedule": "schedule does not admit this (pp, micro-batches, vpp)",
     "dominated": "another etp / cp_comm (and Ulysses size) / recipe / dispatcher is no slower on every layer (the plan otherwise the same)",
     "tp_overlap": "the job's parallel.tp_overlap needs tp > 1 and sequence parallelism",
     "memory": "out of memory",
+    "host_memory": "offloaded states exceed the node's host DRAM or NVMe",
     "memory_cap": "exceeds --max-memory-gib",
 }
 
@@ -79,8 +82,8 @@ REASONS = {
 #: for; and layouts that cannot exist for this GPU count, model and batch (divisibility: the largest count
 #: and the least informative, so it comes last).
 REJECTION_GROUPS = (
-    ("out of memory", ("memory",)),
-    ("excluded by the job's fixed fields or the options", ("dp_fixed", "dp_shard", "offload_zero", "tp_overlap", "memory_cap")),
+    ("out of memory", ("memory", "host_memory")),
+    ("excluded by the job's fixed fields or the options", ("dp_fixed", "dp_shard", "offload_zero", "offload_nvme", "tp_overlap", "memory_cap")),
     ("no faster than an equivalent plan kept", ("dominated",)),
     ("cannot be laid out on this GPU count, model and batch (divisibility)",
      ("heads", "gpus", "layers", "stages_limit", "seq", "experts", "fold", "etp_ffn", "cp_a2a", "cp_ulysses", "ulysses_cp",
@@ -323,6 +326,8 @@ def enumerate_plans(
     _drop_impossible_knobs(checks, model, training)
     if fixed.get("offload", "none") != "none":
         checks.keep(checks["zero"] > 0, "offload_zero")
+    if fixed.get("offload_device", "cpu") == "nvme":
+        checks.keep(checks["zero"] == 3, "offload_nvme")
     left = np.bincount(checks["triple"], minlength=len(triples))
     first = np.cumsum(left) - left
     counts = left[triple_of]
@@ -402,7 +407,8 @@ def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_a
                     cpc=c["cpc"], cp_comms=CP_COMMS, rcp=c["rcp"], recipes=c.recipes, disp=c["disp"],
                     dispatchers=c.dispatchers or ("alltoall",), tp_overlap="none" if mode == "auto" else mode,
                     microbatch_group=fixed.get("microbatch_group"), reshard_after_forward=fixed.get("reshard_after_forward"),
-                    offload=fixed.get("offload", "none"), dp_shard=fixed.get("dp_shard"), **training_knobs(training))
+                    offload=fixed.get("offload", "none"), offload_device=fixed.get("offload_device", "cpu"),
+                    dp_shard=fixed.get("dp_shard"), **training_knobs(training))
 
 
 def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, training: TrainingSpec,

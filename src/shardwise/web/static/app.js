@@ -366,6 +366,7 @@ function trainJob() {
     sequence_parallel: v.sp === "1", recompute: v.recompute, micro_batch: numberOr(v.micro_batch, v.micro_batch), schedule: v.schedule,
     tp_overlap: v.tp_overlap || "auto",
   };
+  if (v.offload && v.offload !== "none") Object.assign(parallel, { offload: v.offload, offload_device: v.offload_device || "cpu" });
   return { model, cluster, training, parallel };
 }
 
@@ -381,10 +382,18 @@ function estimateCards(e) {
     card("MFU (causal)", fmt.pct(e.mfu_causal), `MFU (non-causal) ${fmt.pct(e.mfu)} · HFU ${fmt.pct(e.hfu)}`, "", "mfu_causal", e.mfu_causal),
     card("peak memory", `${fmt.num(e.peak_memory_gib, 1)} GiB`, (e.fits ? `fits in ${fmt.num(e.gpu_memory_gib)} GiB (rank ${e.peak_memory_rank})` : `does NOT fit in ${fmt.num(e.gpu_memory_gib)} GiB`)
       + (e.peak_reserved_gib !== undefined ? `; allocated ${fmt.num(e.peak_allocated_gib, 1)}, reserved ${fmt.num(e.peak_reserved_gib, 1)} GiB` : ""), e.fits ? "good" : "bad", "peak_memory_gib", e.peak_memory_gib),
+    e.host_memory ? card("offloaded per node", `${fmt.num(e.host_memory.dram_used_gib)} GiB`, hostLine(e), e.fits ? "good" : ((e.misfit || "").startsWith("GPU") ? "" : "bad"), "host_dram_used_gib", e.host_memory.dram_used_gib) : null,
     card("bubble", fmt.pct(e.bubble_fraction), "idle share of the makespan", "", "bubble_fraction", e.bubble_fraction),
     e.days_to_train !== null && e.days_to_train !== undefined ? card("days to train", fmt.num(e.days_to_train, 1), e.cost_usd ? fmt.usd(e.cost_usd) : null, "", "days_to_train", e.days_to_train) : null,
     e.goodput ? card("effective training time", fmt.pct(e.goodput.ettr), goodputLine(e.goodput), "", "ettr", e.goodput.ettr) : null,
   ];
+}
+
+function hostLine(e) {  // offload below HBM: host DRAM and NVMe per node (docs/offload.md)
+  const h = e.host_memory;
+  const dram = h.dram_available_gib === null ? "host DRAM not checked (set cluster.host.dram_gib)" : `of ${fmt.num(h.dram_available_gib)} GiB host DRAM`;
+  const nvme = h.nvme_available_tb !== null ? ` · NVMe ${fmt.num(h.nvme_used_tb, 2)} of ${fmt.num(h.nvme_available_tb, 2)} TB` : "";
+  return `${dram} (${h.gpus_per_node} GPUs to ${h.device})${nvme}` + (e.misfit && !e.misfit.startsWith("GPU") ? ` · ${e.misfit}` : "");
 }
 
 function goodputLine(g) {  // failures, checkpoints and restarts (docs/goodput.md)
@@ -497,7 +506,7 @@ function fitPanel(out) {
   const a = out.what_to_change;
   if (a) {
     parts.push(el("h3", { text: `No plan fits ${a.gpus} × ${a.gpu} (${fmt.num(a.usable_gib, 1)} GiB usable)` +
-      (a.searched_with_offload ? ` without offloading: the plans below offload ${a.searched_with_offload}` : "") }));
+      (a.searched_with_offload ? ` without offloading: the plans below offload ${a.searched_with_offload}` + (a.searched_with_offload_device === "nvme" ? " to NVMe" : "") : "") }));
     parts.push(el("table", { class: "data", id: "train-closest" },
       el("thead", {}, el("tr", {}, ["closest plan", "peak GiB", "misses by GiB", "where the memory goes (GiB)"].map((h) => el("th", { text: h })))),
       el("tbody", {}, a.closest.map((c) => el("tr", {}, el("td", { class: "l", text: c.plan }), el("td", { text: fmt.num(c.peak_memory_gib, 1) }),
@@ -600,6 +609,7 @@ function loadPlanIntoForm(e) {
   set("#train-dp", "auto"); set("#train-zero", p.zero); set("#train-mb", p.micro_batch); set("#train-recompute", p.recompute);
   set("#train-schedule", p.schedule); $("#train-sp").checked = !!p.sequence_parallel;
   set("#train-tp-overlap", p.tp_overlap || "auto");
+  set("#train-offload", p.offload || "none"); set("#train-offload-device", p.offload_device || "cpu");
   $("#train-parallel-box").open = true;
   runEstimate();
 }

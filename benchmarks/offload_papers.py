@@ -1,0 +1,104 @@
+"""Reproduce the published ZeRO-Offload and ZeRO-Infinity capacity claims, and ZeRO-Offload's single-GPU
+throughput, with Shardwise's memory tiers (docs/offload.md prints the figures).
+
+    PYTHONPATH=src .venv/bin/python benchmarks/offload_papers.py
+
+Claims (the papers' abstracts):
+- ZeRO-Offload (Ren et al. 2021, USENIX ATC; arXiv 2101.06840): "train models with over 13 billion parameters
+  on a single GPU, a 10x increase in size compared to popular framework such as PyTorch"; "40 TFlops/GPU on a
+  single NVIDIA V100 GPU for 10B parameter model compared to 30TF using PyTorch alone for a 1.4B parameter
+  model, the largest that can be trained without running out of memory".
+- ZeRO-Infinity (Rajbhandari et al. 2021, SC; arXiv 2104.07857): "fine-tune trillion parameter models on a
+  single NVIDIA DGX-2 node" (16 V100 32GB; 1.5 TB DRAM, 8 x 3.84 TB NVMe: data/gpus.yaml V100-SXM-32GB).
+
+Settings the claims do not state, chosen here (assumptions): GPT-2-like models (GELU MLP, LayerNorm, tied
+embeddings, vocabulary 50,257, sequence 1,024 as in Megatron-LM GPT-2) of hidden 4,096 and 32 heads,
+their size set by the layer count; FP16 mixed precision, full activation checkpointing, no fused attention
+(V100, 2020); the DeepSpeed stack. The 10B model is 50 layers (DeepSpeed's 10B GPT-2 example: hidden
+4,096, 50 layers) at micro-batch 10; capacity is judged at micro-batch 1. ZeRO-Infinity: the 1T GPT preset
+(Narayanan et al. 2021 Table 1: 128 layers, hidden 25,600) with ZeRO-3 over the node and TP 8 (Shardwise
+has no memory-centric tiling, so a 7.9B-parameter layer must be split to fit a 32 GB GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise.specs.job import TrainJob, job_from_mapping
+from shardwise.train.estimate import estimate
+from shardwise.train.result import Estimate
+
+GPT2 = {"vocab": 50257, "mlp": "gelu", "norm": "layernorm", "tied_embeddings": True, "linear_bias": True,
+        "position_embeddings": 1024}
+
+
+def gpt2_job(layers: int, *, hidden: int = 4096, heads: int = 32, offload: str = "optimizer", zero: int = 2,
+             micro_batch: int = 1, gpus: int = 1) -> TrainJob:
+    """A GPT-2-like model of `layers` layers on `gpus` V100s of a DGX-2 (module docstring)."""
+    model = {"name": f"gpt2-h{hidden}-{layers}L", "layers": layers, "hidden": hidden, "heads": heads, "ffn": 4 * hidden, **GPT2}
+    return job_from_mapping({
+        "model": model, "cluster": {"gpu": "v100", "gpus": gpus},
+        "training": {"seq_len": 1024, "global_batch": micro_batch * gpus, "precision": "fp16", "framework": "deepspeed"},
+        "parallel": {"zero": zero, "offload": offload, "micro_batch": micro_batch, "recompute": "full", "flash_attention": False},
+    })
+
+
+def largest_fitting(**kw: Any) -> tuple[int, float, Estimate]:
+    """(layers, parameters, estimate) of the largest GPT-2-like model of this shape that fits (layer count
+    grown until the first that does not fit)."""
+    best = None
+    for layers in range(1, 400):
+        job = gpt2_job(layers, **kw)
+        e = estimate(job)
+        if not e.fits:
+            break
+        best = (layers, job.model.params_total, e)
+    if best is None:
+        raise ValueError("not even one layer fits")
+    return best
+
+
+def infinity_job(layers: int = 128, device: str = "nvme", tp: int = 8) -> TrainJob:
+    """The 1T GPT (layers 128) or a deeper one on one DGX-2 node: ZeRO-3 over 16 V100, params and optimizer offloaded."""
+    model = {"name": f"gpt-h25600-{layers}L", "layers": layers, "hidden": 25600, "heads": 160, "ffn": 102400, "vocab": 51200,
+             "mlp": "gelu", "norm": "layernorm", "tied_embeddings": True, "linear_bias": True, "position_embeddings": 2048}
+    return job_from_mapping({
+        "model": model, "cluster": {"gpu": "v100", "gpus": 16},
+        "training": {"seq_len": 1024, "global_batch": 16 // tp, "precision": "fp16", "framework": "deepspeed"},
+        "parallel": {"tp": tp, "zero": 3, "offload": "optimizer+params", "offload_device": device, "micro_batch": 1,
+                     "recompute": "full", "flash_attention": False},
+    })
+
+
+def largest_on_nvme() -> tuple[int, float]:
+    """(layers, parameters) of the deepest hidden-25,600 GPT that fits one DGX-2 with NVMe offload (bisection)."""
+    lo, hi = 128, 512
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if estimate(infinity_job(mid)).fits else (lo, mid)
+    return lo, infinity_job(lo).model.params_total
+
+
+def main() -> None:
+    layers, params, e = largest_fitting()
+    print(f"ZeRO-Offload, 1 x V100 32GB, offload optimizer (ZeRO-2), micro-batch 1: largest {params / 1e9:.1f}B "
+          f"({layers} layers of hidden 4096; peak {e.peak_memory_gib:.1f} of {e.usable_memory_gib:.1f} GiB)  [paper: over 13B]")
+    layers, params, e = largest_fitting(offload="none", zero=0)
+    print(f"PyTorch DDP baseline (no ZeRO, no offload): largest {params / 1e9:.2f}B ({layers} layers)  [paper: 1.4B]")
+    e = estimate(gpt2_job(50, micro_batch=10))
+    t = e.time_s
+    print(f"10B (50 layers), micro-batch 10: {e.model_tflops_per_gpu:.1f} model TFLOP/s per V100, step {e.step_time_s:.1f} s "
+          f"(compute {t.compute:.1f} s, optimizer on the host {t.optimizer:.1f} s; peak {e.peak_memory_gib:.1f} GiB, "
+          f"host {e.host_memory['dram_used_gib']:.0f} GiB)  [paper: 40 TFLOPS]")
+    nvme, cpu = estimate(infinity_job()), estimate(infinity_job(device="cpu"))
+    h = nvme.host_memory
+    print(f"ZeRO-Infinity, 1T GPT on one DGX-2 (16 x V100, tp 8, ZeRO-3): NVMe fits={nvme.fits} (NVMe {h['nvme_used_tb']:.1f} of "
+          f"{h['nvme_available_tb']:.1f} TB, DRAM {h['dram_used_gib']:.0f} of {h['dram_available_gib']:.0f} GiB, GPU "
+          f"{nvme.peak_memory_gib:.1f} GiB; step {nvme.step_time_s:.0f} s)  [paper: a trillion parameters fit]")
+    print(f"  the same in host DRAM (offload_device cpu): fits={cpu.fits}: {cpu.misfit}")
+    layers, params = largest_on_nvme()
+    print(f"  largest hidden-25600 GPT on that node with NVMe: {params / 1e12:.2f}T ({layers} layers)")
+
+
+if __name__ == "__main__":
+    main()
