@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from shardwise.cli.train import Format
+from shardwise.cli.options import Format
 from shardwise.console import echo_json, make_console
 
 
