@@ -130,3 +130,16 @@ def test_an_engine_that_runs_nothing_leaves_the_others_and_is_named(capsys):
     assert "nothing runs on deepspeed" in notes and "DeepSpeed has no fp8/fp4 training switch" in notes
     assert main(args[:-3] + ["deepspeed"]) == 2  # alone, it is the error it was
     assert "error: no plan can run" in capsys.readouterr().err
+
+
+def test_more_engines_than_top_shows_each_engines_best_and_says_so():
+    """--top 1 with two engines: both engines' bests are shown (2 rows), and a note says why there are more rows
+    than --top asked for."""
+    from shardwise.train.planner import plan_across_gpus
+
+    model, cluster = load_model("llama-3.1-8b"), make_cluster("h100", 16)
+    training = TrainingSpec(seq_len=4096, global_batch=64)
+    results, top, _ = plan_across_gpus(model, [cluster], training, top_k=1, max_exact=16,
+                                       runnable_on=("torchtitan", "megatron"))
+    assert len(top) == 2 and {e.stack["name"] for e in top} == {r.top[0].stack["name"] for r in results}
+    assert any("2 plans shown for --top 1" in n for r in results for n in r.notes)

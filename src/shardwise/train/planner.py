@@ -426,8 +426,10 @@ def plan_across_gpus(
     top = sorted(every, key=key)[:top_k]
     if len(engines) > 1:  # each engine's best is shown, costed with its stack, in place of the last rows
         bests = [min(r.top, key=key) for r in results if r.top and (objective != "cost" or price[r.gpu] is not None)]
-        missing = [b for b in bests if not any(b is t for t in top)]
-        top = sorted(top[:max(top_k - len(missing), 0)] + missing, key=key)
+        others = [e for e in sorted(every, key=key) if not any(e is b for b in bests)]
+        top = sorted(bests + others[:max(top_k - len(bests), 0)], key=key)
+        if len(top) > top_k:
+            results[0].notes.append(f"{len(top)} plans shown for --top {top_k}: the best of each of the {len(bests)} engines searched")
     fronts = [p for r in results for p in r.front]
     if len(clusters) > 1:
         priced = [p for p in fronts if p["usd_per_million_tokens"] is not None]
