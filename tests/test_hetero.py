@@ -319,6 +319,18 @@ def test_cli_plan_on_groups(capsys, tmp_path):
     assert "error: --gpu" in capsys.readouterr().err
 
 
+def test_plan_ranks_the_jobs_own_layout_at_its_estimate(capsys):
+    """`train plan` on a job file that gives a layout estimates that layout as `train estimate` does and ranks it
+    with the search's options: the answer is never slower than the layout the job gave."""
+    assert main(["train", "estimate", str(EXAMPLE), "--format", "json"]) == 0
+    mine = json.loads(capsys.readouterr().out)
+    assert main(["train", "plan", str(EXAMPLE), "--format", "json", "--exact-budget", "4", "--no-progress"]) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    given = [o for o in top if o["label"].endswith("(the job's layout)")]
+    assert len(given) == 1 and given[0]["tokens_per_s"] == pytest.approx(mine["tokens_per_s"], rel=1e-9)
+    assert top[0]["tokens_per_s"] >= mine["tokens_per_s"]
+
+
 @pytest.mark.parametrize("command", [["train", "export", "--to", "megatron"]])
 def test_commands_for_one_gpu_type_refuse_groups(capsys, command):
     assert main([*command[:2], str(EXAMPLE), *command[2:]]) == 2

@@ -192,13 +192,16 @@ def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, 
         raise ShardwiseError(f"{flag}: not taken with a job whose cluster has groups (the job file gives the model, "
                              "GPUs and batch; engines and plots are for one GPU type); leave it out")
     base = job_from_mapping(doc, require_plan=False)
+    # the job's own layout, when it gives one, is ranked with the search's (an invalid one says why)
+    given = job_from_mapping(doc).layout if doc.get("parallel") else None
     progress = None
     if format is Format.table and not no_progress:
         def progress(message: str, fraction: float) -> None:
             typer.echo(f"\r{message} ({fraction:.0%})".ljust(70), nl=False, err=True)
     budget = exact_budget or 16
     res = hetero_plan(base.model, base.cluster, base.training, objective, top_k=top, max_exact=budget, per_group_exact=budget,
-                      schedules=tuple(split_list(schedules)) or None, max_memory_gib=max_memory_gib, progress=progress)
+                      schedules=tuple(split_list(schedules)) or None, max_memory_gib=max_memory_gib, progress=progress,
+                      given=given)
     if progress is not None:
         typer.echo("\r" + " " * 70 + "\r", nl=False, err=True)
     if format is Format.json:

@@ -31,12 +31,12 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import HeteroCluster
-from shardwise.specs.hetero import HeteroJob, HeteroLayoutSpec, check_layout
+from shardwise.specs.hetero import HeteroJob, HeteroLayout, HeteroLayoutSpec, check_layout
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.hetero import hetero_estimate
@@ -201,8 +201,10 @@ def _reason(msg: str) -> str:
 
 def hetero_plan(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpec, objective: str = "throughput",
                 top_k: int = 5, max_exact: int = 16, per_group_exact: int = 16, schedules: tuple[str, ...] | None = None,
-                max_memory_gib: float | None = None, progress: Callable[[str, float], None] | None = None) -> HeteroPlanResult:
-    """Search plans over the groups of `cluster` (module docstring)."""
+                max_memory_gib: float | None = None, progress: Callable[[str, float], None] | None = None,
+                given: HeteroLayout | None = None) -> HeteroPlanResult:
+    """Search plans over the groups of `cluster` (module docstring). `given`: the job's own layout, estimated
+    and ranked with the search's options (labelled so), so the answer is never slower than what the job gave."""
     if objective not in OBJECTIVES:
         raise ShardwiseError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if max_exact < 1:
@@ -264,6 +266,14 @@ def hetero_plan(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpec
             rejected[f"out of memory on {worst.group}"] += 1
             continue
         options.append(_mixed(e))
+    if given is not None:
+        e = hetero_estimate(HeteroJob(model, cluster, training, given, model.name))  # as `train estimate` costs it
+        if e.fits and (max_memory_gib is None or e.peak_memory_gib <= max_memory_gib):
+            mine = _mixed(e)
+            options = [o for o in options if o.label != mine.label]  # the search found it too: one row
+            options.append(replace(mine, label=f"{mine.label} (the job's layout)"))
+        else:
+            rejected["the job's layout: out of memory"] += 1
     if not options:
         raise ShardwiseError(f"no plan fits on {cluster.describe()} for {model.name} (rejected: "
                              f"{', '.join(f'{k} x{n}' for k, n in rejected.most_common(3))}); add GPUs or lower the batch")
