@@ -134,7 +134,7 @@ class CommCase:
 
 
 @dataclass(frozen=True)
-class Skip:
+class CommSkip:
     record_id: str
     reason: str
 
@@ -175,14 +175,14 @@ def _nvls_forced_off(record: dict[str, Any]) -> bool:
     return m.get("nvls_enabled") is False or "NVLS_ENABLE=0" in text or "NCCL_ALGO=RING" in text or "nvlsoff" in text
 
 
-def record_cases(record: dict[str, Any]) -> list[CommCase] | Skip:
+def record_cases(record: dict[str, Any]) -> list[CommCase] | CommSkip:
     """The figures of one record, or why it is skipped."""
     rid, m = record["id"], record.get("measured") or {}
     op = str(m.get("op", "")).split()[0]
     assumptions: list[str] = []
     if op in ("moe_dispatch", "moe_combine"):
         if "time_us" in m and m.get("bottleneck_bw_gbyte_s") is None:
-            return Skip(rid, "DeepEP low-latency kernels: per-token RDMA writes, not an NCCL-style all-to-all")
+            return CommSkip(rid, "DeepEP low-latency kernels: per-token RDMA writes, not an NCCL-style all-to-all")
         kind, metric = "all_to_all", "logical" if "_v2_" in rid else "bottleneck"
         size = m["tokens_per_batch"] * m["top_k"] * m["hidden"] * (1 if op == "moe_dispatch" else 2)
         assumptions.append("dispatch FP8 (1 B per value, scales ignored), combine BF16")
@@ -197,12 +197,12 @@ def record_cases(record: dict[str, Any]) -> list[CommCase] | Skip:
         measured = m.get("bus_bw_gbyte_s")
         if size < MIB:
             if not m.get("time_us"):
-                return Skip(rid, "below 1 MiB without a time")
+                return CommSkip(rid, "below 1 MiB without a time")
             metric, measured = "time_us", m["time_us"]
     else:
-        return Skip(rid, f"collective {op!r} not modelled")
+        return CommSkip(rid, f"collective {op!r} not modelled")
     if not measured:
-        return Skip(rid, "no measured bandwidth")
+        return CommSkip(rid, "no measured bandwidth")
     cluster, n = _cluster(record, assumptions)
     group = cluster.tier_for(n, 1)
     if _nvls_forced_off(record) and group.network.nvls:
@@ -211,11 +211,11 @@ def record_cases(record: dict[str, Any]) -> list[CommCase] | Skip:
     return [CommCase(rid, source_of(rid), kind, float(size), n, group, metric, float(measured), tuple(assumptions))]
 
 
-def all_cases(records: list[dict[str, Any]]) -> tuple[list[CommCase], list[Skip]]:
+def all_cases(records: list[dict[str, Any]]) -> tuple[list[CommCase], list[CommSkip]]:
     cases, skips = [], []
     for r in records:
         res = record_cases(r)
-        (skips.append(res) if isinstance(res, Skip) else cases.extend(res))
+        (skips.append(res) if isinstance(res, CommSkip) else cases.extend(res))
     return cases, skips
 
 
@@ -252,14 +252,14 @@ def _sensitive(x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, cases: list[CommC
 
 
 @dataclass
-class FitResult:
+class NetworkFitResult:
     constants: NetworkConstants
     undetermined: tuple[str, ...]  # the rows do not move it (zero sensitivity)
     at_bound: tuple[str, ...]
     mean_abs_log_error: float
 
 
-def fit(cases: list[CommCase], start: NetworkConstants | None = None) -> FitResult:
+def fit(cases: list[CommCase], start: NetworkConstants | None = None) -> NetworkFitResult:
     """Least-squares fit of the PARAMS constants on `cases` (soft-L1 on log ratios), from `start`."""
     from scipy.optimize import least_squares
 
@@ -286,7 +286,7 @@ def fit(cases: list[CommCase], start: NetworkConstants | None = None) -> FitResu
             if name in undetermined and other not in undetermined:
                 constants = replace(constants, **{name: getattr(constants, other)})
     err = float(np.mean(np.abs(residuals(_vector(constants), cases))))
-    return FitResult(constants, undetermined, bound, err)
+    return NetworkFitResult(constants, undetermined, bound, err)
 
 
 def cross_validate(cases: list[CommCase]) -> dict[str, dict[str, Any]]:
@@ -349,7 +349,7 @@ def to_json(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def constants_json(res: FitResult, cv: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def constants_json(res: NetworkFitResult, cv: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The data file scripts/fit_network.py writes (read by cost.constants.fitted_network_constants)."""
     values = {f.name: getattr(res.constants, f.name) for f in fields(NetworkConstants)}
     out: dict[str, Any] = {

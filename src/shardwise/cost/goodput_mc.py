@@ -32,7 +32,7 @@ class Fleet:
 
 
 @dataclass(frozen=True)
-class SimResult:
+class FailureSimResult:
     wall_s: np.ndarray  # per run: wall-clock seconds to finish the work
     unexpected: np.ndarray  # per run: unexpected interruptions (failed restarts included)
     planned: np.ndarray
@@ -43,7 +43,7 @@ class SimResult:
 
 
 def simulate(run: RunModel, work_s: float, tau_s: float, fleet: Fleet = Fleet(), runs: int = 2000,
-             seed: int = 0, max_events: int = 10_000_000) -> SimResult:
+             seed: int = 0, max_events: int = 10_000_000) -> FailureSimResult:
     """Simulate `runs` runs of `work_s` seconds of failure-free compute, checkpointing every `tau_s`."""
     rng = np.random.default_rng(seed)
     b = effective_block_s(run, tau_s)
@@ -87,7 +87,7 @@ def simulate(run: RunModel, work_s: float, tau_s: float, fleet: Fleet = Fleet(),
         wall[j] += yj + run.planned_cost_s
         planned[j] += 1
         active = active[~done]
-    return SimResult(wall, unexpected, planned, waits)
+    return FailureSimResult(wall, unexpected, planned, waits)
 
 
 def _take_nodes(rng: np.random.Generator, runs: np.ndarray, wall: np.ndarray, waits: np.ndarray, back: np.ndarray,

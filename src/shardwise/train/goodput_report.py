@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shardwise.cost.failures import DAY_S
-from shardwise.cost.goodput_mc import Fleet, SimResult, simulate
+from shardwise.cost.goodput_mc import FailureSimResult, Fleet, simulate
 from shardwise.errors import ShardwiseError
 from shardwise.train.goodput import Goodput
 
@@ -54,14 +54,14 @@ def goodput_rows(e: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def run_simulation(g: Goodput, work_s: float, runs: int, seed: int) -> SimResult:
+def run_simulation(g: Goodput, work_s: float, runs: int, seed: int) -> FailureSimResult:
     """The Monte Carlo run of this goodput's model (the spare pool simulated, not averaged)."""
     share = g.rates["node_swaps"] / g.rates["unexpected"] if g.rates["unexpected"] else 0.0
     fleet = Fleet(share, int(g.spares["nodes"]), g.spares["repair_h"] * 3600)
     return simulate(dataclasses.replace(g.run, wait_s=0.0), work_s, g.interval_s, fleet, runs, seed)
 
 
-def simulation_dict(sim: SimResult, g: Goodput, work_s: float) -> dict[str, Any]:
+def simulation_dict(sim: FailureSimResult, g: Goodput, work_s: float) -> dict[str, Any]:
     days = sim.wall_s / DAY_S
     return {"runs": int(days.size), "closed_form_days": work_s / g.ettr / DAY_S, "mean_days": float(days.mean()),
             "p10_days": sim.percentile_s(10) / DAY_S, "p50_days": sim.percentile_s(50) / DAY_S,
@@ -119,7 +119,7 @@ def goodput_tables(e: Any, g: Goodput, what_if: list[dict[str, Any]], sim: dict[
     return Group(*out, Text("model and sources: docs/goodput.md", style="dim"))
 
 
-def plot_simulation(sim: SimResult, g: Goodput, work_s: float, path: str | Path, title: str) -> None:
+def plot_simulation(sim: FailureSimResult, g: Goodput, work_s: float, path: str | Path, title: str) -> None:
     """Histogram of the simulated days to train, with the closed-form mean and P10/P90."""
     import matplotlib
 
