@@ -39,8 +39,8 @@ from shardwise.calibration.records import Case
 from shardwise.calibration.validate import row_class, signed_error
 from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.cost.constants import CITED_PER_GPU, Constants, fitted_data
-from shardwise.specs.hardware import catalog_families
 from shardwise.cost.stack import host_overhead_stacks
+from shardwise.specs.hardware import catalog_families
 
 LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
 # kappa = sigma^2 / tau^2 of the module docstring, estimated by validate.source_spread (DerSimonian-Laird) on

@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
 # Past e^700 a float overflows; a run whose restarts or segments are that many MTTFs long never finishes.
 MAX_EXPONENT = 700.0
 

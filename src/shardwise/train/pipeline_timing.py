@@ -21,6 +21,7 @@ from shardwise.pipeline.schedule_info import StepTime
 from shardwise.pipeline.steady import simulate_steady
 from shardwise.specs.training import TrainPlan
 
+
 @dataclass(frozen=True)
 class PipelineTiming:
     step_s: float  # pipelined forward/backward part of the step, in the sense of `bubble_definition`
