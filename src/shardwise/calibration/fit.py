@@ -300,7 +300,7 @@ class Problem:
         prior = self.width / self.prior_weight * math.sqrt(s2) if self.prior_weight else np.full(k, math.inf)
         return post, prior
 
-    def determinedness(self, x, jac, lower, upper) -> tuple[dict[str, str], dict[str, float]]:
+    def determinedness(self, x: np.ndarray, jac: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> tuple[dict[str, str], dict[str, float]]:
         """A constant is determined by the data when some rows depend on it, it does not sit on a bound,
         and the data shrink its uncertainty to under half of what the prior alone allows."""
         post, prior = self._posterior_sd(jac, x)
