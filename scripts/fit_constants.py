@@ -28,7 +28,14 @@ import sys
 import time
 
 from shardwise.calibration.bands import error_bands
-from shardwise.calibration.fit import PARAMS, base_constants, fit_cases, fit_new_params, in_fit_scope, leave_one_group_out
+from shardwise.calibration.fit import (
+    PARAMS,
+    base_constants,
+    fit_cases,
+    fit_new_params,
+    in_fit_scope,
+    leave_one_group_out,
+)
 from shardwise.calibration.serving_fit import fit_serving
 from shardwise.calibration.validate import collect_cases
 from shardwise.cost.constants import FIT_CV_FILE, FITTED_FILE, default_constants, fit_cv_data, fitted_data

@@ -39,8 +39,8 @@ from shardwise.calibration.records import Case
 from shardwise.calibration.validate import row_class, signed_error
 from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.cost.constants import CITED_PER_GPU, Constants, fitted_data
-from shardwise.specs.hardware import catalog_families
 from shardwise.cost.stack import host_overhead_stacks
+from shardwise.specs.hardware import catalog_families
 
 LOSS_SCALE = 0.10  # soft-L1 transition: a 10% log error
 # kappa = sigma^2 / tau^2 of the module docstring, estimated by validate.source_spread (DerSimonian-Laird) on
@@ -300,7 +300,7 @@ class Problem:
         prior = self.width / self.prior_weight * math.sqrt(s2) if self.prior_weight else np.full(k, math.inf)
         return post, prior
 
-    def determinedness(self, x, jac, lower, upper) -> tuple[dict[str, str], dict[str, float]]:
+    def determinedness(self, x: np.ndarray, jac: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> tuple[dict[str, str], dict[str, float]]:
         """A constant is determined by the data when some rows depend on it, it does not sit on a bound,
         and the data shrink its uncertainty to under half of what the prior alone allows."""
         post, prior = self._posterior_sd(jac, x)

@@ -17,6 +17,7 @@ and, with that source left out, on its starting value and the weak prior).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -127,7 +128,8 @@ def fit_serving(device: Constants, fit_hbm: bool = True, max_nfev: int = 60, exc
     return consts, record
 
 
-def leave_one_source_out(device: Constants, full: dict[str, Any], max_nfev: int = 30, progress=None) -> dict[str, Any]:
+def leave_one_source_out(device: Constants, full: dict[str, Any], max_nfev: int = 30,
+                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """For each source of fit rows: refit without it (from the full fit's values) and predict its rows.
     Returns source -> {"parameters": the fold's values, "rows": the held-out rows}."""
     from shardwise.serve.validate import compare, records

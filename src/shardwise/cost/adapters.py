@@ -48,6 +48,7 @@ from shardwise.cost.constants import Constants
 from shardwise.cost.device import Device
 from shardwise.cost.layer import PassCost
 from shardwise.cost.memory import ModelStateBytes
+from shardwise.cost.numeric import Num
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import LoraSpec, TrainingSpec
 
@@ -87,7 +88,7 @@ def quantized_params(model: ModelSpec) -> int:
     return sum(n_in * n_out for n_in, n_out in LoraSpec.linear_shapes(model).values())
 
 
-def frozen_weight_bytes(model: ModelSpec, lora: LoraSpec, params, layers, tp: int, working_bytes: float):
+def frozen_weight_bytes(model: ModelSpec, lora: LoraSpec, params: Num, layers: Num, tp: int, working_bytes: float) -> Num:
     """Bytes of the frozen base on a GPU holding `params` parameters (after TP) in `layers` layers: the
     layers' linear weights in the base format, the rest (embeddings, LM head, norms) at the working
     precision. Arrays allowed."""
@@ -181,7 +182,8 @@ def adapter_model_flops_per_token(model: ModelSpec, lora: LoraSpec, base_flops: 
     return base_flops - 2.0 * frozen + 6.0 * model.layers * adapter_params(model, lora)
 
 
-def paged_optimizer(states: ModelStateBytes, fixed, activations, usable, consts: Constants, host_gbyte_s: float):
+def paged_optimizer(states: ModelStateBytes, fixed: Num, activations: Num, usable: Num, consts: Constants,
+                    host_gbyte_s: float) -> tuple[Num, Num, Num]:
     """(peak bytes, optimizer bytes resident on the GPU, seconds of paging per step) of a rank whose
     optimizer states are paged (module docstring): the states keep the room the weights, gradients,
     fixed memory and `activations` (with fragmentation) leave of `usable`; the rest lives in host memory

@@ -76,13 +76,14 @@ from typing import NamedTuple
 import numpy as np
 
 from shardwise.cost.constants import NVLS_ARCH_FACTOR, NetworkConstants, fitted_network_constants
+from shardwise.cost.numeric import Num
 from shardwise.specs.hardware import Cluster, CommGroup, Network, group_shape
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "broadcast")
 INF = float("inf")
 
 
-def bus_factor(kind: str, n):
+def bus_factor(kind: str, n: Num) -> Num:
     """nccl-tests bus bandwidth = algorithm bandwidth x this factor (PERFORMANCE.md)."""
     if kind == "all_reduce":
         return 2.0 * (n - 1) / n
@@ -155,7 +156,8 @@ def _rates(net: Network, c: NetworkConstants) -> _Rates:
                   c.nic_latency_s(net.fabric, "ll_"), c.a2a_peer_latency_s)
 
 
-def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, latency: bool = True):
+def _time_s(kind: str, size: Num, k: Num, n_dom: Num, net: Network, c: NetworkConstants, ops: type[_Scalar | _Array],
+            latency: bool = True) -> Num:
     """Seconds of one collective; `size`, `k` (ranks per domain) and `n_dom` (domains) may be arrays.
     The faster of the bulk protocol and LL (module docstring) where both apply."""
     if kind not in KINDS:
@@ -191,7 +193,8 @@ def _time_s(kind: str, size, k, n_dom, net: Network, c: NetworkConstants, ops, l
     return ops.minimum(t, ll)
 
 
-def _nvls_and_tree_s(ring, size, k, n_dom, link_k, r: _Rates, sharp: bool, ops):
+def _nvls_and_tree_s(ring: Num, size: Num, k: Num, n_dom: Num, link_k: Num, r: _Rates, sharp: bool,
+                     ops: type[_Scalar | _Array]) -> Num:
     """All-reduce: the ring's time `ring`, NVLS inside a domain and the tree across domains, the fastest."""
     across = n_dom > 1
     b_nvls = r.nvls * ops.maximum(k - 1, 1) / ops.maximum(k, 1)  # used only where k >= 2
@@ -217,7 +220,8 @@ def collective_s(kind: str, size_bytes: float, n: int, tier: CommGroup, constant
     return float(_time_s(kind, size_bytes, k, -(-n // k), tier.network, constants or fitted_network_constants(), _Scalar, latency))
 
 
-def group_collective_s(cluster: Cluster, kind: str, size_bytes, n, stride, constants: NetworkConstants | None = None):
+def group_collective_s(cluster: Cluster, kind: str, size_bytes: Num, n: Num, stride: Num,
+                       constants: NetworkConstants | None = None) -> Num:
     """Collective over groups of `n` ranks spaced `stride` apart in the global rank order; arguments
     may be numpy arrays (one group per element)."""
     if not (isinstance(n, np.ndarray) or isinstance(stride, np.ndarray) or isinstance(size_bytes, np.ndarray)):  # plain Python

@@ -26,6 +26,7 @@ import numpy as np
 
 from shardwise.cost.attention import AttentionShape, fitted_attention_shapes, fused_attention_s
 from shardwise.cost.constants import ComputeConstants
+from shardwise.cost.numeric import Num
 from shardwise.specs.hardware import GPU
 
 # FlashAttention-1 reached 25-40% of A100 peak where FlashAttention-2 reaches 50-73% (Dao 2023, Sec. 1):
@@ -86,7 +87,7 @@ class Device:
     def hbm_rate(self) -> float:
         return self.hbm_bytes_s * self.memory_efficiency
 
-    def gemm_s(self, m, n, k, count=1, bytes_per_element: float = 2.0, lowp: bool = False):
+    def gemm_s(self, m: Num, n: Num, k: Num, count: Num = 1, bytes_per_element: float = 2.0, lowp: bool = False) -> Num:
         """`count` identical (or one grouped GEMM of `count`) (m x k) @ (k x n) GEMMs; `lowp`: a block
         linear, run in FP8/FP4 when the device has a low-precision rate (16-bit output)."""
         flops = 2.0 * m * n * k * (1.0 + self.gemm_dim_offset * (1.0 / m + 1.0 / n + 1.0 / k))
@@ -98,7 +99,8 @@ class Device:
             memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
         return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
 
-    def attention_s(self, bh, s_q, s_k, d, causal: bool = True, backward: bool = False, bytes_moved: float = 0.0):
+    def attention_s(self, bh: Num, s_q: Num, s_k: Num, d: Num, causal: bool = True, backward: bool = False,
+                    bytes_moved: float = 0.0) -> Num:
         """One fused attention kernel over `bh` (batch x heads) pairs of `s_q` queries and `s_k` keys of head
         dimension `d` (:func:`shardwise.cost.attention.fused_attention_s`)."""
         return fused_attention_s(bh, s_q, s_k, d, causal, backward, self.attention_peak_flops, self.attention_efficiency,

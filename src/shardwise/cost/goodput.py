@@ -28,8 +28,8 @@ b < 2M, else M (Daly 2006 Eq. 37), are reported beside the exact optimum, found 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-
 
 # Past e^700 a float overflows; a run whose restarts or segments are that many MTTFs long never finishes.
 MAX_EXPONENT = 700.0
@@ -92,7 +92,7 @@ def ettr(run: RunModel, tau_s: float) -> float:
     return base / (1.0 + run.planned_rate_s * run.planned_cost_s)
 
 
-def _golden_max(f, lo: float, hi: float, xatol: float) -> float:
+def _golden_max(f: Callable[[float], float], lo: float, hi: float, xatol: float) -> float:
     """The maximiser of a unimodal `f` on [lo, hi] to within `xatol`: golden-section search (Kiefer 1953).
     Written here rather than scipy.optimize.minimize_scalar, whose import costs 0.3 s of every CLI call."""
     inv_phi = (math.sqrt(5.0) - 1.0) / 2.0

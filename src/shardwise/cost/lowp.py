@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from shardwise.cost.constants import Constants
 from shardwise.cost.device import Device
+from shardwise.cost.numeric import Num
 from shardwise.cost.stack import StackProfile
 from shardwise.specs.hardware import GPU
 from shardwise.specs.training import FP4_RECIPES, RECIPE_ARCHS, TrainingSpec
@@ -136,7 +137,7 @@ def job_device(gpu: GPU, training: TrainingSpec, constants: Constants, stack: St
     return device(gpu, training, constants, stack, attention_kernel, lowp), lowp
 
 
-def cast_s(dev: Device, lowp: LowPrecision, elements, tensors):
+def cast_s(dev: Device, lowp: LowPrecision, elements: Num, tensors: Num) -> Num:
     """Quantising `elements` GEMM-operand elements held in `tensors` tensors into both layouts
     (memory-bound kernels; bytes per element :data:`CAST_BYTES`); 0 for 16-bit jobs."""
     if not lowp.active:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from shardwise.cost.numeric import where
+from shardwise.cost.numeric import Num, where
 
 
 class Placement(Enum):
@@ -59,7 +59,7 @@ def model_state_bytes(
     `params`, `dp_group` and `zero` may be numpy arrays (one plan per element).
     """
 
-    def per_gpu(state: str, nbytes: float):
+    def per_gpu(state: str, nbytes: float) -> Num:
         stage, _ = SHARDED_FROM[state]
         return params * nbytes / where(zero >= stage, dp_group, 1)
 

@@ -8,6 +8,9 @@ import math
 
 import numpy as np
 
+# A number for the exact estimate, an array with one element per plan for the screen.
+Num = float | np.ndarray
+
 
 def where(cond, a, b):
     """np.where(cond, a, b)."""

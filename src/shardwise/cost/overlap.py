@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.cost.comm import group_collective_s
-from shardwise.cost.numeric import ceil, maximum, minimum, where
+from shardwise.cost.numeric import Num, ceil, maximum, minimum, where
 from shardwise.specs.hardware import Cluster
 
 
@@ -48,16 +48,18 @@ def exposed_layer_comm(cost):
     return f, i, cost.w_s, cost.tp_fwd_s + tp_bwd, cp_fwd + cp_bwd, cost.ep_fwd_s + cost.ep_bwd_s
 
 
-def chunked_s(cluster: Cluster, kind: str, size_bytes, n, stride, calls):
+def chunked_s(cluster: Cluster, kind: str, size_bytes: Num, n: Num, stride: Num, calls: Num) -> Num:
     """`calls` equal collectives moving `size_bytes` in total (each pays its latency)."""
     calls = maximum(calls, 1)
     return calls * group_collective_s(cluster, kind, size_bytes / calls, n, stride)
 
 
-def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, expert_stride, p_dense, p_exp, n_dense, n_exp,
-                 shard, weight_bytes, grad_bytes, fwd_s, bwd_s, dp_overlap: float, fsdp_overlap: float,
-                 layers=1, bucket_bytes: float = 40 * 2**20, frozen_bytes=0.0, zero1_broadcast: bool = False,
-                 param_sync_overlap: bool = True, keep_unsharded=False, unsharded_grads=False):
+def dp_exposed_s(cluster: Cluster, zero: Num, overlap_grad_reduce: bool | np.ndarray, microbatches: Num, tp: Num,
+                 expert_stride: Num, p_dense: Num, p_exp: Num, n_dense: Num, n_exp: Num, shard: Num, weight_bytes: Num,
+                 grad_bytes: Num, fwd_s: Num, bwd_s: Num, dp_overlap: float, fsdp_overlap: float,
+                 layers: Num = 1, bucket_bytes: float = 40 * 2**20, frozen_bytes: Num = 0.0, zero1_broadcast: bool = False,
+                 param_sync_overlap: bool = True, keep_unsharded: bool | np.ndarray = False,
+                 unsharded_grads: bool | np.ndarray = False) -> Num:
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
     (strides tp and `expert_stride` = etp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
@@ -70,10 +72,10 @@ def dp_exposed_s(cluster: Cluster, zero, overlap_grad_reduce, microbatches, tp, 
     shard = minimum(shard, n_dense)
     replicas = n_dense // shard
 
-    def buckets(nbytes):
+    def buckets(nbytes: Num) -> Num:
         return ceil(nbytes / bucket_bytes)
 
-    def both(kind: str, nbytes: float, n_d, stride_d, per_layer: bool):
+    def both(kind: str, nbytes: float, n_d: Num, stride_d: Num, per_layer: bool) -> Num:
         dense, expert = p_dense * nbytes, p_exp * nbytes
         calls_d, calls_e = (layers, layers) if per_layer else (buckets(dense), buckets(expert))
         return (chunked_s(cluster, kind, dense, n_d, stride_d, calls_d)

@@ -12,6 +12,7 @@ from typing import Any
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import data_path, load_yaml
+from shardwise.specs.training import TrainingSpec, TrainPlan
 
 FITTED_KNOBS = ("tp_comm_overlap", "dp_overlap", "fsdp_prefetch_overlap")
 
@@ -107,19 +108,19 @@ def _profile(framework: str, arch: str, compile: bool | None, consts: Constants)
     return replace(profile, **{k: v for k, v in over.items() if k in FITTED_KNOBS}) if over else profile
 
 
-def attention_kernel(training, stack: StackProfile) -> str:
+def attention_kernel(training: TrainingSpec, stack: StackProfile) -> str:
     """The attention kernel a job runs: its own choice, else its stack's for the GPU generation."""
     choice = getattr(training, "attention_kernel", "auto")
     return stack.attention_kernel if choice == "auto" else choice
 
 
-def expandable_segments(training, stack: StackProfile) -> bool:
+def expandable_segments(training: TrainingSpec, stack: StackProfile) -> bool:
     """Whether the job's caching allocator uses expandable segments: its own setting, else its stack's."""
     choice = getattr(training, "expandable_segments", None)
     return stack.expandable_segments if choice is None else bool(choice)
 
 
-def keeps_unsharded(plan, stack: StackProfile) -> bool:
+def keeps_unsharded(plan: TrainPlan, stack: StackProfile) -> bool:
     """Whether a ZeRO-3 plan keeps each layer's gathered parameters for the step (reshard_after_forward off):
     the plan's setting, else the stack's rule (data/stacks.yaml fsdp_unsharded_with_pp: off under PP)."""
     if plan.zero != 3:
@@ -129,7 +130,7 @@ def keeps_unsharded(plan, stack: StackProfile) -> bool:
     return stack.fsdp_unsharded_with_pp and plan.pp > 1
 
 
-def tp_overlap_mode(plan, stack: StackProfile) -> str:
+def tp_overlap_mode(plan: TrainPlan, stack: StackProfile) -> str:
     """The plan's tensor-parallel overlap mode (auto: the stack's default); a mode the stack does not run, or
     a split mode without sequence parallelism (Megatron-LM validate_args: 'Tensor parallel communication/GEMM
     overlap can happen only when sequence parallelism is enabled'; torchtitan's async TP works on the

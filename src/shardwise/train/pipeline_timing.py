@@ -9,7 +9,7 @@ longest per-rank span for the zero-bubble family run with optimizer post-validat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -20,6 +20,7 @@ from shardwise.pipeline.registry import stages_per_rank
 from shardwise.pipeline.schedule_info import StepTime
 from shardwise.pipeline.steady import simulate_steady
 from shardwise.specs.training import TrainPlan
+
 
 @dataclass(frozen=True)
 class PipelineTiming:
@@ -109,8 +110,9 @@ def _longest(p2p_s: float | tuple[float, ...]) -> float:
     return max(p2p_s, default=0.0) if isinstance(p2p_s, tuple) else p2p_s
 
 
-def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float | tuple, activation, w_retained_fraction: float,
-             activation_cap: float | None, group: int | None = None) -> Callable[[int], Schedule]:
+def _builder(name: str, pp: int, vpp: int, f_s: float | Sequence[float], i_s: float | Sequence[float],
+             w_s: float | Sequence[float], p2p_s: float | tuple, activation: Sequence[float] | None,
+             w_retained_fraction: float, activation_cap: float | None, group: int | None = None) -> Callable[[int], Schedule]:
     """The schedule IR for a micro-batch count (``auto``: searched under ``activation_cap`` for these costs,
     for its step time, on the placement its record gives for ``vpp``; with one hop time per boundary, the longest)."""
     info = schedule_info(name)
@@ -125,7 +127,9 @@ def _builder(name: str, pp: int, vpp: int, f_s, i_s, w_s, p2p_s: float | tuple, 
     return lambda m: cached_schedule(name, pp, m, vpp, group)
 
 
-def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s, i_s, w_s, p2p_s: float, activation,
+def simulate_pipeline(name: str, pp: int, vpp: int, microbatches: int, f_s: float | Sequence[float],
+                      i_s: float | Sequence[float], w_s: float | Sequence[float], p2p_s: float,
+                      activation: Sequence[float] | None,
                       w_retained_fraction: float = 1.0, activation_cap: float | None = None,
                       group: int | None = None) -> tuple[Schedule, SimResult]:
     """The schedule IR (``auto``: searched under ``activation_cap``) and its full simulation (a trace
