@@ -68,6 +68,7 @@ class TimeBreakdown:
     optimizer: float
     overhead: float
     straggler: float = 0.0  # waiting for the slowest rank of a synchronous step
+    act_offload: float = 0.0  # activation offload copies not hidden behind compute (cost/act_offload.py)
 
     @property
     def total(self) -> float:

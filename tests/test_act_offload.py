@@ -1,0 +1,80 @@
+"""Activation offload (parallel.offload_activations; cost/act_offload.py, PipeOffload, Wan et al. 2025): the
+cost rule's properties, the estimate's time row, memory and host-memory use, and the plan field's checks."""
+
+import pytest
+
+from shardwise.cost.act_offload import activation_offload
+from shardwise.errors import ShardwiseError
+from shardwise.specs.job import job_from_mapping
+from shardwise.train.estimate import estimate
+
+GIB = 2**30
+
+
+def _job(share, gpu="h100", gpus=8, model="llama-3.1-8b", pp=4, schedule="1f1b", link=None, seq=4096, batch=32):
+    cluster = {"gpu": gpu, "gpus": gpus} | ({"host": {"link_gbyte_s": link}} if link else {})
+    return job_from_mapping({"model": model, "cluster": cluster, "training": {"seq_len": seq, "global_batch": batch},
+                             "parallel": {"tp": 1, "pp": pp, "dp": gpus // pp, "schedule": schedule, "recompute": "none",
+                                          "offload_activations": share}})
+
+
+def test_nothing_changes_at_share_zero():
+    o = activation_offload(0.0, 10 * GIB, [2 * GIB], [[0.0]], 1.0, 8, 1.0)
+    assert (o.peak_bytes, o.host_bytes, o.exposed_s) == (10 * GIB, 0.0, 0.0)
+
+
+def test_memory_rule_keeps_one_microbatch_in_flight():
+    o = activation_offload(1.0, 10 * GIB, [2 * GIB], [[5.0]], 64.0, 8, 100.0)
+    assert o.peak_bytes == pytest.approx(2 * GIB) and o.host_bytes == pytest.approx(8 * GIB)
+    half = activation_offload(0.5, 10 * GIB, [2 * GIB], [[5.0]], 64.0, 8, 100.0)
+    assert half.peak_bytes == pytest.approx(6 * GIB)
+
+
+def test_fully_hidden_with_a_long_forward_to_backward_gap():
+    long_gap = activation_offload(1.0, 8 * GIB, [GIB], [[10.0] * 4], 1.0, 4, 1e3)
+    assert long_gap.exposed_s == 0.0
+    no_gap = activation_offload(1.0, 8 * GIB, [GIB], [[0.0] * 4], 1.0, 4, 1e3)
+    assert no_gap.exposed_s == pytest.approx(4 * 2 * GIB / 1e9)  # both crossings of every micro-batch exposed
+
+
+def test_link_throughput_bounds_the_step():
+    o = activation_offload(1.0, 8 * GIB, [GIB], [[1e9]], 1.0, 100, 10.0)
+    assert o.exposed_s == pytest.approx(100 * GIB / 1e9 - 10.0)
+
+
+def test_estimate_peak_falls_and_overhead_does_not_fall_with_the_share():
+    shares = (0.0, 0.25, 0.5, 0.75, 1.0)
+    est = [estimate(_job(x, link=4.0)) for x in shares]  # a slow link: some of the copy shows
+    peaks = [e.memory.activations for e in est]
+    exposed = [e.time_s.act_offload for e in est]
+    assert all(a > b for a, b in zip(peaks, peaks[1:], strict=False))
+    assert all(b >= a for a, b in zip(exposed, exposed[1:], strict=False)) and exposed[-1] > 0
+    for e in est:
+        assert e.time_s.total == pytest.approx(e.step_time_s)
+    assert est[0].host_memory is None and est[-1].host_memory["activations_gib"] > 0
+
+
+def test_fast_link_hides_the_offload_and_host_memory_counts_it():
+    e = estimate(_job(0.5))
+    base = estimate(_job(0.0))
+    assert e.time_s.act_offload == 0.0 and e.step_time_s == pytest.approx(base.step_time_s)
+    h = e.to_dict()["host_memory"]
+    assert h["activations_gib"] > 0 and h["dram_used_gib"] == pytest.approx(h["activations_gib"])
+    assert e.to_dict()["time_s"]["act_offload"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_share_is_validated(bad):
+    with pytest.raises(ShardwiseError, match="offload_activations"):
+        _job(bad)
+
+
+def test_planner_carries_the_share_and_screens_its_memory():
+    from shardwise.api import plan
+
+    common = {"model": "llama-3.1-8b", "gpu": "h100", "gpus": 8, "seq_len": 8192, "global_batch": 64, "top": 1, "max_exact": 4}
+    base = plan(**common, max_memory_gib=30.0)
+    off = plan(**common, max_memory_gib=30.0, fixed={"offload_activations": 1.0})
+    assert off.top[0].plan["offload_activations"] == 1.0
+    assert off.top[0].peak_memory_gib <= 30.0
+    assert off.top[0].step_time_s <= base.top[0].step_time_s * 1.0001  # more room: a plan at least as fast
