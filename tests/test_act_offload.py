@@ -1,6 +1,8 @@
 """Activation offload (parallel.offload_activations; cost/act_offload.py, PipeOffload, Wan et al. 2025): the
 cost rule's properties, the estimate's time row, memory and host-memory use, and the plan field's checks."""
 
+import json
+
 import pytest
 
 from shardwise.cost.act_offload import activation_offload
@@ -78,3 +80,33 @@ def test_planner_carries_the_share_and_screens_its_memory():
     assert off.top[0].plan["offload_activations"] == 1.0
     assert off.top[0].peak_memory_gib <= 30.0
     assert off.top[0].step_time_s <= base.top[0].step_time_s * 1.0001  # more room: a plan at least as fast
+
+
+def _engine_job(share, pp=1, recompute="none"):
+    return job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8},
+                             "training": {"seq_len": 4096, "global_batch": 16},
+                             "parallel": {"tp": 8 // pp, "pp": pp, "dp": 1, "recompute": recompute,
+                                          "offload_activations": share}})
+
+
+def test_megatron_exports_the_nearest_layer_count_and_refuses_pp_and_recompute():
+    from shardwise.engines.support import job_verdict
+    from shardwise.handoff import export_train
+
+    args = export_train(_engine_job(0.4), "megatron").args
+    assert args[args.index("--cpu-offloading-num-layers") + 1] == "13"  # 0.4 x 32 layers
+    assert not job_verdict(_engine_job(0.4, pp=2), "megatron").runnable
+    assert not job_verdict(_engine_job(0.4, recompute="selective"), "megatron").runnable
+    assert not job_verdict(_engine_job(1.0), "megatron").runnable  # all 32 layers: Megatron offloads fewer
+
+
+def test_torchtitan_refuses_and_deepspeed_takes_cpu_checkpointing():
+    from shardwise.engines.support import job_verdict
+    from shardwise.handoff import export_train
+
+    assert not job_verdict(_engine_job(0.5), "torchtitan").runnable
+    assert not job_verdict(_engine_job(0.5, recompute="full"), "deepspeed").runnable
+    ok = _engine_job(1.0, pp=1, recompute="full")
+    assert job_verdict(ok, "deepspeed").runnable
+    out = export_train(ok, "deepspeed")
+    assert json.loads(out.config_file[1])["activation_checkpointing"]["cpu_checkpointing"] is True

@@ -408,7 +408,8 @@ def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_a
                     dispatchers=c.dispatchers or ("alltoall",), tp_overlap="none" if mode == "auto" else mode,
                     microbatch_group=fixed.get("microbatch_group"), reshard_after_forward=fixed.get("reshard_after_forward"),
                     offload=fixed.get("offload", "none"), offload_device=fixed.get("offload_device", "cpu"),
-                    dp_shard=fixed.get("dp_shard"), **training_knobs(training))
+                    dp_shard=fixed.get("dp_shard"), offload_activations=fixed.get("offload_activations", 0.0),
+                    **training_knobs(training))
 
 
 def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, training: TrainingSpec,
