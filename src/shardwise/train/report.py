@@ -136,14 +136,16 @@ def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Gr
     parts = e.memory.gib()
     for k in ("params", "grads", "optimizer", "activations", "buffers"):
         mem.add_row(k, f"{parts[k]:.2f}")
-    share = e.plan.get("offload_activations") or 0.0
-    if share and e.host_memory is not None:
-        mem.add_row(f"activations offloaded ({share:.0%}, host)", f"{e.host_memory['activations_gib'] / max(1, e.host_memory['gpus_per_node']):.2f}")
+
     mem.add_row(Text("allocated", style="italic"), f"{e.peak_allocated_gib:.2f}")
     mem.add_row("fragmentation", f"{parts['fragmentation']:.2f}")
     mem.add_row(Text("reserved", style="italic"), f"{e.peak_reserved_gib:.2f}")
     mem.add_row("runtime", f"{parts['runtime']:.2f}")
     mem.add_row(Text("device total", style="bold"), f"{e.peak_memory_gib:.2f}")
+    share = e.plan.get("offload_activations") or 0.0
+    if share and e.host_memory is not None:  # below HBM: not part of the device total
+        mem.add_row(f"activations in host memory ({share:.0%} offloaded)",
+                    f"{e.host_memory['activations_gib'] / max(1, e.host_memory['gpus_per_node']):.2f}")
 
     side = Table.grid(padding=(0, 4))
     side.add_row(time, mem)
