@@ -110,3 +110,23 @@ def test_torchtitan_refuses_and_deepspeed_takes_cpu_checkpointing():
     assert job_verdict(ok, "deepspeed").runnable
     out = export_train(ok, "deepspeed")
     assert json.loads(out.config_file[1])["activation_checkpointing"]["cpu_checkpointing"] is True
+
+
+def test_screen_memory_rule_is_the_estimates():
+    """The planner's screen applies the estimate's memory rule (cost/act_offload.py offloaded_peak)."""
+    import numpy as np
+
+    from shardwise.cost.constants import default_constants
+    from shardwise.specs.hardware import make_cluster
+    from shardwise.specs.model import load_model
+    from shardwise.specs.training import TrainingSpec
+    from shardwise.train.planner import job_from_plan
+    from shardwise.train.screen import screen
+    from shardwise.train.search_space import enumerate_plans
+
+    model, cluster, tr = load_model("llama-3.1-8b"), make_cluster("h100", 16), TrainingSpec(seq_len=4096, global_batch=64)
+    c = enumerate_plans(model, cluster, tr, ("1f1b", "gpipe", "zb-h1"), {"recompute": "none", "zero": 1, "tp": 2})
+    mem = screen(c, model, cluster, tr, default_constants(), offload_activations=0.6)["memory_bytes"]
+    for i in np.linspace(0, len(c) - 1, 4).astype(int):
+        e = estimate(job_from_plan(model, cluster, tr, {**c.plan_dict(int(i)), "offload_activations": 0.6}))
+        assert mem[i] / GIB == pytest.approx(e.peak_memory_gib, rel=0.01)  # the screen is as close at share 0
