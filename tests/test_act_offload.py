@@ -130,3 +130,11 @@ def test_screen_memory_rule_is_the_estimates():
     for i in np.linspace(0, len(c) - 1, 4).astype(int):
         e = estimate(job_from_plan(model, cluster, tr, {**c.plan_dict(int(i)), "offload_activations": 0.6}))
         assert mem[i] / GIB == pytest.approx(e.peak_memory_gib, rel=0.01)  # the screen is as close at share 0
+
+
+def test_host_memory_check_counts_offloaded_activations():
+    job = job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8, "host": {"dram_gib": 16}},
+                            "training": {"seq_len": 8192, "global_batch": 64},
+                            "parallel": {"tp": 1, "pp": 8, "dp": 1, "recompute": "none", "offload_activations": 1.0}})
+    e = estimate(job)
+    assert not e.fits and e.misfit.startswith("host memory: offloaded activations need")
