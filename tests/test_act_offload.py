@@ -138,3 +138,21 @@ def test_host_memory_check_counts_offloaded_activations():
                             "parallel": {"tp": 1, "pp": 8, "dp": 1, "recompute": "none", "offload_activations": 1.0}})
     e = estimate(job)
     assert not e.fits and e.misfit.startswith("host memory: offloaded activations need")
+
+
+def test_no_fit_advice_offers_activation_offload():
+    """Llama-3.1-8B at 32K on 8 H100 without recompute, tp 1: no plan fits (activations); offloading them does."""
+    from shardwise.specs.hardware import make_cluster
+    from shardwise.specs.model import load_model
+    from shardwise.specs.training import TrainingSpec
+    from shardwise.train.advice import SAME_JOB, what_to_change
+    from shardwise.train.planner import NothingFits, plan_search
+
+    model, training, cluster = load_model("llama-3.1-8b"), TrainingSpec(seq_len=32768, global_batch=16), make_cluster("h100", 8)
+    fixed = {"recompute": "none", "tp": 1, "cp": 1}
+    with pytest.raises(NothingFits) as info:
+        plan_search(model, cluster, training, fixed=fixed)
+    levers = {lv.name: lv for lv in what_to_change(model, training, info.value, fixed).levers}
+    lever = levers["activation offload"]
+    assert lever.fits and lever.kind == SAME_JOB and lever.best.plan["offload_activations"] == 1.0
+    assert lever.slowdown is not None and lever.slowdown >= 0.0
