@@ -5,6 +5,8 @@ stage contents from :mod:`shardwise.train.stages`; the pipeline makespan from
 :mod:`shardwise.train.pipeline_timing` (exact simulation of the schedule); data-parallel
 communication and the optimizer step per pipeline rank; memory by placement (:mod:`shardwise.cost.memory`) with activations from
 :mod:`shardwise.cost.activations`. What communication stays exposed: :mod:`shardwise.cost.overlap`.
+Activation offload (parallel.offload_activations): :mod:`shardwise.cost.act_offload`, its copies timed
+against the schedule's forward-to-backward gaps (:func:`shardwise.train.pipeline_timing.forward_backward_gaps`).
 """
 
 from __future__ import annotations
