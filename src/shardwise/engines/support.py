@@ -76,6 +76,7 @@ class PlanView:
     offload: str = "none"
     offload_device: str = "cpu"  # cpu | nvme
     dp_shard: int | None = None
+    offload_activations: float = 0.0  # share of the activations offloaded to host memory
     grouped_gemm: str = "on"  # moe.grouped_gemm: on | off
     overlap_a2a: str = "default"  # moe.overlap_a2a: default (unset: the stack's share) | on | off
     expandable_segments: str = "off"  # the allocator the estimate costed: on | off
@@ -127,6 +128,7 @@ class PlanView:
                    cpc=one(CP_COMMS.index(plan.cp_comm)), rcp=one(0), recipes=(recipe,), disp=one(0),
                    dispatchers=(training.moe.dispatcher,), tp_overlap=mode, microbatch_group=plan.microbatch_group,
                    reshard_after_forward=plan.reshard_after_forward, offload=plan.offload, offload_device=plan.offload_device, dp_shard=plan.dp_shard,
+                   offload_activations=plan.offload_activations,
                    **training_knobs(training))
 
     @classmethod

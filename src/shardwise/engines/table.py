@@ -185,6 +185,13 @@ def _fsdp_split_rule(engines: tuple[str, ...], keeps_with_pp: bool, instead: str
 
 
 RECOMPUTE_FULL = 2  # index of "full" in engines.support.RECOMPUTE (none, selective, full)
+
+
+def offloaded_layers(share: float, layers: int) -> int:
+    """Megatron-LM's --cpu-offloading-num-layers for an activation-offload share: the nearest layer count, at
+    least one (Megatron offloads whole layers' activations; the estimate prices the share)."""
+    return max(1, round(share * layers))
+
 _A2A_SRC = "megatron/core/transformer/transformer_config.py (overlap_moe_expert_parallel_comm asserts)"
 
 RULES: tuple[Rule, ...] = (
@@ -246,7 +253,26 @@ RULES: tuple[Rule, ...] = (
     Rule(("torchtitan",), lambda v: np.full(len(v.tp), v.dp_shard is not None) & (v.zero > 0),
          "hybrid sharding (dp_shard) is not written by the torchtitan export", "parallel.dp_shard left out",
          _SW + "handoff/torchtitan.py"),
+    Rule(("torchtitan",), lambda v: np.full(len(v.tp), v.offload_activations > 0),
+         "torchtitan 0.3.0 has no activation offload (its CPU offload moves FSDP2 parameters, gradients and optimizer "
+         "states)", "offload_activations 0", _TT + "torchtitan/config/configs.py (enable_cpu_offload)"),
+    Rule(("torch",), lambda v: np.full(len(v.tp), v.offload_activations > 0),
+         "train run does not offload activations", "offload_activations 0", _SW + "execute/"),
     # Megatron-LM
+    Rule(("megatron",), lambda v: (v.offload_activations > 0) & (v.pp > 1),
+         "Megatron-LM's CPU offloading (--cpu-offloading-num-layers) does not run with pipeline parallelism "
+         "(TransformerConfig refuses it; fine-grained activation offloading is not written by the export)",
+         "pp 1, or offload_activations 0",
+         _MG + "megatron/core/transformer/transformer_config.py (cpu_offloading_num_layers)"),
+    Rule(("megatron",), lambda v: (v.offload_activations > 0) & (v.rc != 0),
+         "Megatron-LM's CPU offloading does not run with activation recomputation (recompute_granularity must be "
+         "unset)", "recompute none, or offload_activations 0",
+         _MG + "megatron/core/transformer/transformer_config.py (cpu_offloading_num_layers)"),
+    Rule(("megatron",), lambda v: (v.offload_activations > 0)
+         & np.full(len(v.tp), offloaded_layers(v.offload_activations, v.model.layers if v.model else 2) >=
+                   (v.model.layers if v.model else 2)),
+         "Megatron-LM offloads fewer layers than the model has (--cpu-offloading-num-layers < num_layers)",
+         "a smaller offload_activations", _MG + "megatron/core/transformer/transformer_config.py (cpu_offloading_num_layers)"),
     Rule(("megatron",), lambda v: (v.pp > 1) & ~v.sched_in(("1f1b", "interleaved")),
          "Megatron-LM runs 1F1B and interleaved 1F1B only (no GPipe, BFS, zero-bubble or V schedules)",
          "schedule 1f1b (vpp 1) or interleaved (vpp > 1)", _MG + "megatron/core/pipeline_parallel/schedules.py"),
@@ -322,6 +348,10 @@ RULES: tuple[Rule, ...] = (
     Rule(("deepspeed",), lambda v: (v.rc == 1) & (not v.flash_attention),
          "DeepSpeed checkpoints whole layers (no selective recompute of attention alone)", "recompute full or none",
          _DS + "deepspeed/runtime/activation_checkpointing/checkpointing.py"),
+    Rule(("deepspeed",), lambda v: (v.offload_activations > 0) & ((v.rc != RECOMPUTE_FULL) | (v.offload_activations < 1.0)),
+         "DeepSpeed offloads activations only as cpu_checkpointing: every checkpointed layer input of full "
+         "recompute goes to host memory (share 1)", "recompute full with offload_activations 1, or 0",
+         _DS + "deepspeed/runtime/activation_checkpointing/checkpointing.py (CPU_CHECKPOINT)"),
     Rule(("deepspeed",), lambda v: np.full(len(v.tp), v.offload == "optimizer+params") & (v.zero < 3),
          "DeepSpeed offloads parameters with ZeRO-3 only (offload_param)", "zero 3, or offload optimizer",
          _DS + "deepspeed/runtime/zero/config.py"),

@@ -72,7 +72,7 @@ def ds_config(job: TrainJob) -> dict:
             cfg["expert_parallel"]["use_grouped_mm"] = False
     if p.recompute == "full":
         cfg["activation_checkpointing"] = {"partition_activations": p.tp > 1, "contiguous_memory_optimization": False,
-                                           "cpu_checkpointing": False}
+                                           "cpu_checkpointing": p.offload_activations > 0}
     return cfg
 
 

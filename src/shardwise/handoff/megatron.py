@@ -16,7 +16,7 @@ command runs before a dataset is prepared (replace with ``--data-path`` and a to
 
 from __future__ import annotations
 
-from shardwise.engines.table import knob_env, knob_words
+from shardwise.engines.table import knob_env, knob_words, offloaded_layers
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve
 from shardwise.specs.job import TrainJob
@@ -100,6 +100,8 @@ def parallel_args(job: TrainJob) -> list[str]:
               "--use-distributed-optimizer", "--no-gradient-accumulation-fusion"]
     if p.offload == "optimizer":
         a.append("--optimizer-cpu-offload")
+    if p.offload_activations > 0:  # layer-level CPU offloading of activations (the nearest layer count)
+        a += ["--cpu-offloading-num-layers", str(offloaded_layers(p.offload_activations, job.model.layers))]
     if p.overlap_grad_reduce and dp * p.cp > 1:
         a.append("--overlap-grad-reduce")
         if p.zero >= 1:

@@ -166,6 +166,8 @@ def check_layout(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpe
           "(data-parallel replicas per group), exactly one of them")
     _need(spec.ep == 1, "parallel.ep: expert parallelism across GPU groups is not modelled; use ep: 1")
     _need(spec.offload == "none", "parallel.offload: offloading is not modelled on heterogeneous clusters; use offload: none")
+    _need(spec.offload_activations == 0, "parallel.offload_activations: activation offload is not modelled on "
+          "heterogeneous clusters; leave it out")
     _need(spec.dp_shard is None, "parallel.dp_shard: hybrid sharding is not modelled across groups; leave it out "
           "(state_split chooses how the ZeRO shards are shared)")
     base = spec.model_dump(include=set(TrainPlan.model_fields))

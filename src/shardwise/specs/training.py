@@ -244,6 +244,11 @@ class TrainPlan(BaseModel):
     offload_device: Literal["cpu", "nvme"] = Field(
         default="cpu", description="where offloaded states live: cpu (host DRAM, ZeRO-Offload) or nvme (the node's "
         "NVMe drives behind pinned host buffers, ZeRO-Infinity; needs zero 3); docs/offload.md")
+    offload_activations: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="share (0 to 1) of each micro-batch's saved activations copied to "
+        "host memory after its forward and fetched back before its backward (PipeOffload, Wan et al. 2025); the "
+        "peak activation memory falls by that share but one micro-batch's worth stays in flight; the copies hide "
+        "behind the schedule's forward-to-backward gap, the rest adds to the step (cost/act_offload.py, docs/offload.md)")
     reshard_after_forward: bool | None = Field(
         default=None, description="zero 3: free each layer's gathered parameters after its forward (true: gathered "
         "again for the backward and every micro-batch) or keep them for the step (false: FSDP2 "

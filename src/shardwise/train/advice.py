@@ -5,6 +5,9 @@ The levers (each one change, the rest of the job as asked):
 - offload the optimizer states, or the optimizer states and the parameters, to host memory (ZeRO-Offload,
   Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al. 2021): the same GPUs, a slower step; its slowdown is
   the step time over that of the same plan without offload (were memory no object);
+- offload the activations to host memory (parallel.offload_activations 1, PipeOffload: Wan et al. 2025;
+  :mod:`shardwise.cost.act_offload`), where the job did not set a share: the same GPUs, its slowdown priced
+  the same way (the fallback search when nothing fits stays with the model-state offloads);
 - full recompute, micro-batch 1, or the job's other fixed plan fields freed (only where the job fixed them);
 - more GPUs of the same type: the smallest count that fits (:func:`shardwise.train.smallest.smallest_fit`);
 - another GPU type with more memory, at the same count;
@@ -135,6 +138,16 @@ def what_to_change(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fi
                 lever.note = (f"{lever.slowdown:.0%} slower than the same plan without offload "
                               f"(which would need {plain.peak_memory_gib:.1f} GiB)")
             levers.append(lever)
+    if not fixed.get("offload_activations"):  # activation offload (cost/act_offload.py): every share, the planner's best
+        best = _fastest(model, cluster, training, fixed | {"offload_activations": 1.0}, schedules, constants)
+        lever = Lever("activation offload", "offload the activations to host memory (parallel.offload_activations 1; "
+                      "PipeOffload)", SAME_JOB, best, cluster.num_gpus, usd_per_mtok=_price(best, cluster))
+        if best is not None:
+            plain = estimate(job_from_plan(model, cluster, training, {**best.plan, "offload_activations": 0.0}), constants)
+            lever.slowdown = best.step_time_s / plain.step_time_s - 1
+            lever.note = (f"{lever.slowdown:.0%} slower than the same plan without it (which would need "
+                          f"{plain.peak_memory_gib:.1f} GiB); a smaller share may fit too")
+        levers.append(lever)
     for key, value, words in (("recompute", "full", "recompute every layer's activations (full recompute)"),
                               ("micro_batch", 1, "micro-batch 1")):
         if key in fixed and fixed[key] != value:

@@ -5,10 +5,13 @@ stage contents from :mod:`shardwise.train.stages`; the pipeline makespan from
 :mod:`shardwise.train.pipeline_timing` (exact simulation of the schedule); data-parallel
 communication and the optimizer step per pipeline rank; memory by placement (:mod:`shardwise.cost.memory`) with activations from
 :mod:`shardwise.cost.activations`. What communication stays exposed: :mod:`shardwise.cost.overlap`.
+Activation offload (parallel.offload_activations): :mod:`shardwise.cost.act_offload`, its copies timed
+against the schedule's forward-to-backward gaps (:func:`shardwise.train.pipeline_timing.forward_backward_gaps`).
 """
 
 from __future__ import annotations
 
+from shardwise.cost.act_offload import activation_offload
 from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note, paged_optimizer
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.lowp import job_device
@@ -20,7 +23,7 @@ from shardwise.pipeline import schedule_info
 from shardwise.specs.job import TrainJob
 from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, plan_rank_tail, stage_work
 from shardwise.train.error_band import error_band
-from shardwise.train.pipeline_timing import check_group, pipeline_timing, plan_stages_per_rank
+from shardwise.train.pipeline_timing import check_group, forward_backward_gaps, pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import stage_contents, stage_params
 
@@ -88,9 +91,17 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p,
                              plan.microbatch_group)
 
+    # Activation offload (cost/act_offload.py): the peak falls by the share, the copies hide in the schedule's gaps.
+    share = plan.offload_activations
+    gaps = forward_backward_gaps(timing.inputs) if share > 0 else None
+    offloaded = [activation_offload(share, timing.peak_activation[r], [acts[s] for s in mine[r]],
+                                    [gaps[s] for s in mine[r]] if gaps else [[] for _ in mine[r]], host_link_gbyte_s(cluster),
+                                    m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]]) for r in range(pp)]
+    act_offload_s = max(o.exposed_s for o in offloaded)
+
     ranks, paged_gib = [], 0.0
     for r, t in enumerate(tails):
-        activations = timing.peak_activation[r] + extra_act[r]
+        activations = offloaded[r].peak_bytes + extra_act[r]
         optimizer, paging_s = float(t.states.optimizer), 0.0
         if paged:
             _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations * (1 + frag),
@@ -110,10 +121,11 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     overhead = host_overhead_s(consts, stack.host_step_overhead)
     n = cluster.num_gpus
     straggler = timing.step_s * (float(straggler_factor(cluster.nodes, step_const.straggler_cv)) - 1.0)
-    step = timing.step_s + straggler + dp_s + optimizer_s + overhead
+    step = timing.step_s + straggler + dp_s + optimizer_s + overhead + act_offload_s
     times = TimeBreakdown(
         compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
         bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler,
+        act_offload=act_offload_s,
     )
     tokens_step = training.tokens_per_step
     peak = gpu.peak_flops("bf16" if training.low_precision else training.precision)  # MFU of fp8/fp4 runs: vs the BF16 peak
@@ -132,7 +144,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         if cluster.price_usd_per_gpu_hour is not None:
             cost = seconds / 3600 * n * cluster.price_usd_per_gpu_hour
     notes = []
-    host_use = host_memory(cluster, tails, plan.offload, plan.offload_device, notes)
+    host_use = host_memory(cluster, tails, plan.offload, plan.offload_device, notes, [o.host_bytes for o in offloaded])
+    if share > 0:
+        notes.append(f"activation offload: {share:.0%} of each micro-batch's activations to host memory over "
+                     f"{host_link_gbyte_s(cluster):.0f} GB/s per GPU; peak activations {timing.peak_activation[peak_rank] / GIB:.2f}"
+                     f" -> {offloaded[peak_rank].peak_bytes / GIB:.2f} GiB on rank {peak_rank}; {act_offload_s:.3g} s per step "
+                     "exposed (the rest hidden behind the forward-to-backward gaps)")
     if model.is_moe:
         notes.append(f"MoE routing: {training.moe.assumption()}; {training.moe.dispatcher} dispatch over ep {ep}, "
                      f"expert all-to-all {e_ep:.3g} s per step (exposed)")
@@ -189,22 +206,27 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     )
 
 
-def host_memory(cluster, tails, offload: str, device: str, notes: list[str]) -> dict | None:
+def host_memory(cluster, tails, offload: str, device: str, notes: list[str],
+                activations: list[float] | None = None) -> dict | None:
     """Host DRAM and NVMe a node's offload uses against what it has (None: nothing offloaded). Every GPU of
     a node offloads at once: the node holds `gpus on the node` x the largest rank's bytes (an upper bound
     where a node's GPUs hold different pipeline stages). Available DRAM leaves HOST_MEMORY_RESERVE to the
-    OS and the data loaders (cost/step.py)."""
-    if offload == "none":
+    OS and the data loaders (cost/step.py). `activations`: each rank's offloaded activations at its peak
+    (cost/act_offload.py), counted in host DRAM beside the states."""
+    acts = max(activations or [0.0])
+    if offload == "none" and acts <= 0.0:
         return None
     per_node = min(cluster.gpus_per_node, cluster.num_gpus)
-    dram = per_node * max(float(t.host.dram) for t in tails)
-    nvme = per_node * max(float(t.host.nvme) for t in tails)
+    states = [(float(t.host.dram), float(t.host.nvme)) if t.host is not None else (0.0, 0.0) for t in tails]
+    dram = per_node * max(d + (activations[r] if activations else 0.0) for r, (d, _) in enumerate(states))
+    nvme = per_node * max(n for _, n in states)
     tiers = cluster.host
     avail = None if tiers.dram_gib is None else tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
     if avail is None:
         notes.append(f"host memory not checked: the catalog has no host DRAM figure for {cluster.gpu.name} nodes "
                      f"(offload needs {dram / GIB:,.0f} GiB per node); set cluster.host.dram_gib")
-    out = {"device": device, "gpus_per_node": per_node, "dram_used_gib": dram / GIB,
+    out = {"device": device if offload != "none" else "cpu", "gpus_per_node": per_node, "dram_used_gib": dram / GIB,
+           "activations_gib": per_node * acts / GIB,
            "dram_available_gib": None if avail is None else avail / GIB, "nvme_used_tb": nvme / 1e12,
-           "nvme_available_tb": tiers.nvme_tb if device == "nvme" else None}
+           "nvme_available_tb": tiers.nvme_tb if device == "nvme" and offload != "none" else None}
     return out

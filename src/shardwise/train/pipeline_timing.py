@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import SimResult, generate_schedule, resolve, schedule_info, simulate
-from shardwise.pipeline.ir import Schedule
+from shardwise.pipeline.ir import B_CODE, F_CODE, I_CODE, Schedule
 from shardwise.pipeline.registry import stages_per_rank
 from shardwise.pipeline.schedule_info import StepTime
 from shardwise.pipeline.steady import simulate_steady
@@ -198,3 +198,24 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
         exact=res.exact,
         inputs=inputs,
     )
+
+
+@lru_cache(maxsize=256)
+def forward_backward_gaps(inputs: tuple) -> tuple[tuple[float, ...], ...]:
+    """Per virtual stage, the seconds from each micro-batch's forward end to its backward start (I or a
+    fused B) in the full simulation of the schedule `inputs` (:attr:`PipelineTiming.inputs`): the time an
+    activation offload can hide in (cost/act_offload.py). One stage (pp 1): F then B, no gap."""
+    name, pp, vpp, m, f_s, i_s, w_s, p2p_s, activation, w_retained, cap, group = inputs
+    if pp == 1:
+        return tuple((0.0,) * m for _ in f_s)
+    _, res = simulate_pipeline(name, pp, vpp, m, f_s, i_s, w_s, p2p_s, activation, w_retained, cap, group)
+    f_end: dict[tuple[int, int], float] = {}
+    b_start: dict[tuple[int, int], float] = {}
+    for acts, starts, ends in zip(res.actions, res.starts, res.ends, strict=True):
+        for (s, mb, k), t0, t1 in zip(acts.tolist(), starts.tolist(), ends.tolist(), strict=True):
+            if k == F_CODE:
+                f_end[(s, mb)] = t1
+            elif k in (I_CODE, B_CODE):
+                b_start[(s, mb)] = t0
+    return tuple(tuple(max(0.0, b_start[(s, j)] - f_end[(s, j)]) for j in range(m) if (s, j) in f_end and (s, j) in b_start)
+                 for s in range(len(f_s)))

@@ -164,7 +164,8 @@ def plan_search(
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")
     scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster),
-                 extra.get("dp_shard"), extra.get("offload", "none"), extra.get("offload_device", "cpu"))
+                 extra.get("dp_shard"), extra.get("offload", "none"), extra.get("offload_device", "cpu"),
+                 extra.get("offload_activations", 0.0))
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
     host_ok = scr.pop("host_ok")

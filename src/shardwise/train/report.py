@@ -108,6 +108,8 @@ def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Gr
     if h is not None:
         avail = "not checked (set cluster.host.dram_gib)" if h["dram_available_gib"] is None else f"{h['dram_available_gib']:,.0f}"
         text = f"{h['dram_used_gib']:,.0f} GiB of {avail} host DRAM per node ({h['gpus_per_node']} GPUs offloading to {h['device']})"
+        if h.get("activations_gib"):
+            text += f", {h['activations_gib']:,.0f} GiB of it offloaded activations"
         if h["nvme_available_tb"] is not None:
             text += f"; NVMe {h['nvme_used_tb']:,.2f} of {h['nvme_available_tb']:,.2f} TB"
         rows.insert(-1, ("offloaded per node", text))
@@ -122,7 +124,10 @@ def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Gr
     time.add_column("seconds", justify="right")
     time.add_column("share", justify="right")
     for k, v in vars(e.time_s).items():
-        time.add_row(k.replace("_", " "), f"{v:.3f}", f"{v / e.step_time_s:.1%}")
+        if k == "act_offload" and not e.plan.get("offload_activations"):
+            continue
+        label = "activation offload (exposed)" if k == "act_offload" else k.replace("_", " ")
+        time.add_row(label, f"{v:.3f}", f"{v / e.step_time_s:.1%}")
     time.add_row(Text("total", style="bold"), f"{e.step_time_s:.3f}", "100%")
 
     mem = Table(title=f"memory per GPU (rank {e.peak_memory_rank}), GiB", title_justify="left")
@@ -131,11 +136,16 @@ def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Gr
     parts = e.memory.gib()
     for k in ("params", "grads", "optimizer", "activations", "buffers"):
         mem.add_row(k, f"{parts[k]:.2f}")
+
     mem.add_row(Text("allocated", style="italic"), f"{e.peak_allocated_gib:.2f}")
     mem.add_row("fragmentation", f"{parts['fragmentation']:.2f}")
     mem.add_row(Text("reserved", style="italic"), f"{e.peak_reserved_gib:.2f}")
     mem.add_row("runtime", f"{parts['runtime']:.2f}")
     mem.add_row(Text("device total", style="bold"), f"{e.peak_memory_gib:.2f}")
+    share = e.plan.get("offload_activations") or 0.0
+    if share and e.host_memory is not None:  # below HBM: not part of the device total
+        mem.add_row(f"activations in host memory ({share:.0%} offloaded)",
+                    f"{e.host_memory['activations_gib'] / max(1, e.host_memory['gpus_per_node']):.2f}")
 
     side = Table.grid(padding=(0, 4))
     side.add_row(time, mem)

@@ -68,6 +68,7 @@ class TimeBreakdown:
     optimizer: float
     overhead: float
     straggler: float = 0.0  # waiting for the slowest rank of a synchronous step
+    act_offload: float = 0.0  # activation offload copies not hidden behind compute (cost/act_offload.py)
 
     @property
     def total(self) -> float:
@@ -158,7 +159,9 @@ class Estimate:
             return f"GPU memory: {self.peak_memory_gib:.1f} GiB of {self.usable_memory_gib:.1f} GiB usable per GPU"
         h = self.host_memory or {}
         if h.get("dram_available_gib") is not None and h["dram_used_gib"] > h["dram_available_gib"]:
-            return (f"host memory: offloaded states and pinned buffers need {h['dram_used_gib']:,.0f} GiB per node, "
+            what = "offloaded states and pinned buffers" if not h.get("activations_gib") else (
+                "offloaded activations" if h["dram_used_gib"] <= h["activations_gib"] else "offloaded states, activations and pinned buffers")
+            return (f"host memory: {what} need {h['dram_used_gib']:,.0f} GiB per node, "
                     f"{h['dram_available_gib']:,.0f} GiB available (offload to NVMe, add nodes or set cluster.host.dram_gib)")
         if h.get("nvme_available_tb") is not None and h["nvme_used_tb"] > h["nvme_available_tb"]:
             return (f"NVMe: offloaded states need {h['nvme_used_tb']:,.1f} TB per node, {h['nvme_available_tb']:,.1f} TB "

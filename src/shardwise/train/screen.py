@@ -27,6 +27,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from shardwise.cost.act_offload import offloaded_peak
 from shardwise.cost.adapters import paged_optimizer
 from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.constants import Constants, default_constants
@@ -234,11 +235,15 @@ def screen(
     dp_shard: int | None = None,
     offload: str = "none",
     offload_device: str = "cpu",
+    offload_activations: float = 0.0,
 ) -> dict[str, np.ndarray]:
     """Arrays (one per plan): step_lb_s, step_s (approximation) and memory_bytes (peak per GPU, as the
     estimate counts it); sets each plan's TP overlap mode (the array `tpo` of `c`); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
     and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp). `host_ok`: whether each plan's
-    offloaded states fit the node's host DRAM and NVMe (as :func:`shardwise.train.estimate.host_memory`)."""
+    offloaded states fit the node's host DRAM and NVMe (as :func:`shardwise.train.estimate.host_memory`).
+    `offload_activations`: the share of activations offloaded; its memory rule is the estimate's
+    (:func:`shardwise.cost.act_offload.offloaded_peak`, the offloaded part counted in host DRAM); its time
+    is not screened (the copies are taken as hidden; the exact estimate prices what shows)."""
     consts = constants or default_constants()
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     table = table or layer_table(c, model, cluster, training, consts, flash_attention)
@@ -248,7 +253,7 @@ def screen(
     act = table.act[table.inv]  # (n, 5)
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
-    host_dram, host_nvme = np.zeros(n), np.zeros(n)
+    host_dram, host_nvme, act_host = np.zeros(n), np.zeros(n), np.zeros(n)
     per_node = min(cluster.gpus_per_node, cluster.num_gpus)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     frag = fragmentation_share(consts.memory, expandable_segments(training, stack))
@@ -315,7 +320,12 @@ def screen(
         pipe = np.maximum(pipe_lb, m * busy.max(axis=0) + bubble) + 2 * (pp - 1) * p2p[idx]
         stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
         units = np.stack([info.inflight(pp, vpp, m, r) for r in range(pp)])
-        activations = units * stage_act + act[idx, 4]
+        activations = units * stage_act
+        if offload_activations > 0:
+            kept = offloaded_peak(offload_activations, activations, stage_act)
+            act_host[idx] = per_node * (activations - kept).max(axis=0)
+            activations = kept
+        activations = activations + act[idx, 4]
         activations[last_rank] += act[idx, 3]
         # Ranks that hold the same layers share model states, DP time and optimizer step: one row each.
         kinds, rank_kind = np.unique(np.hstack([counts, params]), axis=0, return_inverse=True)
@@ -339,7 +349,7 @@ def screen(
     tiers = cluster.host
     host_ok = np.ones(n, dtype=bool)
     if tiers.dram_gib is not None:
-        host_ok &= host_dram <= tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
+        host_ok &= host_dram + act_host <= tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
     if offload_device == "nvme" and tiers.nvme_tb is not None:
         host_ok &= host_nvme <= tiers.nvme_tb * 1e12
     return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem, "host_ok": host_ok}

@@ -46,7 +46,7 @@ FIXED_AXES = ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ulysses", "ep", "etp", 
               "micro_batch", "schedule", "tp_overlap")
 #: job-file plan fields every searched plan carries as given (TrainPlan's other fields)
 EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload", "offload_device", "reshard_after_forward",
-              "microbatch_group")
+              "microbatch_group", "offload_activations")
 assert set(FIXED_AXES) | set(EVERY_PLAN) == set(TrainPlan.model_fields), "a TrainPlan field the planner would ignore"
 DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 
@@ -408,7 +408,8 @@ def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_a
                     dispatchers=c.dispatchers or ("alltoall",), tp_overlap="none" if mode == "auto" else mode,
                     microbatch_group=fixed.get("microbatch_group"), reshard_after_forward=fixed.get("reshard_after_forward"),
                     offload=fixed.get("offload", "none"), offload_device=fixed.get("offload_device", "cpu"),
-                    dp_shard=fixed.get("dp_shard"), **training_knobs(training))
+                    dp_shard=fixed.get("dp_shard"), offload_activations=fixed.get("offload_activations", 0.0),
+                    **training_knobs(training))
 
 
 def keep_runnable(c: Candidates, engines: tuple[str, ...], model: ModelSpec, training: TrainingSpec,

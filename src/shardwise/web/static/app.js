@@ -207,7 +207,8 @@ function memoryChart(target, e) {
 
 const TIME_PARTS = [["compute", "compute", "#2f6db5"], ["tp_comm", "TP comm", "#d9762b"], ["pp_comm", "PP comm", "#f3bd8c"],
   ["dp_comm", "DP comm", "#c0392b"], ["cp_comm", "CP comm", "#e99a92"], ["ep_comm", "EP comm", "#8e44ad"],
-  ["bubble", "bubble", "#9aa3b2"], ["optimizer", "optimizer", "#3c9a4a"], ["overhead", "overhead", "#5d6678"]];
+  ["bubble", "bubble", "#9aa3b2"], ["optimizer", "optimizer", "#3c9a4a"], ["overhead", "overhead", "#5d6678"],
+  ["act_offload", "act. offload", "#17a589"]];  // activation offload (exposed)
 
 function timeChart(target, e) {
   const parts = TIME_PARTS.filter(([k]) => e.time_s[k] > 0);

@@ -1,0 +1,67 @@
+"""Activation offload to host memory (PipeOffload: Wan et al. 2025, "PipeOffload: Improving Scalability of
+Pipeline Parallelism with Memory Optimization", arXiv:2503.01328, Sec. 3: a micro-batch's activations are
+copied to host memory after its forward and back before its backward; the copy is free when the
+micro-batch's activation lifespan on the stage, forward end to backward start, is longer than the
+round trip over the host link).
+
+The rule, written once for the estimate (and documented in docs/offload.md):
+
+- memory: a share ``x`` of every micro-batch's saved activations leaves the GPU, but one micro-batch's
+  offloaded part stays in flight on the GPU (the one being copied out or fetched back), so the rank's peak
+  activation memory ``P`` becomes ``(1 - x) P + x a``, with ``a`` the largest activations one micro-batch
+  keeps on one of the rank's stages (capped at ``P``): with one micro-batch in flight nothing is saved;
+- host memory: the offloaded bytes at the peak, ``x (P - a)`` per GPU, live in pinned host DRAM;
+- time: each offloaded byte crosses the host link twice (out after the forward, in before the
+  backward), one direction each at ``link`` GB/s, so a micro-batch's copy takes ``2 x a_s / link`` on
+  stage ``s``. Offload runs layer by layer (Megatron-LM's --cpu-offloading, PipeOffload's implementation):
+  a layer's activations leave while the later layers run their forward and come back while they run their
+  backward, so the copy hides in the window ``F_s + gap + B_s`` (the stage's forward, its forward-to-
+  backward gap in the schedule, its input-gradient backward); what exceeds it is exposed; and the
+  link's throughput bounds the whole step: ``m x sum_s a_s / link`` per direction cannot exceed the
+  pipelined step, the excess exposed too. A rank's exposed time adds to the step (the largest over ranks;
+  the delay's knock-on effect on the other ranks is not re-simulated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def offloaded_peak(share, peak_bytes, one_bytes):
+    """A rank's peak activation memory with `share` offloaded: ``(1 - x) P + x min(a, P)`` (one micro-batch's
+    worth `one_bytes` stays in flight); numbers or arrays (the planner's screen)."""
+    return (1.0 - share) * peak_bytes + share * np.minimum(one_bytes, peak_bytes)
+
+
+@dataclass(frozen=True)
+class ActivationOffload:
+    """What offloading a share of the activations does to one pipeline rank."""
+
+    peak_bytes: float  # the rank's peak activation memory with the offload
+    host_bytes: float  # offloaded bytes the rank keeps in host DRAM at its peak
+    exposed_s: float  # seconds per step the copies add to the rank (not hidden behind compute)
+
+
+def activation_offload(share: float, peak_bytes: float, stage_bytes, gaps_s, link_gbyte_s: float, microbatches: int,
+                       pipelined_s: float, stage_compute_s=None) -> ActivationOffload:
+    """Offloading `share` of the activations of a rank whose peak activation memory is `peak_bytes`;
+    `stage_bytes[k]`: one micro-batch's activations on the rank's k-th stage; `gaps_s[k]`: that stage's
+    forward-end to backward-start gaps, one per simulated micro-batch (scaled to `microbatches`);
+    `link_gbyte_s`: the GPU's host link, one direction; `pipelined_s`: the pipelined part of the step;
+    `stage_compute_s[k]`: the k-th stage's forward plus input-gradient backward of one micro-batch (the
+    layer-by-layer copies overlap them; None: 0, the copies hide in the gap only)."""
+    if share <= 0.0:
+        return ActivationOffload(peak_bytes, 0.0, 0.0)
+    one = min(max(stage_bytes, default=0.0), peak_bytes)
+    rate = link_gbyte_s * 1e9
+    exposed = 0.0
+    compute = [0.0] * len(stage_bytes) if stage_compute_s is None else stage_compute_s
+    for a, gaps, c in zip(stage_bytes, gaps_s, compute, strict=True):
+        g = np.asarray(gaps, dtype=float) + c
+        if g.size:
+            exposed += float(np.maximum(0.0, 2.0 * share * a / rate - g).mean()) * microbatches
+    throughput = microbatches * share * sum(stage_bytes) / rate - pipelined_s
+    return ActivationOffload(float(offloaded_peak(share, peak_bytes, one)), share * (peak_bytes - one),
+                             max(exposed, throughput, 0.0))

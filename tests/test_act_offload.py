@@ -1,0 +1,158 @@
+"""Activation offload (parallel.offload_activations; cost/act_offload.py, PipeOffload, Wan et al. 2025): the
+cost rule's properties, the estimate's time row, memory and host-memory use, and the plan field's checks."""
+
+import json
+
+import pytest
+
+from shardwise.cost.act_offload import activation_offload
+from shardwise.errors import ShardwiseError
+from shardwise.specs.job import job_from_mapping
+from shardwise.train.estimate import estimate
+
+GIB = 2**30
+
+
+def _job(share, gpu="h100", gpus=8, model="llama-3.1-8b", pp=4, schedule="1f1b", link=None, seq=4096, batch=32):
+    cluster = {"gpu": gpu, "gpus": gpus} | ({"host": {"link_gbyte_s": link}} if link else {})
+    return job_from_mapping({"model": model, "cluster": cluster, "training": {"seq_len": seq, "global_batch": batch},
+                             "parallel": {"tp": 1, "pp": pp, "dp": gpus // pp, "schedule": schedule, "recompute": "none",
+                                          "offload_activations": share}})
+
+
+def test_nothing_changes_at_share_zero():
+    o = activation_offload(0.0, 10 * GIB, [2 * GIB], [[0.0]], 1.0, 8, 1.0)
+    assert (o.peak_bytes, o.host_bytes, o.exposed_s) == (10 * GIB, 0.0, 0.0)
+
+
+def test_memory_rule_keeps_one_microbatch_in_flight():
+    o = activation_offload(1.0, 10 * GIB, [2 * GIB], [[5.0]], 64.0, 8, 100.0)
+    assert o.peak_bytes == pytest.approx(2 * GIB) and o.host_bytes == pytest.approx(8 * GIB)
+    half = activation_offload(0.5, 10 * GIB, [2 * GIB], [[5.0]], 64.0, 8, 100.0)
+    assert half.peak_bytes == pytest.approx(6 * GIB)
+
+
+def test_fully_hidden_with_a_long_forward_to_backward_gap():
+    long_gap = activation_offload(1.0, 8 * GIB, [GIB], [[10.0] * 4], 1.0, 4, 1e3)
+    assert long_gap.exposed_s == 0.0
+    no_gap = activation_offload(1.0, 8 * GIB, [GIB], [[0.0] * 4], 1.0, 4, 1e3)
+    assert no_gap.exposed_s == pytest.approx(4 * 2 * GIB / 1e9)  # both crossings of every micro-batch exposed
+
+
+def test_link_throughput_bounds_the_step():
+    o = activation_offload(1.0, 8 * GIB, [GIB], [[1e9]], 1.0, 100, 10.0)
+    assert o.exposed_s == pytest.approx(100 * GIB / 1e9 - 10.0)
+
+
+def test_estimate_peak_falls_and_overhead_does_not_fall_with_the_share():
+    shares = (0.0, 0.25, 0.5, 0.75, 1.0)
+    est = [estimate(_job(x, link=4.0)) for x in shares]  # a slow link: some of the copy shows
+    peaks = [e.memory.activations for e in est]
+    exposed = [e.time_s.act_offload for e in est]
+    assert all(a > b for a, b in zip(peaks, peaks[1:], strict=False))
+    assert all(b >= a for a, b in zip(exposed, exposed[1:], strict=False)) and exposed[-1] > 0
+    for e in est:
+        assert e.time_s.total == pytest.approx(e.step_time_s)
+    assert est[0].host_memory is None and est[-1].host_memory["activations_gib"] > 0
+
+
+def test_fast_link_hides_the_offload_and_host_memory_counts_it():
+    e = estimate(_job(0.5))
+    base = estimate(_job(0.0))
+    assert e.time_s.act_offload == 0.0 and e.step_time_s == pytest.approx(base.step_time_s)
+    h = e.to_dict()["host_memory"]
+    assert h["activations_gib"] > 0 and h["dram_used_gib"] == pytest.approx(h["activations_gib"])
+    assert e.to_dict()["time_s"]["act_offload"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_share_is_validated(bad):
+    with pytest.raises(ShardwiseError, match="offload_activations"):
+        _job(bad)
+
+
+def test_planner_carries_the_share_and_screens_its_memory():
+    from shardwise.api import plan
+
+    common = {"model": "llama-3.1-8b", "gpu": "h100", "gpus": 8, "seq_len": 8192, "global_batch": 64, "top": 1, "max_exact": 4}
+    base = plan(**common, max_memory_gib=30.0)
+    off = plan(**common, max_memory_gib=30.0, fixed={"offload_activations": 1.0})
+    assert off.top[0].plan["offload_activations"] == 1.0
+    assert off.top[0].peak_memory_gib <= 30.0
+    assert off.top[0].step_time_s <= base.top[0].step_time_s * 1.0001  # more room: a plan at least as fast
+
+
+def _engine_job(share, pp=1, recompute="none"):
+    return job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8},
+                             "training": {"seq_len": 4096, "global_batch": 16},
+                             "parallel": {"tp": 8 // pp, "pp": pp, "dp": 1, "recompute": recompute,
+                                          "offload_activations": share}})
+
+
+def test_megatron_exports_the_nearest_layer_count_and_refuses_pp_and_recompute():
+    from shardwise.engines.support import job_verdict
+    from shardwise.handoff import export_train
+
+    args = export_train(_engine_job(0.4), "megatron").args
+    assert args[args.index("--cpu-offloading-num-layers") + 1] == "13"  # 0.4 x 32 layers
+    assert not job_verdict(_engine_job(0.4, pp=2), "megatron").runnable
+    assert not job_verdict(_engine_job(0.4, recompute="selective"), "megatron").runnable
+    assert not job_verdict(_engine_job(1.0), "megatron").runnable  # all 32 layers: Megatron offloads fewer
+
+
+def test_torchtitan_refuses_and_deepspeed_takes_cpu_checkpointing():
+    from shardwise.engines.support import job_verdict
+    from shardwise.handoff import export_train
+
+    assert not job_verdict(_engine_job(0.5), "torchtitan").runnable
+    assert not job_verdict(_engine_job(0.5, recompute="full"), "deepspeed").runnable
+    ok = _engine_job(1.0, pp=1, recompute="full")
+    assert job_verdict(ok, "deepspeed").runnable
+    out = export_train(ok, "deepspeed")
+    assert json.loads(out.config_file[1])["activation_checkpointing"]["cpu_checkpointing"] is True
+
+
+def test_screen_memory_rule_is_the_estimates():
+    """The planner's screen applies the estimate's memory rule (cost/act_offload.py offloaded_peak)."""
+    import numpy as np
+
+    from shardwise.cost.constants import default_constants
+    from shardwise.specs.hardware import make_cluster
+    from shardwise.specs.model import load_model
+    from shardwise.specs.training import TrainingSpec
+    from shardwise.train.planner import job_from_plan
+    from shardwise.train.screen import screen
+    from shardwise.train.search_space import enumerate_plans
+
+    model, cluster, tr = load_model("llama-3.1-8b"), make_cluster("h100", 16), TrainingSpec(seq_len=4096, global_batch=64)
+    c = enumerate_plans(model, cluster, tr, ("1f1b", "gpipe", "zb-h1"), {"recompute": "none", "zero": 1, "tp": 2})
+    mem = screen(c, model, cluster, tr, default_constants(), offload_activations=0.6)["memory_bytes"]
+    for i in np.linspace(0, len(c) - 1, 4).astype(int):
+        e = estimate(job_from_plan(model, cluster, tr, {**c.plan_dict(int(i)), "offload_activations": 0.6}))
+        assert mem[i] / GIB == pytest.approx(e.peak_memory_gib, rel=0.01)  # the screen is as close at share 0
+
+
+def test_host_memory_check_counts_offloaded_activations():
+    job = job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8, "host": {"dram_gib": 16}},
+                            "training": {"seq_len": 8192, "global_batch": 64},
+                            "parallel": {"tp": 1, "pp": 8, "dp": 1, "recompute": "none", "offload_activations": 1.0}})
+    e = estimate(job)
+    assert not e.fits and e.misfit.startswith("host memory: offloaded activations need")
+
+
+def test_no_fit_advice_offers_activation_offload():
+    """Llama-3.1-8B at 32K on 8 H100 without recompute, tp 1: no plan fits (activations); offloading them does."""
+    from shardwise.specs.hardware import make_cluster
+    from shardwise.specs.model import load_model
+    from shardwise.specs.training import TrainingSpec
+    from shardwise.train.advice import SAME_JOB, what_to_change
+    from shardwise.train.planner import NothingFits, plan_search
+
+    model, training, cluster = load_model("llama-3.1-8b"), TrainingSpec(seq_len=32768, global_batch=16), make_cluster("h100", 8)
+    fixed = {"recompute": "none", "tp": 1, "cp": 1}
+    with pytest.raises(NothingFits) as info:
+        plan_search(model, cluster, training, fixed=fixed)
+    levers = {lv.name: lv for lv in what_to_change(model, training, info.value, fixed).levers}
+    lever = levers["activation offload"]
+    assert lever.fits and lever.kind == SAME_JOB and lever.best.plan["offload_activations"] == 1.0
+    assert lever.slowdown is not None and lever.slowdown >= 0.0
