@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from shardwise import api
+from shardwise.cost.constants import default_constants
 from shardwise.engines import targets
 from shardwise.handoff.common import Export
 from shardwise.pipeline.registry import register as register_schedule
@@ -70,13 +71,16 @@ def toy_gpu(monkeypatch):
             raw = {**raw, "TOY-H100": {**raw["H100-SXM"], "aliases": ["toyh100"], "family": "H100-SXM"}}
         return raw
 
+    def clear():  # the catalog, and the constants that read its families
+        hardware._catalog.cache_clear()
+        hardware._alias_index.cache_clear()
+        default_constants.cache_clear()
+
     monkeypatch.setattr(hardware, "load_yaml", with_toy)
-    hardware._catalog.cache_clear()
-    hardware._alias_index.cache_clear()
+    clear()
     yield "TOY-H100"
     monkeypatch.undo()
-    hardware._catalog.cache_clear()
-    hardware._alias_index.cache_clear()
+    clear()
 
 
 def test_toy_gpu_estimates_as_its_family(toy_gpu):
