@@ -25,5 +25,5 @@ def test_every_shardwise_name_it_uses_imports():
 def test_it_has_both_data_flows_and_every_checklist():
     headings = re.findall(r"^#+ (.+)$", TEXT, re.M)
     for wanted in ("How a training estimate is made", "How a serving simulation runs", "A GPU", "A model family",
-                   "A pipeline schedule", "An engine policy", "A calibration source", "An export target"):
+                   "A pipeline schedule", "A serving scheduler policy", "A calibration source", "An export target"):
         assert any(h.startswith(wanted) for h in headings), wanted

@@ -70,9 +70,10 @@ def simulate_serving(job: str | Path | dict[str, Any]) -> dict[str, Any]:
 def export(job: str | Path | dict[str, Any], to: str, *, version: str | None = None, format: str = "script") -> str:
     """The launch of a plan in an engine (`train export` / `serve export`): torchtitan, megatron and
     deepspeed take a training job; vllm and sglang a serving job (one command per pool)."""
-    from shardwise.handoff import SERVE_ENGINES, export_serve, export_train
+    from shardwise.engines.targets import names
+    from shardwise.handoff import export_serve, export_train
 
-    if to.lower() in SERVE_ENGINES:
+    if to.strip().lower() in names("serving"):
         from shardwise.serve.config import load_serve_job, parse_serve_job
 
         parsed = parse_serve_job(job) if isinstance(job, dict) else load_serve_job(job)

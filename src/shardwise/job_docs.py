@@ -115,6 +115,9 @@ def _type_text(annotation: Any) -> str:
         return " or ".join(shown)
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
+    if origin is typing.Annotated:  # a name checked against a registry: its JSON schema lists the names
+        enum = next((m.json_schema.get("enum") for m in annotation.__metadata__ if hasattr(m, "json_schema")), None)
+        return "one of " + ", ".join(str(a) for a in enum) if enum else _type_text(args[0])
     if origin is tuple:
         return "[" + ", ".join(_type_text(a) for a in args) + "]"
     if origin is list:

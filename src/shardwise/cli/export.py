@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from shardwise.engines.targets import choices_help
 from shardwise.errors import ShardwiseError
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def emit(exports: Sequence[Export], fmt: str, output: Path | None) -> None:
 
 def train_export_cmd(
     job: Path = typer.Argument(..., help="Job file, or the JSON written by `train plan --format json`."),
-    to: str = typer.Option(..., "--to", help="torchtitan | megatron | deepspeed"),
+    to: str = typer.Option(..., "--to", help=choices_help("training")),
     engine_version: str = _VERSION,
     format: str = _FORMAT,
     output: Path = _OUT,
@@ -105,7 +106,7 @@ def load_serve_export_job(path: Path, rank: int = 1) -> ServeJob:
 
 def serve_export_cmd(
     job: Path = typer.Argument(..., help="Serve job file, or the JSON written by `serve plan --format json`."),
-    to: str = typer.Option(..., "--to", help="vllm | sglang"),
+    to: str = typer.Option(..., "--to", help=choices_help("serving")),
     engine_version: str = _VERSION,
     format: str = _FORMAT,
     output: Path = _OUT,

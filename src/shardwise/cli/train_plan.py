@@ -9,6 +9,7 @@ import typer
 
 from shardwise.cli.options import Format, format_option
 from shardwise.console import echo_json, make_console
+from shardwise.engines.targets import choices_help, names
 
 if TYPE_CHECKING:
     from shardwise.handoff import Export
@@ -46,9 +47,9 @@ def plan_cmd(
     no_progress: bool = typer.Option(False, "--no-progress", help="Hide the progress bar."),
     runnable_on: list[str] = typer.Option(None, "--runnable-on",
                                           help="Only plans one of these engines runs as is: torch (train run), "
-                                               "torchtitan, megatron, deepspeed (comma-separated); each costed with "
+                                               f"{', '.join(names('training'))} (comma-separated); each costed with "
                                                "its engine's stack, each engine's best shown."),
-    export: str = typer.Option(None, "--export", help="torchtitan | megatron | deepspeed: search the plans this engine "
+    export: str = typer.Option(None, "--export", help=f"{choices_help('training')}: search the plans this engine "
                                "runs and write the best one's launch script (to --output, else to stdout as is, with "
                                "the tables on stderr)."),
     output: Path = typer.Option(None, "--output", "-o", help="With --export: write the launch script here (and the "

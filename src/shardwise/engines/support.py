@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardwise.engines.table import ENGINE_NAMES, ENGINES, STACK, VERSIONS, Rule, rules, tp_overlap_modes
+from shardwise.engines.table import ENGINES, VERSIONS, Rule, rules, tp_overlap_modes
+from shardwise.engines.targets import TARGETS, engine_label, rule_engines
 from shardwise.errors import ShardwiseError
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan
@@ -172,13 +173,13 @@ def _stack_default_tp_overlap(framework: str) -> str:
 
 
 #: TP overlap modes each engine runs (the planner chooses among them): from the table's tp_overlap knob.
-ENGINE_TP_OVERLAP = {e: tp_overlap_modes(e) for e in ("megatron", "torchtitan", "deepspeed")}
+ENGINE_TP_OVERLAP = {e: tp_overlap_modes(e) for e in ENGINES if e != "torch"}
 
 
 def _check_engine(engine: str) -> str:
     key = engine.strip().lower()
-    if key not in ENGINES:
-        raise ShardwiseError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if key not in rule_engines():
+        raise ShardwiseError(f"unknown engine {engine!r}; choose one of {', '.join(rule_engines())}")
     return key
 
 
@@ -228,7 +229,7 @@ def job_verdict(job: TrainJob, engine: str, version: str | None = None) -> Verdi
 
 def verdicts(plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None,
              recipe: str | None = None, arch: str | None = None) -> dict[str, Verdict]:
-    return {e: verdict(plan, e, model, training, recipe, arch) for e in ENGINES}
+    return {e: verdict(plan, e, model, training, recipe, arch) for e in rule_engines()}
 
 
 def runnable_on(plan: TrainPlan, model: ModelSpec | None = None, training: TrainingSpec | None = None,
@@ -242,7 +243,7 @@ def require(plan: TrainPlan, engine: str, model: ModelSpec | None = None, traini
     """Raise ShardwiseError with the one-line reason and what would run when ``engine`` refuses ``plan``."""
     v = verdict(plan, engine, model, training, arch=arch, version=version)
     if not v.runnable:
-        raise ShardwiseError(f"{label or ENGINE_NAMES[v.engine]} cannot run this plan: {v.reason}; would run: {v.instead}")
+        raise ShardwiseError(f"{label or engine_label(v.engine)} cannot run this plan: {v.reason}; would run: {v.instead}")
 
 
 def require_job(job: TrainJob, engine: str, version: str | None = None, label: str | None = None) -> None:
@@ -260,7 +261,8 @@ def parse_engines(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, 
 
 def costing_stack(engine: str, training: TrainingSpec) -> TrainingSpec:
     """``training`` as a plan offered for ``engine`` is costed: with that engine's software stack."""
-    stack = STACK.get(engine)
+    target = TARGETS.get(engine)
+    stack = target.stack if target is not None else None
     return training if stack is None or stack == training.framework else training.model_copy(update={"framework": stack})
 
 

@@ -25,19 +25,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardwise.engines.targets import TARGETS, engine_label, engine_version, rule_engines, rules_key
+
 if TYPE_CHECKING:
     from shardwise.engines.support import PlanView
     from shardwise.specs.job import TrainJob
 
-ENGINES = ("torch", "torchtitan", "megatron", "deepspeed")
+#: The engines the table answers for (``torch`` and every training export target, from the registry
+#: :mod:`shardwise.engines.targets`: a target registered later is read from there at call time).
+ENGINES = rule_engines()
 #: How messages name each engine.
-ENGINE_NAMES = {"torch": "train run", "torchtitan": "torchtitan", "megatron": "Megatron-LM", "deepspeed": "DeepSpeed"}
+ENGINE_NAMES = {e: engine_label(e) for e in ENGINES}
 #: The engine releases every rule was read at (``train export --engine-version`` picks another where rules
-#: differ). torch: the build the executor runs on; Megatron-LM is a source checkout (its core release tag).
-VERSIONS = {"torch": "2.13.0", "torchtitan": "0.3.0", "megatron": "core_r0.20.0", "deepspeed": "0.19.8"}
+#: differ): each target's pinned version. torch: the build the executor runs on.
+VERSIONS = {e: engine_version(e) for e in ENGINES}
 #: The software stack (data/stacks.yaml, ``training.framework``) a plan offered for an engine is costed with;
 #: torch (``train run``) checks numerics on CPUs and keeps the job's stack.
-STACK = {"torchtitan": "torchtitan", "megatron": "megatron", "deepspeed": "deepspeed"}
+STACK = {n: t.stack for n, t in TARGETS.items() if t.kind == "training" and t.stack}
 
 _TT = "https://github.com/pytorch/torchtitan/blob/v0.3.0/"
 _TT02 = "https://github.com/pytorch/torchtitan/blob/v0.2.2/"
@@ -85,7 +89,7 @@ class Rule:
         if engine not in self.engines:
             return False
         lo, hi = self.versions
-        v = version_key(version or VERSIONS[engine])
+        v = version_key(version or engine_version(engine))
         return (lo is None or v >= version_key(lo)) and (hi is None or v <= version_key(hi))
 
 
@@ -114,7 +118,7 @@ class Knob:
     def rule(self, engine: str) -> Rule:
         ok = self.runs[engine]
         return Rule((engine,), lambda v: self.matters(v) & ~v.value_in(self.field, ok),
-                    self.reason.format(engine=ENGINE_NAMES[engine], values=", ".join(ok)),
+                    self.reason.format(engine=engine_label(engine), values=", ".join(ok)),
                     self.instead or f"{self.field} " + " or ".join(ok),
                     self.source.get(engine, ""), self.versions.get(engine, (None, None)))
 
@@ -475,8 +479,15 @@ KNOBS: tuple[Knob, ...] = (
 )
 
 
+def _rules_of(engine: str, version: str | None) -> tuple[str, str | None]:
+    key = rules_key(engine)
+    return (engine, version) if key == engine else (key, None)
+
+
 def rules(engine: str, version: str | None = None) -> tuple[Rule, ...]:
-    """Every rule that holds for ``engine`` at ``version`` (default: the pinned one), knobs' included."""
+    """Every rule that holds for ``engine`` at ``version`` (default: the pinned one), knobs' included. A
+    target registered with another engine's rules (``ExportTarget.rules``) gets that engine's, at its pin."""
+    engine, version = _rules_of(engine, version)
     out = [r for r in RULES if r.holds(engine, version)]
     out += [k.rule(engine) for k in KNOBS if engine in k.runs and k.rule(engine).holds(engine, version)]
     return tuple(out)
@@ -508,6 +519,7 @@ def knob_env(engine: str, job: TrainJob, version: str | None = None) -> dict[str
 
 def runs_values(field: str, engine: str, version: str | None = None) -> tuple[str, ...] | None:
     """The values of knob ``field`` that ``engine`` runs (None: every value)."""
+    engine, version = _rules_of(engine, version)
     for k in KNOBS:
         if k.field == field and engine in k.runs and k.rule(engine).holds(engine, version):
             return k.runs[engine]
@@ -516,4 +528,5 @@ def runs_values(field: str, engine: str, version: str | None = None) -> tuple[st
 
 def tp_overlap_modes(engine: str) -> tuple[str, ...]:
     """The TP overlap modes ``engine`` runs (what the planner may choose for it)."""
-    return next(k.runs[engine] for k in KNOBS if k.field == "tp_overlap")
+    engine = _rules_of(engine, None)[0]
+    return next(k.runs.get(engine, ("none",)) for k in KNOBS if k.field == "tp_overlap")

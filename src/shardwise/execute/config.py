@@ -26,8 +26,12 @@ FAULTS = {
     "crash-last-rank": "the last rank raises in its first step (the others then block in a collective)",
 }
 
-#: Schedules that hold one stage per pipeline rank (an uneven layer split maps onto ranks one to one).
-ONE_STAGE_PER_RANK = ("gpipe", "1f1b", "zb-h1", "zb-h2")
+def one_stage_per_rank() -> tuple[str, ...]:
+    """Schedules ``train run`` splits layers unevenly with, one stage per pipeline rank (an uneven layer
+    split maps onto ranks one to one): those whose ``ScheduleInfo.uneven_split`` is set."""
+    from shardwise.pipeline import list_schedules, schedule_info
+
+    return tuple(n for n in list_schedules() if schedule_info(n).uneven_split)
 
 #: Optimizer of every run and of the reference: torch.optim.SGD with momentum. Its update is linear in
 #: the gradient, so a last-bit difference stays one; AdamW's normalised update m/sqrt(v) amplifies them
@@ -186,8 +190,8 @@ def config_from_job(
     if layer_split is not None:
         _need(p.pp > 1 and sum(layer_split) == m.layers and len(layer_split) == p.pp and min(layer_split) >= 0,
               f"parallel.layer_split: {list(layer_split)} must give each of the {p.pp} pipeline ranks its layers ({m.layers} in all)")
-        _need(vpp is None and sched_name in ONE_STAGE_PER_RANK,
-              f"parallel.layer_split: train run splits layers unevenly with one stage per rank ({', '.join(ONE_STAGE_PER_RANK)}); "
+        _need(vpp is None and sched_name in one_stage_per_rank(),
+              f"parallel.layer_split: train run splits layers unevenly with one stage per rank ({', '.join(one_stage_per_rank())}); "
               f"schedule {sched_name!r} holds several: use one of those")
     if dp_microbatches is not None:
         _need(len(dp_microbatches) == dp and min(dp_microbatches) >= 1,

@@ -24,18 +24,16 @@ from shardwise.execute.config import RunConfig
 from shardwise.execute.layout import apply_fsdp, apply_tp, uses_fsdp
 from shardwise.execute.model import GPT, lm_loss, stage_module
 from shardwise.execute.record import Recorder
+from shardwise.pipeline import list_schedules, schedule_info
 
 if TYPE_CHECKING:
     from torch.distributed.pipelining import PipelineStage
 
     from shardwise.pipeline import Schedule
 
-#: torch's own schedule classes, used only when its runtime cannot take the Shardwise IR.
-TORCH_CLASSES = {
-    "gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
-    "bfs": "ScheduleLoopedBFS", "zb-h1": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble",
-    "dualpipev": "ScheduleDualPipeV",
-}
+#: torch's own schedule classes (each schedule's ``ScheduleInfo.torch_class``), used only when its runtime
+#: cannot take the Shardwise IR.
+TORCH_CLASSES = {n: schedule_info(n).torch_class for n in list_schedules() if schedule_info(n).torch_class}
 
 
 def _parallelize(mod: GPT, cfg: RunConfig, mesh: DeviceMesh) -> GPT:
@@ -142,7 +140,7 @@ class PipelineRunner:
             self.schedule_source = (f"shardwise IR '{sched.name}' (CSV) executed by torch "
                                     "_PipelineScheduleRuntime")
         except Exception as exc:  # noqa: BLE001 - the runtime rejected the IR: fall back to torch's class, say so
-            cls_name = TORCH_CLASSES.get(sched.name)
+            cls_name = schedule_info(sched.name).torch_class
             if cls_name is None:
                 raise ShardwiseError(f"schedule {sched.name!r} cannot run in torch's pipeline runtime: "
                                      f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None

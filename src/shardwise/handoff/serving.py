@@ -36,13 +36,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shardwise.engines import targets
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export
 from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.config import DeploymentSpec, EngineSpec, PoolSpec, ServeJob, SpeculativeSpec, engine_spec
 from shardwise.specs.hardware import get_gpu
 
-VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23", "vllm-router": "0.1.17", "sglang-router": "0.3.2"}
+#: Pinned releases: the serving targets' from their registry entries (:mod:`shardwise.engines.targets`),
+#: and the routers that join a prefill/decode split.
+VERSIONS = {**{n: targets.get(n).version for n in targets.names("serving")},
+            "vllm-router": "0.1.17", "sglang-router": "0.3.2"}
 #: Hugging Face repositories of our presets (what `vllm serve` and SGLang's --model-path load).
 HF_REPOS = {
     "llama-3-8b": "meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-70b": "meta-llama/Meta-Llama-3-70B-Instruct",

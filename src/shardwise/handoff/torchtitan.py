@@ -41,9 +41,6 @@ FLAVORS = {"llama3_8b": "8B", "llama3_70b": "70B", "llama3_405b": "405B", "qwen3
            "deepseek_v3_671b": "671B"}
 #: config functions whose model already carries a low-precision converter (llama3_405b applies float8)
 CONVERTED = {"llama3_405b"}
-#: Our schedule -> the torch.distributed.pipelining class whose IR equals ours.
-NATIVE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "bfs": "LoopedBFS",
-          "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
 RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
 
 
@@ -65,11 +62,11 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, str]:
 
 def schedule_choice(name: str, pp: int, vpp: int) -> tuple[str, bool]:
     """(class name, needs our CSV). The class name sets the stage placement either way."""
-    if name in NATIVE and not (name == "1f1b" and vpp > 1):
-        return NATIVE[name], False
-    if name == "zb-h1" and vpp > 1:
-        return "InterleavedZeroBubble", False
-    if schedule_info(name).placement_at(vpp) == V:
+    info = schedule_info(name)
+    native = info.torch_class_at(vpp)  # ScheduleInfo.torch_class, where its order equals ours
+    if native is not None:
+        return native.removeprefix("Schedule"), False
+    if info.placement_at(vpp) == V:
         return "ZBVZeroBubble", True
     return ("Interleaved1F1B" if vpp > 1 else "1F1B"), True
 

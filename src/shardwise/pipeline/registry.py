@@ -160,21 +160,22 @@ register(ScheduleInfo(
     ONE_STAGE, LOOP, StepTime.MAKESPAN,
     inflight=lambda p, v, m, r: m,
     bubble_units=lambda p, v, m: np.full_like(m, p - 1, dtype=float),
-    planner_order=9), ("afab",))
+    planner_order=9, torch_class="ScheduleGPipe", uneven_split=True), ("afab",))
 register(ScheduleInfo(
     "1f1b", "1F1B / PipeDream-flush (Narayanan et al. 2021)",
     lambda pp, m, v: _loop("1f1b", gen_classic.one_f_one_b(pp, m), pp, m, 1),
     ONE_STAGE, LOOP, StepTime.MAKESPAN,
     inflight=lambda p, v, m, r: np.minimum(p - r, m),
     bubble_units=lambda p, v, m: np.full_like(m, p - 1, dtype=float),
-    planner_order=0), ("pipedream-flush", "onefoneb"))
+    planner_order=0, torch_class="Schedule1F1B", torch_vpp=(1, 1), uneven_split=True), ("pipedream-flush", "onefoneb"))
 register(ScheduleInfo(
     "interleaved", "interleaved 1F1B, depth-first over vpp chunks (Narayanan et al. 2021)",
     lambda pp, m, v, group=None: _loop("interleaved", gen_classic.one_f_one_b(pp, m, v, group=group), pp, m, v),
     SEVERAL_STAGES, LOOP, StepTime.MAKESPAN,
     inflight=lambda p, v, m, r: np.minimum(2 * (p - r - 1) + (v - 1) * p + 1, v * m),
     bubble_units=lambda p, v, m: (p - 1) + _short(p, m) * (v - 1.0),
-    rounds_of_pp=True, planner_order=1, compare_with_vpp=True, parameters=frozenset({"group"})),
+    rounds_of_pp=True, planner_order=1, compare_with_vpp=True, parameters=frozenset({"group"}),
+    torch_class="ScheduleInterleaved1F1B"),
     ("1f1b-i", "interleaved-1f1b", "interleaved1f1b", "vpp"))
 register(ScheduleInfo(
     "bfs", "looped breadth-first (Lamy-Poirier 2023)",
@@ -182,7 +183,7 @@ register(ScheduleInfo(
     ANY_STAGES, LOOP, StepTime.MAKESPAN,
     inflight=lambda p, v, m, r: v * m,
     bubble_units=lambda p, v, m: (p - 1) + _short(p, m) * (v - 1.0),
-    planner_order=8, compare_with_vpp=True),
+    planner_order=8, compare_with_vpp=True, torch_class="ScheduleLoopedBFS"),
     ("loopedbfs", "looped-bfs", "breadth-first"))
 register(ScheduleInfo(
     "zb-h1", "ZB-H1: 1F1B memory, 1/3 of its bubble (Qi et al. 2024)",
@@ -190,7 +191,8 @@ register(ScheduleInfo(
     ANY_STAGES, LOOP, StepTime.RANK_SPAN,
     inflight=lambda p, v, m, r: v * np.minimum(p, m),
     bubble_units=lambda p, v, m: (p - 1) / 3 + _short(p, m) * (v - 1) * 2 / 3,
-    rounds_of_pp=True, planner_order=2, parameters=frozenset({"group"})),
+    rounds_of_pp=True, planner_order=2, parameters=frozenset({"group"}),
+    torch_class="ScheduleInterleavedZeroBubble", torch_vpp=(2, None), uneven_split=True),
     ("zb1p", "zbh1", "zb-1p", "interleavedzerobubble"))
 register(ScheduleInfo(
     "zb-h2", "ZB-H2: ~zero bubble with 2x 1F1B memory (Qi et al. 2024)",
@@ -198,14 +200,14 @@ register(ScheduleInfo(
     ONE_STAGE, LOOP, StepTime.RANK_SPAN,
     inflight=lambda p, v, m, r: np.minimum(2 * p - 1, m),
     bubble_units=lambda p, v, m: (p - 1) / 3 * np.maximum(0, 2 * p - m) / p,
-    planner_order=3), ("zb2p", "zbh2", "zb-2p"))
+    planner_order=3, uneven_split=True), ("zb2p", "zbh2", "zb-2p"))
 register(ScheduleInfo(
     "zbv", "ZB-V: ~zero bubble, 1F1B memory, V placement (Qi et al. 2024)",
     lambda pp, m, v: _v("zbv", gen_v.zbv(pp, m), pp, m),
     V_SHAPED, V, StepTime.RANK_SPAN,
     inflight=lambda p, v, m, r: np.minimum(np.minimum(2 * p, m + 1 + r), 2 * m),
     bubble_units=lambda p, v, m: (p - 1) * np.maximum(0, 2 * p - m) / (1.5 * p),
-    planner_order=4), ("zb-v", "zbvzerobubble", "v-zb"))
+    planner_order=4, torch_class="ScheduleZBVZeroBubble"), ("zb-v", "zbvzerobubble", "v-zb"))
 register(ScheduleInfo(
     "v-half", "V-Half: 1/2 of 1F1B memory (Qi et al. 2024, controllable memory)",
     lambda pp, m, v: _v_controllable("half", pp, m),
@@ -226,7 +228,7 @@ register(ScheduleInfo(
     V_SHAPED, V, StepTime.MAKESPAN,
     inflight=lambda p, v, m, r: np.full_like(m, 2 * p + 1),
     bubble_units=lambda p, v, m: (p - 1) / 3 + 0.0 * m,
-    min_microbatches_per_rank=2, planner_order=7), ("dualpipe-v", "dual-pipe-v"))
+    min_microbatches_per_rank=2, planner_order=7, torch_class="ScheduleDualPipeV"), ("dualpipe-v", "dual-pipe-v"))
 register(ScheduleInfo(
     "auto", "greedy search under a memory cap for given stage times (Qi et al. 2024, Sec. 3)",
     _auto, ANY_STAGES, V_WHEN_TWO, StepTime.RANK_SPAN,

@@ -97,7 +97,11 @@ class ScheduleInfo:
     (a schedule with any is built for given stage times, e.g. ``auto``). ``planner_order``: rank among
     the schedules `train plan` searches by default, ties between equally good plans going to the lower
     (None: searched only when asked for). ``compare_with_vpp``: `schedule compare --vpp` applies to it
-    (otherwise it runs with its default stages per rank)."""
+    (otherwise it runs with its default stages per rank). ``torch_class``: the torch.distributed.pipelining
+    class whose order equals ours (``train run`` falls back to it when torch's runtime rejects our IR;
+    torchtitan's ``pipeline_parallel_schedule`` names it without ``Schedule``), over the vpp range
+    ``torch_vpp`` (elsewhere torchtitan runs our CSV). ``uneven_split``: ``train run`` runs an uneven layer
+    split (``parallel.layer_split``) with it, one stage per rank."""
 
     name: str
     description: str  # one line, with its source
@@ -112,6 +116,14 @@ class ScheduleInfo:
     parameters: frozenset[str] = frozenset()
     planner_order: int | None = None
     compare_with_vpp: bool = False
+    torch_class: str | None = None
+    torch_vpp: tuple[int, int | None] = (1, None)
+    uneven_split: bool = False
+
+    def torch_class_at(self, vpp: int) -> str | None:
+        """The torch class whose order equals ours with ``vpp`` stages per rank (None: none does)."""
+        lo, hi = self.torch_vpp
+        return self.torch_class if self.torch_class and lo <= vpp and (hi is None or vpp <= hi) else None
 
     def placement_at(self, vpp: int) -> str:
         """LOOP or V: where the stages live when run with ``vpp`` stages per rank."""

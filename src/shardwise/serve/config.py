@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_SEQUENCE_TOKENS, MAX_SERVE_ENGINES
+from shardwise.serve import schedulers as _schedulers
 from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.precision import Precision, PrecisionSpec
+from shardwise.serve.schedulers import SGLANG_OVERLAP, VLLM_ASYNC_DEFAULT, VLLM_V1_DEFAULT, VLLM_V1_ONLY  # noqa: F401 - kept importable here
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import format_validation_error, read_document
 from shardwise.specs.model import ModelSpec, load_model
@@ -37,21 +39,11 @@ def parse_block(cls: type[M], data: Any, where: str) -> M:
         raise ShardwiseError(format_validation_error(exc, where)) from None
 
 
-#: vLLM releases from this one on have only the V1 engine: prefills always chunked into mixed batches, no
-#: multi-step scheduling (the V0 engine and --num-scheduler-steps are gone from vllm/engine/arg_utils.py;
-#: the 0.33.0 flag table in data/engines/vllm.json has neither).
-VLLM_V1_ONLY = (0, 11)
-#: The V1 engine is vLLM's default from this release on (VLLM_USE_V1=1 by default; vLLM 0.8.0 release notes).
-VLLM_V1_DEFAULT = (0, 8)
-#: vLLM V1 schedules step n+1 while step n runs by default from this release on (vLLM PR #27614; v0.14.0).
-VLLM_ASYNC_DEFAULT = (0, 14)
-#: SGLang's overlap scheduler (CPU scheduling of the next batch while the GPU runs this one) is on by
-#: default from this release on (SGLang v0.4 release blog, "zero-overhead batch scheduler").
-SGLANG_OVERLAP = (0, 4)
-#: The scheduler policies a job may name (docs/serving.md): vLLM's V1 engine (current), SGLang (0.4+ with
-#: its overlap scheduler and radix cache; older releases replay their prefill-first scheduler), and vLLM's
-#: V0 engine, kept to replay benchmarks of vLLM before 0.11.
-SCHEDULERS = ("vllm-v1", "sglang", "vllm-v0")
+#: The scheduler policies a job may name (docs/serving.md), registered by name in
+#: :mod:`shardwise.serve.schedulers`: vLLM's V1 engine (current), SGLang (0.4+ with its overlap scheduler and
+#: radix cache; older releases replay their prefill-first scheduler), and vLLM's V0 engine, kept to replay
+#: benchmarks of vLLM before 0.11.
+SCHEDULERS = tuple(_schedulers.SCHEDULERS)
 
 
 def _release(version: str) -> tuple[str, tuple[int, ...]]:
@@ -88,7 +80,7 @@ class EngineSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    scheduler: Literal["vllm-v1", "sglang", "vllm-v0"] | None = Field(
+    scheduler: Annotated[str, WithJsonSchema({"enum": list(SCHEDULERS), "type": "string"})] | None = Field(
         default=None, description="scheduler policy: vllm-v1 (current vLLM), sglang (SGLang 0.4+: overlap scheduler, "
                                   "radix cache), vllm-v0 (replay of vLLM before 0.11); default: from version, else vllm-v1")
     version: str | None = Field(default=None, description="engine release to replay (vllm-0.6.0, vllm-0.8.5, sglang-0.3.0); "
@@ -112,11 +104,18 @@ class EngineSpec(BaseModel):
     speculative: SpeculativeSpec | None = Field(default=None, description="speculative decoding (draft model, EAGLE, MTP "
                                                 "or n-gram); the acceptance rate comes from the workload")
 
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, name: str | None) -> str | None:
+        if name is not None:
+            _schedulers.scheduler(name)  # an unknown name lists the known ones
+        return name
+
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
         if self.version is not None:
             engine, _ = _release(self.version)
-            if self.scheduler is not None and (engine == "sglang") != (self.scheduler == "sglang"):
+            if self.scheduler is not None and engine != _schedulers.scheduler(self.scheduler).family:
                 raise ValueError(f"scheduler {self.scheduler} and version {self.version} name different engines")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
@@ -129,7 +128,7 @@ class EngineSpec(BaseModel):
         """The engine this spec replays: "vllm" (the default, current vLLM) or "sglang"."""
         if self.version:
             return _release(self.version)[0]
-        return "sglang" if self.scheduler == "sglang" else "vllm"
+        return _schedulers.scheduler(self.scheduler).family if self.scheduler else "vllm"
 
     def policy(self) -> str:
         """The scheduler policy: the named one, else vllm-v0 for vLLM before 0.8 (V1 became the default
@@ -137,11 +136,12 @@ class EngineSpec(BaseModel):
         if self.scheduler is not None:
             return self.scheduler
         if self.version is None:
-            return "vllm-v1"
-        engine, number = _release(self.version)
-        if engine == "sglang":
-            return "sglang"
-        return "vllm-v0" if number < VLLM_V1_DEFAULT else "vllm-v1"
+            return _schedulers.DEFAULT
+        return _schedulers.for_version(*_release(self.version)).name
+
+    def scheduler_policy(self) -> type[_schedulers.Scheduler]:
+        """The :class:`~shardwise.serve.schedulers.Scheduler` class of :meth:`policy`."""
+        return _schedulers.scheduler(self.policy())
 
     def release(self) -> tuple[int, ...]:
         """The replayed release number ((99,) for the current one)."""
@@ -150,35 +150,25 @@ class EngineSpec(BaseModel):
     def async_output_processing(self) -> bool:
         """vLLM V0 from 0.6.0 on processes a step's outputs while the next step runs (PR #7049, on by
         default), so each token reaches the client one iteration after it is sampled."""
-        return self.policy() == "vllm-v0" and self.family() == "vllm" and self.release() >= (0, 6)
+        return self.scheduler_policy().async_output(self.family(), self.release())
 
     def overlap_scheduling(self) -> bool:
         """The CPU work of a step overlaps the GPU's: vLLM V1's async scheduling (--async-scheduling, on by
         default from 0.14) and SGLang's overlap scheduler (on by default from 0.4)."""
         if self.async_scheduling is not None:
             return self.async_scheduling
-        policy = self.policy()
-        if policy == "sglang":
-            return self.release() >= SGLANG_OVERLAP
-        return policy == "vllm-v1" and self.release() >= VLLM_ASYNC_DEFAULT
+        return self.scheduler_policy().overlaps(self.release())
 
     def caches_prefixes(self) -> bool:
         """Prefix caching in force: as given, else SGLang's radix cache (on by default; 0.3 benchmarks
         turned it off explicitly) and off for vLLM (the simulator's old default)."""
         if self.prefix_caching is not None:
             return self.prefix_caching
-        return self.policy() == "sglang"
+        return self.scheduler_policy().caches_prefixes()
 
     def check_current(self) -> None:
-        """V0-only knobs need a scheduler that had them (current vLLM runs V1 only)."""
-        policy = self.policy()
-        if not self.chunked_prefill and policy == "vllm-v1":
-            raise ValueError("chunked_prefill: false is the prefill-first scheduler of vLLM's V0 engine (removed in "
-                             "vLLM 0.11) or of SGLang; current vLLM always chunks prefills: drop it, or set "
-                             "version: vllm-0.6.0 (or scheduler: sglang) to replay that scheduler")
-        if self.num_scheduler_steps > 1 and policy != "vllm-v0":
-            raise ValueError("num_scheduler_steps is vLLM V0's multi-step scheduling (removed with the V0 engine in "
-                             "vLLM 0.11); drop it, or set version: vllm-0.6.0 to replay an old benchmark")
+        """V0-only knobs need a scheduler that had them (current vLLM runs V1 only): the policy's check."""
+        self.scheduler_policy().check(self)
 
 
 class LengthClass(BaseModel):

@@ -5,8 +5,8 @@ vidur's replica schedulers: a base with the block manager and the decode bookkee
 policies); :func:`policy_name` maps an engine block of a job file to its policy. Multi-step scheduling
 (``num_scheduler_steps``) is a property of the decode stretch in the base and combines with either.
 
-Adding a policy: subclass ``Engine``, set ``name``, implement the three hooks, decorate with
-``@register``, and say in :func:`policy_name` which engine blocks select it.
+Adding a batching policy: subclass ``Engine``, set ``name``, implement the three hooks, decorate with
+``@register``; the scheduler policy (:mod:`shardwise.serve.schedulers`) that selects it names it.
 """
 
 from __future__ import annotations
@@ -136,11 +136,10 @@ class ChunkedPrefillFirst(Engine):
 
 
 def policy_name(spec: EngineSpec) -> str:
-    """The policy an engine block selects: vLLM (V1 or V0) with ``chunked_prefill`` true -> mixed, false ->
+    """The batching policy an engine block selects, from its named scheduler policy
+    (:mod:`shardwise.serve.schedulers`): vLLM (V1 or V0) with ``chunked_prefill`` true -> mixed, false ->
     prefill-first; SGLang -> chunked-prefill-first, or prefill-first without chunking (SGLang 0.3)."""
-    if spec.policy() == "sglang":
-        return ChunkedPrefillFirst.name if spec.chunked_prefill else PrefillFirst.name
-    return MixedBatches.name if spec.chunked_prefill else PrefillFirst.name
+    return spec.scheduler_policy().batching(spec.chunked_prefill)
 
 
 def make_engine(timer: StepTimer, spec: EngineSpec, num_blocks: int, table: RequestTable,

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from shardwise.engines.support import ENGINES, Verdict, verdicts
 from shardwise.engines.table import STACK
+from shardwise.engines.targets import engine_abbrev
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.reliability import Resilience
@@ -20,8 +21,8 @@ from shardwise.train.planner import PlanResult, searched_fields
 from shardwise.train.result import GIB, MFU_LABELS, Estimate
 from shardwise.train.search_space import group_rejections
 
-#: Short engine names for the table's "runs on" column.
-ENGINE_ABBREV = {"torch": "T", "torchtitan": "tt", "megatron": "M", "deepspeed": "DS"}
+#: Short engine names for the table's "runs on" column (each target's ``abbrev`` in the registry).
+ENGINE_ABBREV = {e: engine_abbrev(e) for e in ENGINES}
 
 
 def engine_verdicts(e: Estimate, model: ModelSpec, training: TrainingSpec) -> dict[str, Verdict]:
@@ -32,7 +33,7 @@ def engine_verdicts(e: Estimate, model: ModelSpec, training: TrainingSpec) -> di
 
 
 def runs_on_label(v: dict[str, Verdict]) -> str:
-    names = [ENGINE_ABBREV[k] for k, x in v.items() if x.runnable]
+    names = [engine_abbrev(k) for k, x in v.items() if x.runnable]
     return ",".join(names) if names else "none"
 
 

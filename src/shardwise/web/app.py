@@ -94,6 +94,7 @@ class BodyLimit:
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, Any]:
     """Models, GPUs, schedules and the choices the forms offer."""
+    from shardwise.engines import targets
     from shardwise.pipeline import list_schedules, schedule_info
     from shardwise.specs.hardware import get_gpu, gpu_names
     from shardwise.specs.model import load_model, preset_names
@@ -115,7 +116,9 @@ def catalog() -> dict[str, Any]:
                   "vpp_rule": schedule_info(n).vpp_rule.code} for n in list_schedules()]
     return {"version": __version__, "models": models, "gpus": gpus, "schedules": schedules,
             "objectives": list(OBJECTIVES), "precisions": ["bf16", "fp16", "fp8", "fp32"],
-            "serving_precisions": ["bf16", "fp16", "fp8", "int8", "int4", "fp4"]}
+            "serving_precisions": ["bf16", "fp16", "fp8", "int8", "int4", "fp4"],
+            "export_targets": [{"name": t.name, "kind": t.kind, "label": t.label, "version": t.version}
+                               for t in targets.TARGETS.values()]}
 
 
 def answer_inline(task: str, body: Any, limit_cells: int, limit_rl_tokens: float = 2**27) -> tuple[bool, Any]:

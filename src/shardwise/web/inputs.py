@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shardwise.engines.targets import choices_help
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import format_validation_error
 from shardwise.specs.hf_config import spec_from_hf_dict
@@ -145,7 +146,7 @@ class TrainExportBody(_Body):
     """`train export`: a job document and the engine to launch it in."""
 
     job: dict[str, Any] = Field(description="a training job document (model, cluster, training, parallel)")
-    to: str = Field(description="torchtitan | megatron | deepspeed")
+    to: str = Field(description=choices_help("training"))
     engine_version: str | None = Field(default=None, description="engine release to target (default: the pinned one)")
     format: str = Field(default="script", description="args | script | file")
 

@@ -582,8 +582,8 @@ async function selectPlan(e, rank, row) {
   const parallel = Object.fromEntries(Object.entries(e.plan).filter(([k]) => !["flash_attention", "overlap_grad_reduce"].includes(k) || e.plan[k] === false));
   const job = e.job || { model, cluster: { gpu: e.gpu, gpus: e.num_gpus }, training: chosenTraining(training, e.fp8_recipe, e.moe_dispatcher), parallel };
   const yaml = yamlDoc(job);
-  const commands = ["shardwise train estimate job.yaml", "shardwise train export job.yaml --to torchtitan --format script",
-    "shardwise train export job.yaml --to megatron --format args", "shardwise train export job.yaml --to deepspeed --format file"].join("\n");
+  const commands = ["shardwise train estimate job.yaml",
+    ...(CATALOG.export_targets || []).filter((t) => t.kind === "training").map((t) => `shardwise train export job.yaml --to ${t.name} --format script`)].join("\n");
   const exportBox = el("pre", { class: "code", text: "…" });
   const timelineBox = el("div");
   box.replaceChildren(
@@ -594,7 +594,7 @@ async function selectPlan(e, rank, row) {
       el("div", {}, el("h3", { text: "job.yaml" }), el("pre", { class: "code", text: yaml }),
         el("button", { type: "button", onclick: () => loadPlanIntoForm(e) }, "Open in Estimate")),
       el("div", {}, el("h3", { text: "Commands" }), el("pre", { class: "code", text: commands }), el("h3", { text: "Export" }), exportBox)));
-  const engines = ["torchtitan", "megatron", "deepspeed"];
+  const engines = (CATALOG.export_targets || []).filter((t) => t.kind === "training").map((t) => t.name);
   const showExport = (to) => post("/api/train/export", { job, to, format: "args" }).then(
     (x) => { exportBox.textContent = `# ${x.engine} ${x.version}\n${x.text}${x.notes.map((n) => "\n# note: " + n).join("")}`; },
     (err) => { exportBox.textContent = `${to}: ${err.message}`; });
