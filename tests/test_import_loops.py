@@ -13,7 +13,6 @@ KNOWN = {
     ("shardwise.calibration.fit", "shardwise.calibration.validate"): "the fit reports held-out errors; validate refits",
     ("shardwise.engines.support", "shardwise.engines.table"): "the rules table and its support report",
     ("shardwise.execute", "shardwise.execute.run"): "the package re-exports its entry point",
-    ("shardwise.pipeline", "shardwise.pipeline.registry"): "the package re-exports the registry",
     ("shardwise.pipeline.auto", "shardwise.pipeline.registry"): "auto searches the registry; the registry lists auto",
     ("shardwise.serve.config", "shardwise.serve.workload"): "a workload block is parsed with the job's block parser",
     ("shardwise.specs.hetero", "shardwise.specs.job"): "a job file may hold a heterogeneous job",
@@ -26,12 +25,25 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under `if TYPE_CHECKING:` (imports for annotations only, never run)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    return [n for n in ast.walk(tree) if id(n) not in skip]
+
+
 def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Modules `path` imports at run time; `from package import submodule` imports the submodule (the
+    package's __init__ runs first for any submodule, which is no loop of the two)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("shardwise"):
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            found.update(subs)
+            if len(subs) < len(node.names):
+                found.add(node.module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("shardwise"))
     return found & modules

@@ -24,6 +24,7 @@ The rule, written once for the estimate (and documented in docs/offload.md):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +45,9 @@ class ActivationOffload:
     exposed_s: float  # seconds per step the copies add to the rank (not hidden behind compute)
 
 
-def activation_offload(share: float, peak_bytes: float, stage_bytes, gaps_s, link_gbyte_s: float, microbatches: int,
-                       pipelined_s: float, stage_compute_s=None) -> ActivationOffload:
+def activation_offload(share: float, peak_bytes: float, stage_bytes: Sequence[float],
+                       gaps_s: Sequence[Sequence[float]], link_gbyte_s: float, microbatches: int, pipelined_s: float,
+                       stage_compute_s: Sequence[float] | None = None) -> ActivationOffload:
     """Offloading `share` of the activations of a rank whose peak activation memory is `peak_bytes`;
     `stage_bytes[k]`: one micro-batch's activations on the rank's k-th stage; `gaps_s[k]`: that stage's
     forward-end to backward-start gaps, one per simulated micro-batch (scaled to `microbatches`);
