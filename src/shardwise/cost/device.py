@@ -99,8 +99,8 @@ class Device:
             memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
         return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
 
-    def attention_s(self, bh: Num, s_q: Num, s_k: Num, d: Num, causal: bool = True, backward: bool = False,
-                    bytes_moved: float = 0.0) -> Num:
+    def attention_s(self, bh: float, s_q: float, s_k: float, d: float, causal: bool = True, backward: bool = False,
+                    bytes_moved: float = 0.0) -> float:
         """One fused attention kernel over `bh` (batch x heads) pairs of `s_q` queries and `s_k` keys of head
         dimension `d` (:func:`shardwise.cost.attention.fused_attention_s`)."""
         return fused_attention_s(bh, s_q, s_k, d, causal, backward, self.attention_peak_flops, self.attention_efficiency,

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 from shardwise.cost.numeric import Num, where
 
 
@@ -32,13 +34,13 @@ def zero_placements(zero: int) -> dict[str, Placement]:
 
 
 @dataclass(frozen=True)
-class ModelStateBytes:
-    weights: float
-    grads: float
-    optimizer: float
+class ModelStateBytes:  # bytes per GPU of each model state (arrays: one plan per element)
+    weights: Num
+    grads: Num
+    optimizer: Num
 
     @property
-    def total(self) -> float:
+    def total(self) -> Num:
         return self.weights + self.grads + self.optimizer
 
     def __add__(self, other: ModelStateBytes) -> ModelStateBytes:
@@ -46,9 +48,9 @@ class ModelStateBytes:
 
 
 def model_state_bytes(
-    params: float,
-    dp_group: int,
-    zero: int,
+    params: Num,
+    dp_group: Num,
+    zero: int | np.ndarray,
     weight_bytes: float = 2.0,
     grad_bytes: float = 2.0,
     optimizer_bytes: float = 12.0,

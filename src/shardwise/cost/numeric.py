@@ -12,21 +12,21 @@ import numpy as np
 Num = float | np.ndarray
 
 
-def where(cond, a, b):
+def where(cond: bool | np.ndarray, a: Num, b: Num) -> Num:
     """np.where(cond, a, b)."""
     return np.where(cond, a, b) if isinstance(cond, np.ndarray) and cond.ndim else (a if cond else b)
 
 
-def maximum(a, b):
+def maximum(a: Num, b: Num) -> Num:
     """np.maximum(a, b)."""
     return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else (a if a >= b else b)
 
 
-def minimum(a, b):
+def minimum(a: Num, b: Num) -> Num:
     """np.minimum(a, b)."""
     return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else (a if a <= b else b)
 
 
-def ceil(x):
+def ceil(x: Num) -> Num:
     """np.ceil(x) (a float for a number, as numpy gives)."""
     return np.ceil(x) if isinstance(x, np.ndarray) else float(math.ceil(x))

@@ -30,14 +30,17 @@ per element).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from shardwise.cost.comm import group_collective_s
+from shardwise.cost.layer import PassCost
 from shardwise.cost.numeric import Num, ceil, maximum, minimum, where
 from shardwise.specs.hardware import Cluster
 
 
-def exposed_layer_comm(cost):
+def exposed_layer_comm(cost: PassCost | SimpleNamespace) -> tuple[Num, Num, Num, Num, Num, Num]:
     """(F, I, W, exposed tp, exposed cp, exposed ep) seconds of one micro-batch of a block whose
     :class:`~shardwise.cost.layer.PassCost` (or arrays with the same fields) is `cost`; its TP communication
     is already what the plan's overlap mode leaves exposed (:func:`shardwise.cost.layer.tp_exposed_s`)."""
@@ -54,12 +57,12 @@ def chunked_s(cluster: Cluster, kind: str, size_bytes: Num, n: Num, stride: Num,
     return calls * group_collective_s(cluster, kind, size_bytes / calls, n, stride)
 
 
-def dp_exposed_s(cluster: Cluster, zero: Num, overlap_grad_reduce: bool | np.ndarray, microbatches: Num, tp: Num,
-                 expert_stride: Num, p_dense: Num, p_exp: Num, n_dense: Num, n_exp: Num, shard: Num, weight_bytes: Num,
-                 grad_bytes: Num, fwd_s: Num, bwd_s: Num, dp_overlap: float, fsdp_overlap: float,
-                 layers: Num = 1, bucket_bytes: float = 40 * 2**20, frozen_bytes: Num = 0.0, zero1_broadcast: bool = False,
-                 param_sync_overlap: bool = True, keep_unsharded: bool | np.ndarray = False,
-                 unsharded_grads: bool | np.ndarray = False) -> Num:
+def dp_exposed_s(cluster: Cluster, zero: int | np.ndarray, overlap_grad_reduce: bool | np.ndarray, microbatches: Num,
+                 tp: Num, expert_stride: Num, p_dense: Num, p_exp: Num, n_dense: Num, n_exp: Num,
+                 shard: Num, weight_bytes: Num, grad_bytes: Num, fwd_s: Num, bwd_s: Num, dp_overlap: float,
+                 fsdp_overlap: float, layers: Num = 1, bucket_bytes: float = 40 * 2**20, frozen_bytes: Num = 0.0,
+                 zero1_broadcast: bool = False, param_sync_overlap: bool = True,
+                 keep_unsharded: bool | np.ndarray = False, unsharded_grads: bool | np.ndarray = False) -> Num:
     """Exposed data-parallel communication of one pipeline rank per step (rules in the module docstring).
     p_dense / p_exp: the rank's dense and expert parameters; n_dense / n_exp: their data-parallel groups
     (strides tp and `expert_stride` = etp*ep in the rank order); shard: ranks that shard the dense states (<= n_dense);
@@ -75,7 +78,7 @@ def dp_exposed_s(cluster: Cluster, zero: Num, overlap_grad_reduce: bool | np.nda
     def buckets(nbytes: Num) -> Num:
         return ceil(nbytes / bucket_bytes)
 
-    def both(kind: str, nbytes: float, n_d: Num, stride_d: Num, per_layer: bool) -> Num:
+    def both(kind: str, nbytes: Num, n_d: Num, stride_d: Num, per_layer: bool) -> Num:
         dense, expert = p_dense * nbytes, p_exp * nbytes
         calls_d, calls_e = (layers, layers) if per_layer else (buckets(dense), buckets(expert))
         return (chunked_s(cluster, kind, dense, n_d, stride_d, calls_d)
