@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.cost.goodput import golden_max
 from shardwise.rl.spec import parse_rl_job
 from shardwise.rl.step import RLEstimate, estimate_rl
 from shardwise.specs._loading import data_path, load_yaml
@@ -86,24 +87,6 @@ def _at_median(record: dict[str, Any], median: float) -> RLEstimate:
     return estimate_rl(parse_rl_job(_with_median(record["job"], round(median))))
 
 
-def _golden_min(f: Any, lo: float, hi: float, tol: float = 0.01) -> float:
-    """The minimiser of a unimodal f on [lo, hi] by golden-section search (Kiefer 1953), to `tol` in x."""
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = lo, hi
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = f(c), f(d)
-    while b - a > tol:
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = f(d)
-    return (a + b) / 2.0
-
-
 def fit_median(records: list[dict[str, Any]], key: str = LENGTH_FIGURE) -> float:
     """The one output-length median (tokens) under which the estimated `key` matches the records' measured
     values best (least squares in log error; golden-section search over log median in MEDIAN_RANGE)."""
@@ -116,7 +99,7 @@ def fit_median(records: list[dict[str, Any]], key: str = LENGTH_FIGURE) -> float
                                for r in records)
         return memo[median]
 
-    return float(round(math.exp(_golden_min(loss, *map(math.log, MEDIAN_RANGE), tol=0.02))))
+    return float(round(math.exp(golden_max(lambda x: -loss(x), *map(math.log, MEDIAN_RANGE), xatol=0.02))))
 
 
 def implied_lengths(records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
