@@ -3,6 +3,7 @@
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,6 +59,24 @@ def test_zero_bubble_table5_bubble_rates_reproduced(result):
 def test_reserved_rows_are_not_shipped():
     ids = {r["id"] for r in load_records()}
     assert not any(i.startswith("zb_") and ("14.6B" in i or "28.3B" in i) for i in ids)
+
+
+_SHARED_TRAINING = next(
+    (p / "shared/calibration/training-measurements.json" for p in (Path(__file__).resolve().parents[1].parent,
+                                                                    Path(__file__).resolve().parents[2].parent)
+     if (p / "shared/calibration/training-measurements.json").exists()),
+    None,
+)
+
+
+@pytest.mark.skipif(_SHARED_TRAINING is None, reason="no shared/calibration checkout (CI)")
+def test_vendored_records_are_the_shared_ones_less_the_reserved_rows():
+    """The vendored copy is the shared file with only the reserved Zero Bubble 14.6B/28.3B rows left out."""
+    shared = {r["id"]: r for r in json.loads(_SHARED_TRAINING.read_text())}
+    vendored = {r["id"]: r for r in load_records()}
+    missing = set(shared) - set(vendored)
+    assert missing and all(i.startswith("zb_t5_") and ("14.6B" in i or "28.3B" in i) for i in missing), missing
+    assert all(vendored[i] == shared[i] for i in set(shared) & set(vendored))
 
 
 def test_every_record_prefix_has_a_source_entry():
