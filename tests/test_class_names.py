@@ -11,8 +11,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "shardwise"
 
 #: class name -> the modules that still define it
 KNOWN = {
-    "TrainJob": {"specs/job.py", "web/schema.py"},
-    "ServeJob": {"serve/config.py", "web/schema.py"},
     "SimResult": {"pipeline/simulate.py", "serve/simulate.py"},
     "PlanResult": {"train/planner.py", "serve/planner.py"},
     "Option": {"serve/planner.py", "train/hetero_plan.py"},

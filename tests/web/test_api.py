@@ -355,7 +355,7 @@ def test_health_catalog_docs_and_page(client):
     for p in ("/api/train/estimate", "/api/train/plan", "/api/schedule/simulate", "/api/serve/simulate", "/api/serve/plan",
               "/api/train/export", "/api/catalog", "/api/health"):
         assert p in paths
-    assert "TrainJob" in client.get("/openapi.json").json()["components"]["schemas"]
+    assert "TrainJobDocument" in client.get("/openapi.json").json()["components"]["schemas"]
     assert client.get("/docs").status_code == 200
     page = client.get("/")
     assert page.status_code == 200 and "Shardwise" in page.text

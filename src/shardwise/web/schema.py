@@ -28,7 +28,7 @@ from shardwise.web.inputs import (
 REF = "#/components/schemas/{model}"
 
 
-class TrainJob(BaseModel):
+class TrainJobDocument(BaseModel):
     """A training job document, as in a job file (`parallel.dp` may be "auto")."""
 
     model_config = ConfigDict(extra="forbid")
@@ -41,7 +41,7 @@ class TrainJob(BaseModel):
     checkpoint: CheckpointSpec | None = None
 
 
-class ServeJob(BaseModel):
+class ServeJobDocument(BaseModel):
     """A serve job document, as in a job file (`workload.path` is replaced by an uploaded `trace_csv`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -70,7 +70,7 @@ class HFConfig(BaseModel):
 
 # Request body of each POST endpoint, by path.
 BODIES: dict[str, type[BaseModel] | dict[str, Any]] = {
-    "/api/train/estimate": TrainJob,
+    "/api/train/estimate": TrainJobDocument,
     "/api/train/plan": TrainPlanBody,
     "/api/train/export": TrainExportBody,
     "/api/schedule/simulate": ScheduleSimulateBody,
@@ -107,15 +107,15 @@ def _overrides() -> dict[tuple[str, str], dict[str, Any]]:
     """(component, property) -> the schema to document: fields the models keep loose (the CLI's parsers
     check them, with the CLI's messages) are described by the models of the job files."""
     return {
-        ("TrainJob", "model"): _model_ref(),
-        ("ServeJob", "model"): _model_ref(),
+        ("TrainJobDocument", "model"): _model_ref(),
+        ("ServeJobDocument", "model"): _model_ref(),
         ("ServeSimulateBody", "model"): _model_ref(),
         ("TrainPlanBody", "model"): _model_ref(nullable=True),
         ("ServePlanBody", "model"): _model_ref(nullable=True),
-        ("TrainPlanBody", "job"): _ref("TrainJob", nullable=True),
-        ("TrainExportBody", "job"): _ref("TrainJob"),
+        ("TrainPlanBody", "job"): _ref("TrainJobDocument", nullable=True),
+        ("TrainExportBody", "job"): _ref("TrainJobDocument"),
         ("TrainPlanBody", "gpu"): _gpu(),
-        ("ServePlanBody", "job"): _ref("ServeJob", nullable=True),
+        ("ServePlanBody", "job"): _ref("ServeJobDocument", nullable=True),
         ("ServePlanBody", "workload"): _ref("WorkloadSpec", nullable=True),
         ("ServeSimulateBody", "deployment"): _ref("DeploymentSpec"),
         ("ServeSimulateBody", "workload"): _ref("WorkloadSpec"),
@@ -138,7 +138,7 @@ def _schema(cls: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
 def body_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     """(request-body schema by path, component schemas to add to the OpenAPI document)."""
     components: dict[str, Any] = {}
-    for cls in (ModelSpec, HFConfig, ServeJob):
+    for cls in (ModelSpec, HFConfig, ServeJobDocument):
         _schema(cls, components)
     bodies = {path: _schema(cls, components) for path, cls in BODIES.items()}
     for (name, prop), schema in _overrides().items():
