@@ -19,7 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation, row_class
+from shardwise.calibration.scoring import row_class
+from shardwise.calibration.validate import TARGET_MIN_ROWS, cross_validation
 from shardwise.cost.constants import fit_cv_data, fitted_data
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -148,7 +148,7 @@ def test_cli_cross_validation(capsys):
 
 def test_row_classes_split_dense_fp8_and_moe():
     """Issue 9's target is judged on dense BF16 rows; FP8 and MoE rows are reported (and judged) apart."""
-    from shardwise.calibration.validate import row_class
+    from shardwise.calibration.scoring import row_class
 
     assert row_class({"precision": "bf16", "moe": False}) == "dense"
     assert row_class({"precision": "fp16", "moe": False}) == "dense"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.validate import row_class
+from shardwise.calibration.scoring import row_class
 
 MIN_ROWS = 5
 PERCENTILE = 80

@@ -36,7 +36,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from shardwise.calibration.records import Case
-from shardwise.calibration.validate import row_class, signed_error
+from shardwise.calibration.scoring import row_class, signed_error
 from shardwise.cost.attention import fitted_attention_efficiency
 from shardwise.cost.constants import CITED_PER_GPU, Constants, fitted_data
 from shardwise.cost.stack import host_overhead_stacks

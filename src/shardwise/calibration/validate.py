@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration import Case, Skip, record_cases
+from shardwise.calibration.scoring import row_class, signed_error
 from shardwise.cost.constants import Constants
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import data_path, read_record_list
@@ -28,15 +29,6 @@ CATEGORIES = ("throughput", "time", "memory", "formula")
 def default_data_path() -> Path:
     """The repository's copy of shared/calibration/training-measurements.json."""
     return data_path("calibration/training-measurements.json")
-
-
-TIME_METRICS = frozenset({"iteration_s", "forward_ms", "backward_ms"})
-
-
-def signed_error(metric: str, measured: float, predicted: float) -> float:
-    """Relative error with + meaning "predicted faster (or larger) than measured": for times,
-    measured/predicted - 1; for everything else predicted/measured - 1."""
-    return measured / predicted - 1.0 if metric in TIME_METRICS else predicted / measured - 1.0
 
 
 @dataclass
@@ -158,13 +150,6 @@ def to_json(result: dict[str, Any]) -> dict[str, Any]:
 TARGET_MIN_ROWS = 5  # a source with at least this many rows of a class carries that class's accuracy target
 ROW_CLASSES = ("dense", "fp8", "moe")  # dense BF16/FP16 (issue 9's target), low-precision, mixture-of-experts
 TARGET_MAE = {"dense": 0.10, "fp8": 0.15, "moe": 0.15}  # held-out MAE each class is judged against
-
-
-def row_class(tags: dict[str, Any]) -> str:
-    """dense (BF16/FP16, no experts), fp8 (FP8/FP4 GEMMs, dense) or moe (any precision)."""
-    if tags.get("moe"):
-        return "moe"
-    return "fp8" if tags.get("precision") not in ("bf16", "fp16") else "dense"
 
 
 def _class_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
