@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardwise.engines.support import ENGINES, PlanView, first_refusal, runnable_on, verdict
+from shardwise.engines.plan_view import PlanView
+from shardwise.engines.support import ENGINES, first_refusal, runnable_on, verdict
 from shardwise.errors import ShardwiseError
 from shardwise.specs.model import load_model
 from shardwise.specs.training import TrainingSpec, TrainPlan

@@ -28,7 +28,7 @@ import numpy as np
 from shardwise.engines.targets import TARGETS, engine_label, engine_version, rule_engines, rules_key
 
 if TYPE_CHECKING:
-    from shardwise.engines.support import PlanView
+    from shardwise.engines.plan_view import PlanView
     from shardwise.specs.job import TrainJob
 
 #: The engines the table answers for (``torch`` and every training export target, from the registry
@@ -495,7 +495,7 @@ def rules(engine: str, version: str | None = None) -> tuple[Rule, ...]:
 
 def knob_words(engine: str, job: TrainJob, version: str | None = None) -> list[str]:
     """What ``engine``'s launch writes for the plan's costed choices (the knobs' words, in table order)."""
-    from shardwise.engines.support import PlanView
+    from shardwise.engines.plan_view import PlanView
 
     view = PlanView.of_job(job)
     out: list[str] = []
@@ -507,7 +507,7 @@ def knob_words(engine: str, job: TrainJob, version: str | None = None) -> list[s
 
 def knob_env(engine: str, job: TrainJob, version: str | None = None) -> dict[str, str]:
     """The environment ``engine``'s launch sets for the plan's costed choices (expandable segments)."""
-    from shardwise.engines.support import PlanView
+    from shardwise.engines.plan_view import PlanView
 
     view = PlanView.of_job(job)
     out: dict[str, str] = {}

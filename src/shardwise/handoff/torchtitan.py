@@ -85,7 +85,8 @@ def stage_modules(model: ModelSpec, stages: int, output: str = "lm_head") -> lis
 
 
 def export_torchtitan(job: TrainJob, version: str = "0.3.0") -> Export:
-    from shardwise.engines.support import PlanView, require_job
+    from shardwise.engines.plan_view import PlanView
+    from shardwise.engines.support import require_job
     from shardwise.pipeline import generate_schedule, write_csv_text
 
     p, model, tr = job.plan, job.model, job.training

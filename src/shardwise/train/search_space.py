@@ -398,7 +398,7 @@ def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_a
     """The candidates as a :class:`~shardwise.engines.support.PlanView` (arrays, no copy); `fixed`: the
     job's plan fields every candidate carries (offload, dp_shard, reshard_after_forward, microbatch_group,
     tp_overlap)."""
-    from shardwise.engines.support import PlanView, training_knobs
+    from shardwise.engines.plan_view import PlanView, training_knobs
 
     fixed = fixed or {}
     mode = fixed.get("tp_overlap", "auto")
