@@ -10,7 +10,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: pairs that still import each other (one side inside a function), and why
 KNOWN = {
-    ("shardwise.execute", "shardwise.execute.run"): "the package re-exports its entry point",
     ("shardwise.pipeline.auto", "shardwise.pipeline.registry"): "auto searches the registry; the registry lists auto",
     ("shardwise.serve.config", "shardwise.serve.workload"): "a workload block is parsed with the job's block parser",
     ("shardwise.specs.hetero", "shardwise.specs.job"): "a job file may hold a heterogeneous job",

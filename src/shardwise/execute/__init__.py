@@ -11,20 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardwise.errors import ShardwiseError
 from shardwise.execute.config import FAULTS, RunConfig, config_from_job
-
-INSTALL_HINT = ("install the exec extra: pip install -e '.[exec]' (on this project's machines: "
-                "pip install torch==2.13.0, a CPU build)")
-
-
-def require_torch():
-    """Import torch or raise ShardwiseError saying how to install it."""
-    try:
-        import torch
-    except ImportError:
-        raise ShardwiseError(f"train run needs PyTorch, which is not installed; {INSTALL_HINT}") from None
-    return torch
+from shardwise.execute.torch_import import INSTALL_HINT, require_torch
 
 
 def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:

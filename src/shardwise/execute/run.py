@@ -54,7 +54,7 @@ def _merge_grads(results: list[dict], step: int) -> dict:
 
 def run_plan(cfg: RunConfig, workdir: Path | None = None) -> dict:
     """Execute ``cfg`` and return the report mapping (see :func:`shardwise.execute.report.report_table`)."""
-    from shardwise.execute import require_torch
+    from shardwise.execute.torch_import import require_torch
 
     torch = require_torch()
     from shardwise.errors import ShardwiseError
