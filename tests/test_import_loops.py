@@ -12,7 +12,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 KNOWN = {
     ("shardwise.pipeline.auto", "shardwise.pipeline.registry"): "auto searches the registry; the registry lists auto",
     ("shardwise.serve.config", "shardwise.serve.workload"): "a workload block is parsed with the job's block parser",
-    ("shardwise.specs.hetero", "shardwise.specs.job"): "a job file may hold a heterogeneous job",
     ("shardwise.specs.hf_config", "shardwise.specs.model"): "load_model resolves config.json paths lazily",
 }
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import HeteroCluster
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.plan_check import check_plan
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
 
@@ -159,8 +160,6 @@ def check_node_fit(cluster: HeteroCluster, groups: list[str], tp: int, cp: int) 
 
 def check_layout(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpec, spec: HeteroLayoutSpec) -> HeteroLayout:
     """Resolve and check a layout; raise ShardwiseError naming the field otherwise."""
-    from shardwise.specs.job import check_plan
-
     _need((spec.stage_groups is None) != (spec.replicas is None),
           "parallel: on a cluster with groups give stage_groups (pipeline stages across groups) or replicas "
           "(data-parallel replicas per group), exactly one of them")

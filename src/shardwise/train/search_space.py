@@ -32,7 +32,7 @@ from shardwise.limits import MAX_PIPELINE_STAGES
 from shardwise.pipeline import resolve, schedule_info
 from shardwise.pipeline.registry import planner_schedules
 from shardwise.specs.hardware import Cluster
-from shardwise.specs.job import a2a_splits_heads
+from shardwise.specs.plan_check import a2a_splits_heads
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, Dispatcher, TrainingSpec, TrainPlan
 
