@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_SEQUENCE_TOKENS, MAX_SERVE_ENGINES
@@ -20,24 +20,9 @@ from shardwise.serve import schedulers as _schedulers
 from shardwise.serve.adapters import AdapterSpec
 from shardwise.serve.precision import Precision, PrecisionSpec
 from shardwise.serve.schedulers import SGLANG_OVERLAP, VLLM_ASYNC_DEFAULT, VLLM_V1_DEFAULT, VLLM_V1_ONLY  # noqa: F401 - kept importable here
-from shardwise.serve.workload import WorkloadSpec
-from shardwise.specs._loading import format_validation_error, read_document
+from shardwise.serve.workload import SPEC_METHODS, WorkloadSpec  # noqa: F401 - SPEC_METHODS kept importable here
+from shardwise.specs._loading import parse_block, read_document
 from shardwise.specs.model import ModelSpec, load_model
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def parse_block(cls: type[M], data: Any, where: str) -> M:
-    """Validate one block of a job file; pydantic errors become one ShardwiseError line."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ShardwiseError(f"{where or 'the job'} must be a mapping, got {type(data).__name__}: {shorten(data)}")
-    try:
-        return cls(**data)
-    except ValidationError as exc:
-        raise ShardwiseError(format_validation_error(exc, where)) from None
-
 
 #: The scheduler policies a job may name (docs/serving.md), registered by name in
 #: :mod:`shardwise.serve.schedulers`: vLLM's V1 engine (current), SGLang (0.4+ with its overlap scheduler and
@@ -53,9 +38,6 @@ def _release(version: str) -> tuple[str, tuple[int, ...]]:
         return name or "vllm", tuple(int(x) for x in number.lstrip("v").split("."))
     except ValueError:
         raise ValueError(f"version {version!r} is not ENGINE-X.Y.Z (e.g. vllm-0.6.0, sglang-0.3.0)") from None
-
-
-SPEC_METHODS = ("draft", "eagle", "eagle3", "mtp", "ngram")
 
 
 class SpeculativeSpec(BaseModel):

@@ -22,7 +22,10 @@ from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_GAMMA_CV, MAX_SEQUENCE_TOKENS, MAX_SERVE_REQUESTS
 from shardwise.serve.lengths import LengthSpec, describe_lengths, sample_lengths
 from shardwise.serve.trace import read_trace
-from shardwise.specs._loading import path_exists
+from shardwise.specs._loading import parse_block, path_exists
+
+#: Speculative-decoding proposers a job may name (:class:`shardwise.serve.config.SpeculativeSpec`).
+SPEC_METHODS = ("draft", "eagle", "eagle3", "mtp", "ngram")
 
 
 class SessionSpec(BaseModel):
@@ -79,8 +82,6 @@ class WorkloadSpec(BaseModel):
             if not 0.0 <= x < 1.0:
                 raise ValueError(f"an acceptance rate is a probability in [0, 1), got {x}")
         if isinstance(v, dict):
-            from shardwise.serve.config import SPEC_METHODS
-
             unknown = sorted(set(v) - set(SPEC_METHODS))
             if unknown:
                 raise ValueError(f"acceptance_rate: unknown method(s) {', '.join(unknown)}; use {', '.join(SPEC_METHODS)}")
@@ -197,8 +198,6 @@ def arrival_times(kind: str, rate: float, n: int, rng: np.random.Generator, cv: 
 def build_requests(spec: WorkloadSpec | dict[str, Any], base_dir: Path | None = None, max_len: int | None = None) -> Requests:
     """Draw a concrete request list from a workload spec (deterministic for a given seed)."""
     if isinstance(spec, dict):
-        from shardwise.serve.config import parse_block
-
         spec = parse_block(WorkloadSpec, spec, "workload")
     rng = np.random.default_rng(spec.seed)
     if spec.arrival == "trace":

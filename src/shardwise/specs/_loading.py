@@ -13,13 +13,15 @@ import math
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from shardwise.errors import ShardwiseError, clip, shorten
 from shardwise.limits import HOW_TO_PROCEED, MAX_DOCUMENT_DEPTH, MAX_NUMBER
+
+M = TypeVar("M", bound=BaseModel)
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: fast, and bounds its nesting depth
 
@@ -184,3 +186,15 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
     parts = [f"{clip(f, 100)}: {clip(m, 200)}" for f, m in clauses.items()]
     more = f" (and {len(parts) - 3} more)" if len(parts) > 3 else ""
     return "; ".join(parts[:3]) + more
+
+
+def parse_block(cls: type[M], data: Any, where: str) -> M:
+    """Validate one block of a job file; pydantic errors become one ShardwiseError line."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ShardwiseError(f"{where or 'the job'} must be a mapping, got {type(data).__name__}: {shorten(data)}")
+    try:
+        return cls(**data)
+    except ValidationError as exc:
+        raise ShardwiseError(format_validation_error(exc, where)) from None
