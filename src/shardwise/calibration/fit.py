@@ -180,20 +180,6 @@ def apply(constants: Constants, values: dict[str, float]) -> Constants:
     return replace(constants, **kwargs)
 
 
-def current_values(constants: Constants) -> dict[str, float]:
-    """The parameters' values in `constants` (their first target)."""
-    out = {}
-    for p in PARAMS:
-        section, *rest = p.targets[0].split(".")
-        if section == "per_gpu":
-            out[p.name] = constants.compute_for(rest[0]).__getattribute__(rest[1])
-        elif section == "stacks":
-            out[p.name] = constants.stacks.get(rest[0], {}).get(rest[1], p.start)
-        else:
-            out[p.name] = getattr(getattr(constants, section), rest[0])
-    return out
-
-
 @dataclass
 class FitResult:
     values: dict[str, float]

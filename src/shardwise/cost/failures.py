@@ -36,10 +36,6 @@ def reliability_data() -> dict[str, Any]:
     return load_yaml(data_path("reliability.yaml"))
 
 
-def fleet_names() -> list[str]:
-    return list(reliability_data()["fleets"])
-
-
 def restart_default(key: str) -> float:
     """A restart default of ``data/reliability.yaml`` (detect_s, relaunch_s, rendezvous_s_per_rank, repair_h)."""
     return float(reliability_data()["restart"][key]["value"])

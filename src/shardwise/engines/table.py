@@ -123,10 +123,6 @@ class Knob:
                     self.source.get(engine, ""), self.versions.get(engine, (None, None)))
 
 
-def _always(v: PlanView) -> np.ndarray:
-    return np.ones(len(v.tp), dtype=bool)
-
-
 def _model(v: PlanView, test: Callable[[Any, PlanView], Any]) -> np.ndarray:
     """``test(model, view)`` where the model is known; false where it is not (the rule needs it)."""
     if v.model is None:
@@ -366,10 +362,6 @@ RULES: tuple[Rule, ...] = (
          "keeping ZeRO-3 parameters gathered for the step is not written by the DeepSpeed export", "zero 2",
          _SW + "handoff/deepspeed.py"),
 )
-
-
-def _tp_split(v: PlanView) -> np.ndarray:
-    return (v.tp > 1) & (v.sp == 1)
 
 
 def _megatron_fp8(recipe: str, job: TrainJob) -> list[str]:

@@ -8,7 +8,7 @@ The values here are the starting points.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from typing import Any
 
@@ -42,9 +42,6 @@ class ServingConstants:
     def from_dict(cls, data: dict[str, Any]) -> ServingConstants:
         known = {f.name for f in fields(cls)} - {"device"}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-    def with_updates(self, **scalars: Any) -> ServingConstants:
-        return replace(self, **scalars)
 
 
 @lru_cache(maxsize=1)
