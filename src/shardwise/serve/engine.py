@@ -129,12 +129,13 @@ class Engine:
         return len(self.pending) - self.pending_at + len(self.waiting) + len(self.running)
 
     def _arrive(self) -> None:
-        arrival_s, pending = self.table.arrival, self.pending
-        while self.pending_at < len(pending) and arrival_s[pending[self.pending_at]] <= self.now_s:
-            self.waiting.append(pending[self.pending_at])
+        arrival_s, pending, at, now_s = self.table.arrival, self.pending, self.pending_at, self.now_s
+        while at < len(pending) and arrival_s[pending[at]] <= now_s:
+            self.waiting.append(pending[at])
             if self.adapters is not None:
-                self._index_waiting(pending[self.pending_at], front=False)
-            self.pending_at += 1
+                self._index_waiting(pending[at], front=False)
+            at += 1
+        self.pending_at = at
 
     def _next_arrival_s(self) -> float:
         if self.pending_at < len(self.pending):
@@ -485,13 +486,15 @@ class Engine:
                 return
             steps_kv = self._steps_with_blocks()
         steps_kv -= steps_kv % k
-        first_step_s = self._decode_step_s(self.num_decoding)
+        batch = self.num_decoding
+        first_step_s = self._decode_step_s(batch)
         load_s = 0.0
         if self.adapters is not None:  # the adapters in use stay the same over the stretch
-            lora_s, load_s = self._adapter_step_s(self.num_decoding, len(self.decoding_adapters))
+            lora_s, load_s = self._adapter_step_s(batch, len(self.decoding_adapters))
             first_step_s += lora_s
-        slope_s = self.decode_s_per_context_token * self.num_decoding  # the context grows by B tokens a step
-        steps = min(steps_kv, self.finish_heap[0][0] - self.decode_steps if self.finish_heap else steps_kv)
+        slope_s = self.decode_s_per_context_token * batch  # the context grows by B tokens a step
+        heap = self.finish_heap
+        steps = min(steps_kv, heap[0][0] - self.decode_steps) if heap else steps_kv
         horizon_s = until
         if (not self.waiting or self.adapters is not None) and len(self.running) < self.max_num_seqs:
             horizon_s = min(horizon_s, self._next_arrival_s())  # (with adapters an arrival may pass skipped requests)
@@ -551,12 +554,15 @@ class Engine:
 
     def _run_iteration(self, chunks: list[Chunk], decoders: int) -> None:
         """One iteration: `decoders` decode tokens (0 or all decoders) plus the prompt `chunks`."""
-        table = self.table
-        tokens = decoders + sum(c for _, _, c in chunks)
-        completed = [rid for rid, before, c in chunks if before + c >= table.target[rid]]
-        pairs = sum(self.timer.prefill_pairs(before, c) for _, before, c in chunks)
+        table, timer = self.table, self.timer
+        tokens, completed, pairs = decoders, [], 0.0
+        for rid, before, c in chunks:
+            tokens += c
+            if before + c >= table.target[rid]:
+                completed.append(rid)
+            pairs += timer.prefill_pairs(before, c)
         context = self._context_sum_next_step() if decoders else 0.0
-        dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
+        dt = timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
         if self.adapters is not None:
             used = {table.adapter[rid] for rid, _, _ in chunks}
             if decoders:
