@@ -74,36 +74,45 @@ _COMPILED: dict[int, tuple[Schedule, Compiled]] = {}
 _COMPILED_MAX = 256
 
 
-def _visit_order(dep: tuple[list[int], ...], out: tuple[list[int], ...], n_ids: int) -> tuple[list[tuple[int, int]], list[int]]:
-    """The order in which the event pass completes actions: ranks are taken from a stack, each runs its
+def _visit_order(dep: tuple[list[int], ...], out: tuple[list[int], ...], n_ids: int) -> tuple[list[int], list[int]]:
+    """The order in which the event loop completes actions: ranks are taken from a stack, each runs its
     actions in IR order until one waits on an unfinished dependency, parks on it, and is pushed back when
     that dependency completes. Whether a dependency has finished depends only on which actions ran
     before, never on their durations, so one pass over the structure gives the order for every set of
-    durations. Returns the visited ``(rank, index)`` pairs and per rank how many actions completed."""
+    durations. Returns the visited actions as positions in rank order (rank r's action i is
+    ``sum(len(dep[q]) for q < r) + i``) and per rank how many actions completed."""
     R = len(dep)
-    done = [False] * n_ids
+    done = bytearray(n_ids)
     waiter = [-1] * n_ids
     ptr = [0] * R
-    visits: list[tuple[int, int]] = []
+    base = [0] * R
+    for r in range(1, R):
+        base[r] = base[r - 1] + len(dep[r - 1])
+    visits: list[int] = []
     stack = list(range(R - 1, -1, -1))
     while stack:
         r = stack.pop()
-        i, dep_r, out_r = ptr[r], dep[r], out[r]
+        i = start = ptr[r]
+        dep_r, out_r = dep[r], out[r]
         n = len(dep_r)
         while i < n:
             d = dep_r[i]
             if d >= 0 and not done[d]:
                 waiter[d] = r
                 break
-            visits.append((r, i))
             o = out_r[i]
-            done[o] = True
+            done[o] = 1
             if waiter[o] >= 0:
                 stack.append(waiter[o])
                 waiter[o] = -1
             i += 1
+        visits.extend(range(base[r] + start, base[r] + i))
         ptr[r] = i
     return visits, ptr
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, dtype=np.int64)
 
 
 def compile_schedule(sched: Schedule) -> Compiled:
@@ -155,7 +164,7 @@ def compile_schedule(sched: Schedule) -> Compiled:
         # hop slot: 0 (no hop) or 1 + the stage boundary the dependency crosses (below the stage for F,
         # above it for I/B); see simulate's latency table
         boundary = np.clip(np.where(is_f, ss - 1, ss), 0, max(S - 2, 0))
-        lat_l.append(np.where(cross, 1 + boundary, 0).tolist())
+        lat_l.append(np.where(cross, 1 + boundary, 0).astype(np.int64))
         idx_l.append(sel)
         kind_l.append(kk)
         stage_l.append(ss)
@@ -164,20 +173,29 @@ def compile_schedule(sched: Schedule) -> Compiled:
         cross_l.append(cross)
         out_l.append(out.tolist())
     n_ids = 3 * SM
-    visits, progress = _visit_order(tuple(dep_l), tuple(out_l), n_ids)
     sentinel = n_ids
-    slot_l = [(kk * S + ss).tolist() for kk, ss in zip(kind_l, stage_l)]
-    order = []
-    for r, i in visits:
-        out_r, d = out_l[r], dep_l[r][i]
-        order.append((out_r[i - 1] if i else sentinel, d if d >= 0 else sentinel, lat_l[r][i], slot_l[r][i], out_r[i]))
+    visits, progress = _visit_order(tuple(dep_l), tuple(out_l), n_ids)
     counts = [len(d) for d in dep_l]
     offsets = [0]
     for n in counts:
         offsets.append(offsets[-1] + n)
+    # per action in rank order, then taken in visit order: (end slot of the rank's previous action,
+    # of the dependency, hop slot, duration slot, own end slot)
+    pos = np.asarray(visits, dtype=np.int64)
+    out_all = _concat([np.asarray(o, dtype=np.int64) for o in out_l])
+    prev_all = np.empty_like(out_all)
+    prev_all[1:] = out_all[:-1]
+    prev_all[[offsets[r] for r in range(len(counts)) if counts[r]]] = sentinel  # a rank's first action
+    dep_all = _concat([np.asarray(d, dtype=np.int64) for d in dep_l])
+    dep_all = np.where(dep_all >= 0, dep_all, sentinel)
+    lat_all = _concat(lat_l)
+    slot_all = _concat([kk * S + ss for kk, ss in zip(kind_l, stage_l)])
+    order = list(zip(prev_all[pos].tolist(), dep_all[pos].tolist(), lat_all[pos].tolist(), slot_all[pos].tolist(),
+                     out_all[pos].tolist()))
     to_rank = np.zeros(offsets[-1], dtype=np.int64)
-    to_rank[[offsets[r] + i for r, i in visits]] = np.arange(len(visits))
-    flat_slot = np.asarray([x for sl in slot_l for x in sl], dtype=np.int64)
+    to_rank[pos] = np.arange(len(visits))
+    slot_l = [slot_all[offsets[r]:offsets[r + 1]] for r in range(len(counts))]
+    flat_slot = slot_all
     padded = np.full((len(counts), max(counts, default=0)), 4 * S, dtype=np.int64)
     for r, sl in enumerate(slot_l):
         padded[r, :len(sl)] = sl
