@@ -60,14 +60,12 @@ class Compiled:
     actions: tuple[np.ndarray, ...] = ()  # per rank (n, 3): stage, mb, kind (read-only, shared)
     first_dep: tuple[int, ...] = ()  # per rank with actions: end slot of its first action's dependency
     last_out: tuple[int, ...] = ()  # per rank with actions: end slot of its last action
+    deadlocked: bool = False  # some rank cannot finish (progress short of its actions)
 
     @property
     def sentinel(self) -> int:
         return 3 * self.num_stages * self.microbatches
 
-    @property
-    def deadlocked(self) -> bool:
-        return any(p < len(d) for p, d in zip(self.progress, self.dep))
 
 
 _COMPILED: dict[int, tuple[Schedule, Compiled]] = {}
@@ -208,7 +206,7 @@ def compile_schedule(sched: Schedule) -> Compiled:
     last_out = tuple(out_l[r][-1] for r in range(len(counts)) if counts[r])
     comp = Compiled(S, M, tuple(idx_l), tuple(kind_l), tuple(stage_l), tuple(mb_l), tuple(dep_l),
                     tuple(cross_l), tuple(out_l), order, tuple(progress), tuple(offsets), to_rank, flat_slot, padded,
-                    tuple(acts), first_dep, last_out)
+                    tuple(acts), first_dep, last_out, any(p < n for p, n in zip(progress, counts)))
     if len(_COMPILED) >= _COMPILED_MAX:
         _COMPILED.pop(next(iter(_COMPILED)))
     _COMPILED[id(sched)] = (sched, comp)

@@ -125,6 +125,8 @@ def simulate_steady(
     g = max(1, granularity)
     b = -(-max(representative, 8 * stages) // g) * g
 
+    if microbatches <= 2 * b:
+        return simulate(build(microbatches), **simulate_kw)
     sample_kw = {k: v for k, v in simulate_kw.items() if k != "without_hops"}  # an extrapolated result has none
 
     def run(m: int, kw: dict = sample_kw) -> SimResult:
@@ -133,8 +135,6 @@ def simulate_steady(
     def affordable(m: int) -> bool:
         return 3 * stages * m <= MAX_SCHEDULE_ACTIONS
 
-    if microbatches <= 2 * b:
-        return run(microbatches, simulate_kw)
     while True:
         sample = run(b)
         c = find_cycle(sample, g)
