@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate
 from typing import ClassVar
 
 import numpy as np
@@ -147,7 +149,8 @@ class Engine:
         """Run iterations that start before `until` (all arrivals before `until` are submitted)."""
         while True:
             self._arrive()
-            self._admit_prefilled()
+            if self.any_prefilled:
+                self._admit_prefilled()
             if self.now_s >= until:
                 return
             if self._has_prompt_work():
@@ -201,13 +204,17 @@ class Engine:
 
     def _head_fits(self) -> bool:
         """Whether the head of the queue can be admitted now."""
-        if not self.waiting or self.hold_admission or len(self.running) >= self.max_num_seqs:
+        waiting = self.waiting
+        if not waiting or self.hold_admission or len(self.running) >= self.max_num_seqs:
             return False
-        rid = self._next_waiting()
+        rid = waiting[0] if self.adapters is None else self._next_waiting()
         if rid is None or self.any_prefilled and self._is_prefilled(rid):
             return False
-        first = self._first_chunk_tokens(self._tokens_to_prefill(rid) - self._prefix_hit(rid))
-        return self._blocks(first) + self.watermark <= self.free
+        table = self.table
+        todo = table.prompt[rid] + table.generated[rid]  # _tokens_to_prefill
+        if self.cache is not None:
+            todo -= self._prefix_hit(rid)
+        return -(-self._first_chunk_tokens(todo) // self.block_size) + self.watermark <= self.free  # _blocks
 
     def _admit_prefilled(self) -> None:
         """Disaggregated decode pool: requests arrive with their KV; they join the decoders at once."""
@@ -448,11 +455,8 @@ class Engine:
         steps = full_cycles * size
         base = self.decode_steps % size  # steps is whole cycles: the cycle starts where it stands now
         due = self.new_block_due
-        for j, need in enumerate(due[base:] + due[:base]):
-            if need > left:
-                return steps + j
-            left -= need
-        return steps + size
+        # the first step j whose blocks, with those of the steps before it, exceed what is left (size: none)
+        return steps + bisect_right(list(accumulate(due[base:] + due[:base])), left)
 
     @staticmethod
     def _steps_to_reach(delta_s: float, first_step_s: float, slope_s: float) -> int:
