@@ -279,11 +279,20 @@ class StepTimer:
 
     def prefill_pairs(self, done: int, chunk: int) -> float:
         """The fused kernel's work for `chunk` new tokens over `done` cached ones, in (query, key) pairs
-        (module docstring: the tile model's steps x TILE^2)."""
+        (module docstring: the tile model's steps x TILE^2). It depends on the tokens only through their
+        tile counts (cost.attention: max(1, ceil(tokens / TILE))), so it is kept per pair of counts."""
         if chunk <= 0:
             return 0.0
-        steps, _, _ = tile_steps(chunk, done + chunk, True, False, self.device.attention_shape.c0_fwd)
-        return steps * TILE * TILE
+        key = (max(1, math.ceil(chunk / TILE)), max(1, math.ceil((done + chunk) / TILE)))
+        pairs = self._pairs_by_tiles.get(key)
+        if pairs is None:
+            steps, _, _ = tile_steps(chunk, done + chunk, True, False, self.device.attention_shape.c0_fwd)
+            pairs = self._pairs_by_tiles[key] = steps * TILE * TILE
+        return pairs
+
+    @cached_property
+    def _pairs_by_tiles(self) -> dict[tuple[int, int], float]:
+        return {}
 
     # --- communication -----------------------------------------------------------------------------
     @cached_property
