@@ -491,7 +491,9 @@ class Engine:
             steps_kv = self._steps_with_blocks()
         steps_kv -= steps_kv % k
         batch = self.num_decoding
-        first_step_s = self._decode_step_s(batch)
+        fixed_s = self.decode_fixed_s  # _decode_step_s(batch), batch >= 1 here
+        first_step_s = (fixed_s[min(batch, len(fixed_s) - 1)]
+                        + self.decode_s_per_context_token * (self.context_offset + batch * (self.decode_steps + 1)))
         load_s = 0.0
         if self.adapters is not None:  # the adapters in use stay the same over the stretch
             lora_s, load_s = self._adapter_step_s(batch, len(self.decoding_adapters))
@@ -565,7 +567,7 @@ class Engine:
             if before + c >= table.target[rid]:
                 completed.append(rid)
             pairs += timer.prefill_pairs(before, c)
-        context = self._context_sum_next_step() if decoders else 0.0
+        context = self.context_offset + self.num_decoding * (self.decode_steps + 1) if decoders else 0.0  # _context_sum_next_step
         dt = timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
         if self.adapters is not None:
             used = {table.adapter[rid] for rid, _, _ in chunks}
