@@ -236,29 +236,38 @@ class Engine:
 
     def _admit_waiting(self, budget: int, whole: bool) -> tuple[list[Chunk], int]:
         """Admit FCFS from the queue (whole prompts only if `whole`); returns (chunks, token budget left)."""
-        table, chunks = self.table, []
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            rid = self._next_waiting()
+        table, chunks, waiting, cache = self.table, [], self.waiting, self.cache
+        plain = self.adapters is None  # no adapter limit: the queue's head is next, _join only records it
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            rid = waiting[0] if plain else self._next_waiting()
             if rid is None or table.prefilled[rid]:
                 break
-            table.target[rid] = self._tokens_to_prefill(rid)
-            hit = self._prefix_hit(rid)
-            todo = table.target[rid] - hit
+            target = table.target[rid] = table.prompt[rid] + table.generated[rid]  # _tokens_to_prefill
+            hit = self._prefix_hit(rid) if cache is not None else 0
+            todo = target - hit
             if whole and todo > budget:
                 break
             chunk = min(todo, budget)
-            need = self._blocks(chunk)
+            need = -(-chunk // self.block_size)  # _blocks
             if need + self.watermark > self.free:
                 break
-            self._take_waiting(rid)
-            if self.cache is not None:
-                self.free -= self.cache.take(rid, hit // self.block_size)
-                self.cache.query_tokens += table.target[rid]
-                self.cache.hit_tokens += hit
-            self._take(need)
+            if plain:
+                waiting.popleft()  # _take_waiting of the head
+            else:
+                self._take_waiting(rid)
+            if cache is not None:
+                self.free -= cache.take(rid, hit // self.block_size)
+                cache.query_tokens += target
+                cache.hit_tokens += hit
+                self._take(need)
+            else:
+                self.free -= need  # _take without a cache to evict from
             table.prefix_hit[rid], table.computed[rid] = hit, hit
             table.phase[rid] = PREFILL
-            self._join(rid)
+            if plain:
+                self.running[rid] = None  # _join
+            else:
+                self._join(rid)
             self.prefilling.append(rid)
             chunks.append((rid, hit, chunk))
             budget -= chunk
