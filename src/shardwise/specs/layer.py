@@ -178,3 +178,11 @@ def attention_core(m: ModelSpec) -> AttentionCore:
 def block_weights(linears: tuple[Linear, ...], *blocks: str, parallel: str | None = None) -> int:
     """Matmul weights of one copy of each linear of `blocks` (optionally of one TP `parallel` kind only)."""
     return sum(lin.weights for lin in linears if lin.block in blocks and (parallel is None or lin.parallel == parallel))
+
+
+def mlp_values(linears: tuple[Linear, ...]) -> int:
+    """Width-sized values per token around one MLP copy's activation: each column-parallel linear's
+    outputs and each row-parallel linear's inputs (gated: gate, up and their product, 3 f; GeLU: its
+    input and output, 2 f). What the activation kernel reads and writes and what autograd keeps."""
+    return sum(lin.out_features if lin.parallel == "column" else lin.in_features for lin in linears)
+

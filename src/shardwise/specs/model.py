@@ -138,6 +138,11 @@ class ModelSpec(BaseModel):
         return attention_core(self)
 
     @cached_property
+    def dense_mlp_linears(self) -> tuple[Linear, ...]:
+        """A dense layer's MLP."""
+        return tuple(lin for lin in self._dense_linears if lin.block == "mlp")
+
+    @cached_property
     def expert_linears(self) -> tuple[Linear, ...]:
         """One expert's MLP (also defined for a dense model: an MLP of width d_expert)."""
         return mlp_linears(self, self.d_expert, "experts")
@@ -151,7 +156,7 @@ class ModelSpec(BaseModel):
 
     @cached_property
     def dense_mlp_params(self) -> int:
-        return sum(lin.params for lin in self._dense_linears if lin.block == "mlp")
+        return sum(lin.params for lin in self.dense_mlp_linears)
 
     @cached_property
     def expert_params(self) -> int:
