@@ -3,9 +3,11 @@ parameter counts, FLOPs and KV cache read from it."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardwise.errors import ShardwiseError
 from shardwise.specs.model import ModelSpec, load_model
 
 
@@ -82,3 +84,27 @@ def test_parameter_counts_are_the_sum_of_the_description(m: ModelSpec):
     body = (m.layers - m.moe_layers) * dense + m.moe_layers * moe
     assert m.params_total == body + m.embedding_params + m.lm_head_params + m.norm_params
     assert m.kv_cache_bytes_per_token(2.0) == 2.0 * m.layers * m.attention_core.kv_values
+
+
+def test_exports_map_a_model_by_its_architecture_alone():
+    """The engine rules and the exporters use one test (ModelSpec.architecture): a renamed Mixtral maps to
+    DeepSpeed AutoEP's and torchtitan's configs as the preset does; a Mixtral with other experts maps to
+    neither (before, the rules table accepted it by a shorter shape and the AutoEP export then failed)."""
+    from shardwise.engines.table import DEEPSPEED_AUTOEP
+    from shardwise.handoff.deepspeed import autoep_preset
+    from shardwise.handoff.torchtitan import torchtitan_model
+
+    base = load_model("mixtral-8x7b").model_dump()
+    renamed = ModelSpec(**{**base, "name": "my-moe"})
+    assert renamed.architecture == load_model("mixtral-8x7b").architecture
+
+    class Job:  # what autoep_preset reads
+        model = renamed
+
+    assert autoep_preset(Job) == DEEPSPEED_AUTOEP["mixtral-8x7b"]
+    other = ModelSpec(**{**base, "name": "my-moe", "expert_ffn": base["ffn"] // 2})
+    assert other.architecture != renamed.architecture
+    llama = load_model("llama-3.1-8b").model_dump()
+    assert torchtitan_model(ModelSpec(**{**llama, "name": "mine"})) == torchtitan_model(load_model("llama-3.1-8b"))
+    with pytest.raises(ShardwiseError, match="torchtitan has no config"):
+        torchtitan_model(ModelSpec(**{**llama, "name": "mine", "qkv_bias": True}))

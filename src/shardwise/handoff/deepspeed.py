@@ -37,8 +37,7 @@ def autoep_preset(job: TrainJob) -> str:
     m = job.model
     if m.name in DEEPSPEED_AUTOEP:
         return DEEPSPEED_AUTOEP[m.name]
-    same = lambda x: (x.layers, x.hidden, x.heads, x.experts, x.d_expert) == (m.layers, m.hidden, m.heads, m.experts, m.d_expert)  # noqa: E731
-    return next(preset for name, preset in DEEPSPEED_AUTOEP.items() if same(load_model(name)))
+    return next(preset for name, preset in DEEPSPEED_AUTOEP.items() if load_model(name).architecture == m.architecture)
 
 
 def ds_config(job: TrainJob) -> dict:

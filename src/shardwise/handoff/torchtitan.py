@@ -44,16 +44,12 @@ CONVERTED = {"llama3_405b"}
 RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
 
 
-def _shape(m: ModelSpec) -> tuple:
-    return (m.layers, m.hidden, m.heads, m.n_kv_heads, m.ffn, m.vocab, m.experts)
-
-
 def torchtitan_model(model: ModelSpec) -> tuple[str, str, str]:
     """torchtitan's (module, config, flavor) for ``model``: by preset name or by identical shape."""
     if model.name in MODELS:
         return MODELS[model.name]
     for name, target in MODELS.items():
-        if _shape(load_model(name)) == _shape(model):
+        if load_model(name).architecture == model.architecture:
             return target
     known = ", ".join(sorted({c for _, c, _ in MODELS.values()}))
     raise ShardwiseError(f"model {model.name}: torchtitan has no config with this architecture (it has {known}); "

@@ -147,6 +147,16 @@ class ModelSpec(BaseModel):
         """One expert's MLP (also defined for a dense model: an MLP of width d_expert)."""
         return mlp_linears(self, self.d_expert, "experts")
 
+    @cached_property
+    def architecture(self) -> tuple:
+        """Everything that fixes the model's shapes: layers, vocabulary, embeddings, and the layer's
+        description (its linears dense and MoE, norms, attention core). Two specs with the same
+        architecture are the same network whatever their names (an export maps a model to an engine's
+        config by it)."""
+        moe = (self.dense_layers, self._moe_linears) if self.is_moe else ()
+        return (self.layers, self.vocab, self.tied_embeddings, self.position_embeddings, self._dense_linears, moe,
+                self._norms, self.attention_core)
+
     # --- parameter counts (derived from the layer's description) ---------------------------------
     @cached_property
     def attention_params(self) -> int:
