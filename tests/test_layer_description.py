@@ -108,3 +108,5 @@ def test_exports_map_a_model_by_its_architecture_alone():
     assert torchtitan_model(ModelSpec(**{**llama, "name": "mine"})) == torchtitan_model(load_model("llama-3.1-8b"))
     with pytest.raises(ShardwiseError, match="torchtitan has no config"):
         torchtitan_model(ModelSpec(**{**llama, "name": "mine", "qkv_bias": True}))
+    with pytest.raises(ShardwiseError, match="torchtitan has no config"):  # a preset's name on another network
+        torchtitan_model(ModelSpec(**{**llama, "layers": 4}))

@@ -138,7 +138,7 @@ def _mapped(v: PlanView, names: dict) -> np.ndarray:
     if v.model is None:
         return np.zeros(len(v.tp), dtype=bool)
     m = v.model
-    known = m.name in names or any(load_model(n).architecture == m.architecture for n in names)
+    known = any(load_model(n).architecture == m.architecture for n in names)  # a name alone is not the preset
     return np.full(len(v.tp), not known)
 
 

@@ -23,7 +23,11 @@ from torch import nn
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs.layer import Linear as LinearSpec
+from shardwise.specs.layer import unknown_parts
 from shardwise.specs.model import ModelSpec
+
+#: The linears of the layer's description (shardwise.specs.layer) this model builds, as (block, name).
+BUILT_LINEARS = {("attention", n) for n in ("q", "k", "v", "o")} | {("mlp", n) for n in ("gate", "up", "down")}
 
 
 def check_executable(spec: ModelSpec) -> None:
@@ -36,6 +40,11 @@ def check_executable(spec: ModelSpec) -> None:
     if spec.is_mla:
         raise ShardwiseError(f"model {spec.name}: multi-head latent attention is not built by the executor; "
                              "use a standard-attention model (kv_lora_rank: 0)")
+    unbuilt = unknown_parts(spec, BUILT_LINEARS, {"attention_norm", "mlp_norm"})
+    if unbuilt:
+        raise ShardwiseError(f"model {spec.name}: the executor's model has no {', '.join(unbuilt)}; it builds q/k/v/o "
+                             "attention, a gated or GeLU MLP and two norms a layer (add the module to "
+                             "execute/model.py to run it)")
     if spec.d_v_head != spec.d_head:
         raise ShardwiseError(f"model {spec.name}: v_head_dim must equal head_dim for the executor's model")
     if spec.position_embeddings == 0 and spec.d_head % 2:

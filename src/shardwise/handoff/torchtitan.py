@@ -45,12 +45,12 @@ RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
 
 
 def torchtitan_model(model: ModelSpec) -> tuple[str, str, str]:
-    """torchtitan's (module, config, flavor) for ``model``: by preset name or by identical shape."""
-    if model.name in MODELS:
-        return MODELS[model.name]
-    for name, target in MODELS.items():
+    """torchtitan's (module, config, flavor) for ``model``: the config of the preset of the same
+    architecture (:attr:`ModelSpec.architecture`), its own name's first; a model that only shares a
+    preset's name is not that preset."""
+    for name in sorted(MODELS, key=lambda n: n != model.name):
         if load_model(name).architecture == model.architecture:
-            return target
+            return MODELS[name]
     known = ", ".join(sorted({c for _, c, _ in MODELS.values()}))
     raise ShardwiseError(f"model {model.name}: torchtitan has no config with this architecture (it has {known}); "
                          "add one to torchtitan's config_registry or export to megatron/deepspeed")

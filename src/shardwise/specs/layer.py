@@ -186,3 +186,12 @@ def mlp_values(linears: tuple[Linear, ...]) -> int:
     input and output, 2 f). What the activation kernel reads and writes and what autograd keeps."""
     return sum(lin.out_features if lin.parallel == "column" else lin.in_features for lin in linears)
 
+
+
+def unknown_parts(m: ModelSpec, linears: set[tuple[str, str]], norms: set[str]) -> list[str]:
+    """The parts of `m`'s layers ("block.name" of a linear, a norm's name) outside what a program builds
+    (`linears` as (block, name), `norms` by name): what an executor or an export must refuse rather than
+    run another network."""
+    both = (*m.linears(False), *(m.linears(True) if m.is_moe else ()))
+    parts = dict.fromkeys(f"{lin.block}.{lin.name}" for lin in both if (lin.block, lin.name) not in linears)
+    return [*parts, *(n.name for n in m.norms() if n.name not in norms)]
