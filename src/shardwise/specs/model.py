@@ -175,7 +175,7 @@ class ModelSpec(BaseModel):
 
     @cached_property
     def router_params(self) -> int:
-        return self.hidden * self.experts
+        return sum(lin.params for lin in self._moe_linears if lin.block == "router") if self.is_moe else 0
 
     @cached_property
     def norm_params(self) -> int:
