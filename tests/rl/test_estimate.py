@@ -176,18 +176,56 @@ def test_example_job_runs(capsys):
     assert "serve simulate" in out and "train estimate" in out and "batch idle" in out
 
 
-@given(st.lists(st.integers(1, 4000), min_size=1, max_size=200), st.integers(1, 16), st.sampled_from([1, 2, 4, 8, 32]))
-def test_a_steps_rows_hold_its_tokens_and_no_row_is_shorter_than_the_longest_sequence(lengths, mini_batches, per_step):
-    """Packed by a token budget, a step's rows are between the longest sequence and the budget long, and hold the
-    step's tokens; unpacked, each row is padded to the longest sequence."""
-    from shardwise.rl.batch import TrainBatch
+def _requests(lengths):
+    seq = np.array(lengths)
+    return type("R", (), {"input_len": seq * 0, "output_len": seq})()
+
+
+@given(st.lists(st.integers(1, 4000), min_size=1, max_size=200), st.sampled_from([1, 2, 4, 8, 32]))
+def test_balanced_parts_split_the_batch_evenly(lengths, parts):
+    """Every sequence in exactly one part, each part in batch order; part sizes differ by at most one."""
+    from shardwise.rl.batch import balanced_parts
 
     seq = np.array(lengths)
-    requests = type("R", (), {"input_len": seq * 0, "output_len": seq})()
-    packed = train_batch(requests, True, 4096)
-    rows = packed.rows_per_step(mini_batches, per_step)
-    row = packed.row_len(mini_batches, per_step)
-    assert max(lengths) <= row <= 4096
-    assert row * rows >= min(packed.tokens / mini_batches, rows * max(lengths))
-    padded = train_batch(requests, False, None)
-    assert padded.row_len(mini_batches, per_step) == max(lengths) and isinstance(padded, TrainBatch)
+    got = balanced_parts(seq, parts)
+    assert sorted(np.concatenate(got).tolist()) == list(range(len(seq)))
+    sizes = [len(p) for p in got]
+    assert max(sizes) - min(sizes) <= 1 and all(np.all(np.diff(p) > 0) for p in got)
+
+
+@given(st.lists(st.integers(1, 4000), min_size=1, max_size=200), st.integers(1, 16), st.sampled_from([1, 2, 4, 8, 32]))
+def test_a_steps_layout_holds_the_busiest_ranks_tokens(lengths, mini_batches, dp):
+    """Packed by a token budget, a step runs on every rank the busiest rank's tokens (at least the mean), in
+    micro-batches within the budget; unpacked, each row is padded to the longest sequence."""
+    from shardwise.specs.model import load_model
+
+    model = load_model("llama-3.1-8b")
+    packed = train_batch(_requests(lengths), True, 4096)
+    lay = packed.layout(model, dp, mini_batches, 1)
+    assert lay.imbalance >= 1 - 1e-9 and lay.rank_tokens >= lay.mean_tokens * (1 - 1e-9)
+    assert lay.rows * lay.row_len * lay.micro_batches == pytest.approx(lay.rank_tokens, abs=lay.rows * lay.micro_batches / 2 + 1e-6)
+    assert lay.micro_batches == max(1, math.ceil(lay.rank_tokens / 4096))
+    if dp == 1:
+        assert lay.imbalance == pytest.approx(1.0)  # one rank: nobody to wait for
+    padded = train_batch(_requests(lengths), False, None)
+    assert padded.layout(model, dp, mini_batches, 1).row_len == max(lengths)
+
+
+def test_attention_span_and_busiest_rank_by_hand():
+    """Span sum s^2 / sum s; with two ranks, [4000, 1000, 1000, 1000] splits {4000, 1000} | {1000, 1000}, so the
+    step waits for a rank with w(4000) + w(1000), w(s) = s (a + b s) the causal forward FLOPs of the sequence."""
+    from shardwise.cost.flops import model_flops_per_token
+    from shardwise.specs.model import load_model
+
+    model = load_model("llama-3.1-8b")
+    batch = train_batch(_requests([4000, 1000, 1000, 1000]), True, 8192)
+    assert batch.attention_span == round((16e6 + 3e6) / 7000)
+    a = model_flops_per_token(model, 0, causal=True)
+    b = model_flops_per_token(model, 1, causal=True) - a
+    assert model_flops_per_token(model, 4000, causal=True) == pytest.approx(a + 4000 * b)  # linear in the span
+    w = {s: s * (a + b * s) for s in (4000, 1000)}
+    lay = batch.layout(model, 2, 1, 1)
+    assert lay.imbalance == pytest.approx((w[4000] + w[1000]) / ((w[4000] + 3 * w[1000]) / 2))
+    # the busiest rank's work at the batch's mean work per token: rows of the span cost the same work
+    per_token = (w[4000] + 3 * w[1000]) / 7000
+    assert lay.rank_tokens == pytest.approx((w[4000] + w[1000]) / per_token)

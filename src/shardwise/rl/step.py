@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.errors import ShardwiseError
-from shardwise.rl.batch import TrainBatch, draw_batch, train_batch
+from shardwise.rl.batch import StepLayout, TrainBatch, draw_batch, train_batch
 from shardwise.rl.phases import (
     Rollout,
     cached_estimate,
@@ -88,6 +88,9 @@ class RLEstimate:
     usd_per_hour: float | None
     notes: list[str] = field(default_factory=list)
     rollout_window: Rollout | None = None  # async: the (eta + 1)-batch window whose makespan sets R_eta
+    policy: ModelSpec | None = None
+    mini_batches: int = 1
+    micro_rows: int = 1  # the job's micro_batch: rows of the batch's budget per micro-batch
 
     @property
     def fits(self) -> bool:
@@ -105,9 +108,13 @@ class RLEstimate:
 
     @property
     def row_len(self) -> int:
-        """Tokens per row the optimizer step ran (`TrainBatch.row_len`), from its estimate's token rate."""
-        est = self.train_estimate
-        return round(est.tokens_per_s_per_gpu * est.step_time_s * est.num_gpus / self.rows_per_step)
+        """Tokens per row the optimizer step ran (:meth:`TrainBatch.layout`: the attention span, packed)."""
+        return self.layout.row_len
+
+    @property
+    def layout(self) -> StepLayout:
+        plan = self.train_estimate.plan
+        return self.train_batch.layout(self.policy, plan["dp"], self.mini_batches, self.micro_rows, plan["cp"] * plan["tp"])
 
     @property
     def generated_tokens_per_s(self) -> float:
@@ -156,7 +163,7 @@ class RLEstimate:
             "train_batch": {"rows": self.train_batch.rows, "seq_len": self.train_batch.seq_len,
                             "tokens": self.train_batch.tokens, "packed": self.train_batch.packed,
                             "fill": self.train_batch.fill, "optimizer_steps": self.train_steps,
-                            "rows_per_step": self.rows_per_step, "row_len": self.row_len,
+                            "rows_per_step": self.rows_per_step, "row_len": self.row_len, "layout": self.layout.to_dict(),
                             "step_time_s": self.train_estimate.step_time_s, "plan": self.train_estimate.plan},
             "weight_sync_s": self.sync,
             "memory": self.memory,
@@ -333,16 +340,19 @@ def estimate_rl(job: RLJob) -> RLEstimate:
     if job.training.pack_len is not None and job.training.pack_len < batch.seq_len:
         notes.append(f"training.pack_len {job.training.pack_len} is shorter than the longest sequence; rows of {batch.seq_len} tokens used")
     if batch.packed:
-        per_step = side.actor.plan["micro_batch"] * side.actor.plan["dp"]
-        notes.append(f"packed rows of {batch.row_len(job.algorithm.mini_batches, per_step):,} tokens are costed as full "
-                     "sequences (attention across the row: an upper bound on varlen attention within each sequence)")
+        plan = side.actor.plan
+        lay = batch.layout(job.policy, plan["dp"], job.algorithm.mini_batches, job.plan.micro_batch, plan["cp"] * plan["tp"])
+        notes.append(f"packed: micro-batches of up to {batch.seq_len * job.plan.micro_batch:,} tokens per data-parallel rank, costed "
+                     f"as rows of {lay.row_len:,} tokens (the batch's attention span: attention within each sequence); "
+                     f"each optimizer step waits for its busiest rank, {lay.imbalance - 1:.0%} more work than the mean")
     if not memory["fits"]:
         notes.append(f"training phase needs {memory['train']['need_gib']:.1f} GiB per GPU of {memory['train']['usable_gib']:.1f} usable")
     placement = {"kind": p.kind, "mode": p.mode if p.kind == "split" else "sync", "rollout_tp": r.tp, "rollout_pp": r.pp,
                  "offload": offload if p.kind == "colocated" else None, "staleness": p.staleness if p.mode == "async" else
                  (1 if p.mode == "one_step_off" else 0), "train_plan": _plan_text(side.actor.plan)}
     return RLEstimate(job.name, placement, requests.output_len.size, period, phases, rollout, batch, side.steps, side.actor,
-                      sync, memory, timeline, pools, None if price is None else price * n_all, notes, window)
+                      sync, memory, timeline, pools, None if price is None else price * n_all, notes, window, job.policy,
+                      job.algorithm.mini_batches, job.plan.micro_batch)
 
 
 _ROLLOUTS: dict[tuple, Rollout] = {}
