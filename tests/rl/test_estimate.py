@@ -229,3 +229,42 @@ def test_attention_span_and_busiest_rank_by_hand():
     # the busiest rank's work at the batch's mean work per token: rows of the span cost the same work
     per_token = (w[4000] + 3 * w[1000]) / 7000
     assert lay.rank_tokens == pytest.approx((w[4000] + w[1000]) / per_token)
+
+
+def test_stream_schedule_by_hand():
+    """Groups {0, 1} and {2, 3} finish at max(1, 5) = 5 and max(2, 3) = 3, so the second group is the first
+    mini-batch (ready at 3); equal lengths share each phase equally. Streamed: f and u of each mini-batch in turn;
+    otherwise the forwards stream and the updates follow the last forward."""
+    from shardwise.rl.step import stream_schedule
+    from shardwise.serve.workload import Requests
+    from shardwise.specs.model import load_model
+
+    req = Requests(np.zeros(4), np.full(4, 100), np.full(4, 400), 0, np.array([0, 0, 1, 1]))
+    finish = np.array([1.0, 5.0, 2.0, 3.0])
+    model = load_model("llama-3.1-8b")
+    segs, end = stream_schedule(finish, req, model, 2, True, [("f", 2.0)], [("u", 4.0)])
+    assert segs == [("f", 3.0, 4.0), ("u", 4.0, 6.0), ("f", 6.0, 7.0), ("u", 7.0, 9.0)] and end == 9.0
+    segs, end = stream_schedule(finish, req, model, 2, False, [("f", 2.0)], [("u", 4.0)])
+    assert segs == [("f", 3.0, 4.0), ("f", 5.0, 6.0), ("u", 6.0, 10.0)] and end == 10.0
+
+
+def test_stream_mode_overlaps_the_tail_on_policy():
+    """Split stream: the training pool starts before the rollout's last response, the iteration is on-policy
+    (staleness 0, allowed at max_staleness 0), and it is never slower than split sync of the same pools."""
+    place = {"kind": "split", "rollout_gpus": 8}
+    algo = {**SMALL["algorithm"], "max_staleness": 0, "recompute_logprobs": False}
+    stream = estimate_rl(job_with(placement={**place, "mode": "stream"}, algorithm=algo))
+    sync = estimate_rl(job_with(placement={**place, "mode": "sync"}, algorithm=algo))
+    assert stream.placement["staleness"] == 0 and stream.period_s <= sync.period_s
+    first = min(s.start_s for s in stream.timeline if s.pool == "train")
+    assert first < stream.phases_s["rollout"]
+    ends = max(s.end_s for s in stream.timeline if s.pool == "train" and s.phase != "weight sync")
+    assert stream.period_s == pytest.approx(max(ends, stream.phases_s["rollout"]) + stream.phases_s["weight sync"])
+    # work is conserved: the train pool's segments add up to the phases' totals
+    busy = sum(s.end_s - s.start_s for s in stream.timeline if s.pool == "train" and s.phase != "weight sync")
+    assert busy == pytest.approx(sum(v for k, v in stream.phases_s.items() if k not in ("rollout", "weight sync")))
+    # recomputed old log-probs need the generating weights: the updates wait for the last forward pass
+    held = estimate_rl(job_with(placement={**place, "mode": "stream"}, algorithm={**algo, "recompute_logprobs": True}))
+    train = [s for s in held.timeline if s.pool == "train" and s.phase.startswith("train")]
+    fwd = [s for s in held.timeline if s.pool == "train" and s.phase.startswith("forward")]
+    assert len(train) == 1 and train[0].start_s >= max(s.end_s for s in fwd) - 1e-9

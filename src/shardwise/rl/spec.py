@@ -28,7 +28,7 @@ from shardwise.specs.job import cluster_from_mapping
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import Framework, TrainPlan
 
-Mode = Literal["sync", "one_step_off", "async"]
+Mode = Literal["sync", "stream", "one_step_off", "async"]
 PlacementKind = Literal["colocated", "split"]
 Offload = Literal["auto", "none", "all"]
 
@@ -132,8 +132,10 @@ class PlacementSpec(BaseModel):
                                 "(verl's hybrid engine); split: a rollout pool and a training pool")
     rollout_gpus: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="split: GPUs of the rollout "
                                      "pool (the rest train)")
-    mode: Mode = Field(default="sync", description="sync (generate, then train), one_step_off (generate batch k+1 while "
-                       "training on batch k), async (streaming generation, bounded staleness); the last two need split")
+    mode: Mode = Field(default="sync", description="sync (generate, then train), stream (on-policy: the training pool "
+                       "starts on the responses that are done while the rest generate; StreamRL's stream generation, verl "
+                       "fully_async with staleness 0), one_step_off (generate batch k+1 while training on batch k), async "
+                       "(streaming generation, bounded staleness); all but sync need split")
     staleness: int = Field(default=2, gt=0, le=64, description="async: policy versions the generator may run ahead "
                            "(AReaL's eta)")
     offload: Offload = Field(default="auto", description="colocated: none (every model's states stay on the GPU), all "
