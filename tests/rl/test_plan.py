@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from shardwise.cli.main import main
-from shardwise.rl.planner import plan_rl
+from shardwise.rl.planner import placement_block, plan_rl
 from shardwise.rl.spec import parse_rl_job
 from shardwise.rl.step import estimate_rl
 from shardwise.rl.validate import load_measurements
@@ -108,6 +108,14 @@ def test_on_policy_choice_flips_from_colocated_to_split_stream_with_the_tail(ver
     # the training pool starts long before the last response
     start = min(s.start_s for s in best.timeline if s.pool == "train")
     assert start < 0.5 * best.phases_s["rollout"]
+    # the chosen block written back into the job estimates the same (the micro-batch budget in packed rows)
+    record = next(r for r in load_measurements()["records"] if r["id"] == "verl-async-colocate-128xh20")
+    doc = copy.deepcopy(record["job"])
+    doc["algorithm"].update(max_staleness=0, recompute_logprobs=False)
+    block = placement_block(best)
+    doc["rollout"].update(block["rollout"])
+    doc["placement"], doc["parallel"] = block["placement"], block["parallel"]
+    assert estimate_rl(parse_rl_job(doc)).samples_per_s == pytest.approx(best.samples_per_s, rel=1e-9)
     # short: the best split candidate streams too, but its rollout pool idles most of the iteration
     split = max((e for e in short.ranked if e.placement["kind"] == "split"), key=lambda e: e.samples_per_s)
     assert split.idle()["rollout"] > 0.4 and split.samples_per_s < short.best.samples_per_s
@@ -122,8 +130,6 @@ def test_rejections_name_the_phase_memory(short_and_long):
 def test_chosen_block_estimates_the_same(tmp_path, short_and_long, capsys):
     """The chosen candidate written back into the job (placement, rollout tp, parallel) estimates the same."""
     _, long = short_and_long
-    from shardwise.rl.planner import placement_block
-
     block = placement_block(long.best)
     doc = copy.deepcopy(BIG)
     doc["rollout"] = {**doc["rollout"], "output_len": LONG, **block["rollout"]}

@@ -100,6 +100,7 @@ def placement_block(e: RLEstimate) -> dict[str, Any]:
     if p["kind"] == "colocated":
         block["offload"] = "all" if p["offload"] else "none"
     plan = {k: v for k, v in e.train_estimate.plan.items() if v is not None and k not in ("dp", "tp_overlap")}
+    plan["micro_batch"] = e.micro_rows  # the job's budget in packed rows (the estimate's micro_batch is rows of the span)
     return {"placement": block, "rollout": {"tp": p["rollout_tp"], "pp": p["rollout_pp"]}, "parallel": plan}
 
 
