@@ -117,10 +117,12 @@ class RLTrainingSpec(BaseModel):
     framework: Framework = Field(default="fsdp", description="software stack of the training step (data/stacks.yaml); "
                                  "verl and OpenRLHF run fsdp or deepspeed, NeMo-RL and slime megatron")
     compile: bool | None = Field(default=None, description="torch.compile; None = the stack's default")
-    packing: bool = Field(default=True, description="pack prompt+response sequences into rows of pack_len (verl "
-                          "use_remove_padding and dynamic batch size, OpenRLHF packing_samples); false: one padded row each")
-    pack_len: int | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS, description="tokens per packed row; "
-                                 "default: the longest prompt + response of the batch")
+    packing: bool = Field(default=True, description="run prompt+response sequences without padding in micro-batches "
+                          "of a token budget, attention within each sequence (verl use_remove_padding and "
+                          "use_dynamic_bsz, OpenRLHF packing_samples); false: one padded row each")
+    pack_len: int | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS, description="micro-batch token budget per "
+                                 "data-parallel rank, times parallel.micro_batch (verl: ppo_max_token_len_per_gpu x the "
+                                 "Ulysses degree); default: the longest prompt + response of the batch")
 
 
 class PlacementSpec(BaseModel):
