@@ -1,10 +1,11 @@
-"""docs/extending.md's toy examples, run: a GPU, a pipeline schedule, a serving scheduler policy and an
-export target, each added in-process the way the checklist says and run through the public path
+"""docs/extending.md's toy examples, run: a GPU, a pipeline schedule, a serving scheduler policy, an
+export target and an architecture feature, each added in-process the way the checklist says and run through the public path
 (:mod:`shardwise.api`); and the file counts the page states, checked against :data:`FILES`."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,21 @@ import yaml
 
 from shardwise import api
 from shardwise.cost.constants import default_constants
+from shardwise.cost.flops import model_flops_per_token
 from shardwise.engines import targets
+from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export
 from shardwise.pipeline.registry import register as register_schedule
 from shardwise.pipeline.registry import unregister as unregister_schedule
 from shardwise.serve import schedulers
-from shardwise.specs import hardware
+from shardwise.serve.config import parse_serve_job
+from shardwise.serve.memory import weight_bytes_per_gpu
+from shardwise.serve.metrics import compute_metrics
+from shardwise.serve.precision import Precision
+from shardwise.serve.simulate import simulate
+from shardwise.specs import hardware, layer
+from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.training import LoraSpec
 from tests.pipeline.test_new_schedule import NAME as TOY_SCHEDULE
 from tests.pipeline.test_new_schedule import TOY
 
@@ -33,6 +43,9 @@ FILES = {
     "a pipeline schedule": ["src/shardwise/pipeline/gen_*.py", "src/shardwise/pipeline/registry.py"],
     "a serving scheduler policy": ["src/shardwise/serve/schedulers.py", "src/shardwise/serve/policies.py (new batching only)"],
     "an export target": ["src/shardwise/handoff/<target>.py", "src/shardwise/engines/targets.py"],
+    "an architecture feature of the layer's shapes": [
+        "src/shardwise/specs/model.py", "src/shardwise/specs/layer.py",
+        "src/shardwise/specs/hf_config.py (read from a config.json only)"],
 }
 
 
@@ -178,3 +191,69 @@ def test_toy_export_target_through_cli_api_and_support(toy_target):
     assert job_verdict(tj, "toy").runnable == job_verdict(tj, "torchtitan").runnable  # its rules: torchtitan's
     with pytest.raises(Exception, match="toy"):
         api.export(job, "nope")
+
+
+# -- an architecture feature: a field of ModelSpec and its linears in specs/layer.py ----------------------
+# The toy: gated attention (Qiu et al. 2025, arXiv:2505.06708, the G1 gate; Qwen3-Next): an elementwise
+# sigmoid gate on the attention output, computed by one more column-parallel linear h -> heads x d_v.
+# (The toy leaves the gate's elementwise multiply uncosted; a real feature would add it in cost/layer.py.)
+
+class GatedAttentionSpec(ModelSpec):
+    """The field a newcomer adds to ModelSpec (here on a subclass, to leave the real one alone)."""
+
+    attn_output_gate: bool = True
+
+
+@pytest.fixture
+def gated_attention(monkeypatch):
+    """The entry a newcomer adds to specs/layer.py's attention_linears."""
+    real = layer.attention_linears
+
+    def with_gate(m):
+        lins = real(m)
+        if getattr(m, "attn_output_gate", False):
+            lins += (layer.Linear("g", m.hidden, m.heads * m.d_v_head, "attention", "column"),)
+        return lins
+
+    monkeypatch.setattr(layer, "attention_linears", with_gate)
+    yield lambda name: GatedAttentionSpec(**load_model(name).model_dump())
+
+
+def test_toy_architecture_feature_reaches_flops_memory_serving_exports_and_the_executor(gated_attention):
+    base, gated = load_model("llama-3.1-70b"), gated_attention("llama-3.1-70b")
+    gate = gated.hidden * gated.heads * gated.d_v_head  # weights of one layer's gate
+    assert gated.params_total - base.params_total == gated.layers * gate
+    assert model_flops_per_token(gated, 4096) - model_flops_per_token(base, 4096) == 6 * gated.layers * gate
+    # the estimate (FLOPs, layer time, weights) reads it through the public path
+    job = _small(TRAIN_JOB)
+    e_base, e_gated = api.estimate(job), api.estimate({**job, "model": gated})
+    flops = lambda e: e.model_tflops_per_gpu * 1e12 / e.tokens_per_s_per_gpu  # noqa: E731
+    seq = TRAIN_JOB["training"]["seq_len"]
+    assert flops(e_gated) - flops(e_base) == pytest.approx(6 * gated.layers * gate, rel=1e-6)
+    assert flops(e_base) == pytest.approx(model_flops_per_token(base, seq), rel=1e-9)
+    assert e_gated.step_time_s > e_base.step_time_s
+    assert max(e_gated.memory_per_rank_gib) > max(e_base.memory_per_rank_gib)
+    # serving: the weights a GPU holds grow by the gate's, the KV cache per token does not
+    small_base, small_gated = load_model("llama-3.1-8b"), gated_attention("llama-3.1-8b")
+    w = Precision().weight_bytes
+    grown = weight_bytes_per_gpu(small_gated, 2, 1, Precision()) - weight_bytes_per_gpu(small_base, 2, 1, Precision())
+    assert grown == pytest.approx(small_gated.layers * small_gated.hidden * small_gated.heads * small_gated.d_v_head * w / 2)
+    assert small_gated.kv_cache_bytes_per_token() == small_base.kv_cache_bytes_per_token()
+    parsed = parse_serve_job(_serve(None))  # a serving job names its model; the toy spec goes in parsed
+    served = compute_metrics(simulate(replace(parsed, model=small_gated)), parsed.slo)
+    assert served["ttft_ms"]["mean"] > api.simulate_serving(_serve(None))["ttft_ms"]["mean"]
+    # a LoRA fine-tune on every linear adapts the gate too
+    assert "g" in LoraSpec.linears(small_gated)
+    # the exports: torchtitan has no config of this architecture, megatron no flag for the gate; both say so
+    from shardwise.handoff.torchtitan import torchtitan_model
+
+    assert torchtitan_model(base)[1] == "llama3_70b"
+    with pytest.raises(ShardwiseError, match="no config with this architecture"):
+        torchtitan_model(gated)
+    assert "--num-layers" in api.export(job, "megatron", format="args")
+    with pytest.raises(ShardwiseError, match="no megatron flag .* attention.g"):
+        api.export({**job, "model": gated}, "megatron", format="args")
+    # the executor does not build the gate: it says so instead of running another network
+    torch_model = pytest.importorskip("shardwise.execute.model")
+    with pytest.raises(ShardwiseError, match="attention.g"):
+        torch_model.check_executable(small_gated)

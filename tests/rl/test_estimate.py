@@ -176,18 +176,95 @@ def test_example_job_runs(capsys):
     assert "serve simulate" in out and "train estimate" in out and "batch idle" in out
 
 
-@given(st.lists(st.integers(1, 4000), min_size=1, max_size=200), st.integers(1, 16), st.sampled_from([1, 2, 4, 8, 32]))
-def test_a_steps_rows_hold_its_tokens_and_no_row_is_shorter_than_the_longest_sequence(lengths, mini_batches, per_step):
-    """Packed by a token budget, a step's rows are between the longest sequence and the budget long, and hold the
-    step's tokens; unpacked, each row is padded to the longest sequence."""
-    from shardwise.rl.batch import TrainBatch
+def _requests(lengths):
+    seq = np.array(lengths)
+    return type("R", (), {"input_len": seq * 0, "output_len": seq})()
+
+
+@given(st.lists(st.integers(1, 4000), min_size=1, max_size=200), st.sampled_from([1, 2, 4, 8, 32]))
+def test_balanced_parts_split_the_batch_evenly(lengths, parts):
+    """Every sequence in exactly one part, each part in batch order; part sizes differ by at most one."""
+    from shardwise.rl.batch import balanced_parts
 
     seq = np.array(lengths)
-    requests = type("R", (), {"input_len": seq * 0, "output_len": seq})()
-    packed = train_batch(requests, True, 4096)
-    rows = packed.rows_per_step(mini_batches, per_step)
-    row = packed.row_len(mini_batches, per_step)
-    assert max(lengths) <= row <= 4096
-    assert row * rows >= min(packed.tokens / mini_batches, rows * max(lengths))
-    padded = train_batch(requests, False, None)
-    assert padded.row_len(mini_batches, per_step) == max(lengths) and isinstance(padded, TrainBatch)
+    got = balanced_parts(seq, parts)
+    assert sorted(np.concatenate(got).tolist()) == list(range(len(seq)))
+    sizes = [len(p) for p in got]
+    assert max(sizes) - min(sizes) <= 1 and all(np.all(np.diff(p) > 0) for p in got)
+
+
+@given(st.lists(st.integers(1, 4000), min_size=1, max_size=200), st.integers(1, 16), st.sampled_from([1, 2, 4, 8, 32]))
+def test_a_steps_layout_holds_the_busiest_ranks_tokens(lengths, mini_batches, dp):
+    """Packed by a token budget, a step runs on every rank the busiest rank's tokens (at least the mean), in
+    micro-batches within the budget; unpacked, each row is padded to the longest sequence."""
+    from shardwise.specs.model import load_model
+
+    model = load_model("llama-3.1-8b")
+    packed = train_batch(_requests(lengths), True, 4096)
+    lay = packed.layout(model, dp, mini_batches, 1)
+    assert lay.imbalance >= 1 - 1e-9 and lay.rank_tokens >= lay.mean_tokens * (1 - 1e-9)
+    assert lay.rows * lay.row_len * lay.micro_batches == pytest.approx(lay.rank_tokens, abs=lay.rows * lay.micro_batches / 2 + 1e-6)
+    assert lay.micro_batches == max(1, math.ceil(lay.rank_tokens / 4096))
+    if dp == 1:
+        assert lay.imbalance == pytest.approx(1.0)  # one rank: nobody to wait for
+    padded = train_batch(_requests(lengths), False, None)
+    assert padded.layout(model, dp, mini_batches, 1).row_len == max(lengths)
+
+
+def test_attention_span_and_busiest_rank_by_hand():
+    """Span sum s^2 / sum s; with two ranks, [4000, 1000, 1000, 1000] splits {4000, 1000} | {1000, 1000}, so the
+    step waits for a rank with w(4000) + w(1000), w(s) = s (a + b s) the causal forward FLOPs of the sequence."""
+    from shardwise.cost.flops import model_flops_per_token
+    from shardwise.specs.model import load_model
+
+    model = load_model("llama-3.1-8b")
+    batch = train_batch(_requests([4000, 1000, 1000, 1000]), True, 8192)
+    assert batch.attention_span == round((16e6 + 3e6) / 7000)
+    a = model_flops_per_token(model, 0, causal=True)
+    b = model_flops_per_token(model, 1, causal=True) - a
+    assert model_flops_per_token(model, 4000, causal=True) == pytest.approx(a + 4000 * b)  # linear in the span
+    w = {s: s * (a + b * s) for s in (4000, 1000)}
+    lay = batch.layout(model, 2, 1, 1)
+    assert lay.imbalance == pytest.approx((w[4000] + w[1000]) / ((w[4000] + 3 * w[1000]) / 2))
+    # the busiest rank's work at the batch's mean work per token: rows of the span cost the same work
+    per_token = (w[4000] + 3 * w[1000]) / 7000
+    assert lay.rank_tokens == pytest.approx((w[4000] + w[1000]) / per_token)
+
+
+def test_stream_schedule_by_hand():
+    """Groups {0, 1} and {2, 3} finish at max(1, 5) = 5 and max(2, 3) = 3, so the second group is the first
+    mini-batch (ready at 3); equal lengths share each phase equally. Streamed: f and u of each mini-batch in turn;
+    otherwise the forwards stream and the updates follow the last forward."""
+    from shardwise.rl.step import stream_schedule
+    from shardwise.serve.workload import Requests
+    from shardwise.specs.model import load_model
+
+    req = Requests(np.zeros(4), np.full(4, 100), np.full(4, 400), 0, np.array([0, 0, 1, 1]))
+    finish = np.array([1.0, 5.0, 2.0, 3.0])
+    model = load_model("llama-3.1-8b")
+    segs, end = stream_schedule(finish, req, model, 2, True, [("f", 2.0)], [("u", 4.0)])
+    assert segs == [("f", 3.0, 4.0), ("u", 4.0, 6.0), ("f", 6.0, 7.0), ("u", 7.0, 9.0)] and end == 9.0
+    segs, end = stream_schedule(finish, req, model, 2, False, [("f", 2.0)], [("u", 4.0)])
+    assert segs == [("f", 3.0, 4.0), ("f", 5.0, 6.0), ("u", 6.0, 10.0)] and end == 10.0
+
+
+def test_stream_mode_overlaps_the_tail_on_policy():
+    """Split stream: the training pool starts before the rollout's last response, the iteration is on-policy
+    (staleness 0, allowed at max_staleness 0), and it is never slower than split sync of the same pools."""
+    place = {"kind": "split", "rollout_gpus": 8}
+    algo = {**SMALL["algorithm"], "max_staleness": 0, "recompute_logprobs": False}
+    stream = estimate_rl(job_with(placement={**place, "mode": "stream"}, algorithm=algo))
+    sync = estimate_rl(job_with(placement={**place, "mode": "sync"}, algorithm=algo))
+    assert stream.placement["staleness"] == 0 and stream.period_s <= sync.period_s
+    first = min(s.start_s for s in stream.timeline if s.pool == "train")
+    assert first < stream.phases_s["rollout"]
+    ends = max(s.end_s for s in stream.timeline if s.pool == "train" and s.phase != "weight sync")
+    assert stream.period_s == pytest.approx(max(ends, stream.phases_s["rollout"]) + stream.phases_s["weight sync"])
+    # work is conserved: the train pool's segments add up to the phases' totals
+    busy = sum(s.end_s - s.start_s for s in stream.timeline if s.pool == "train" and s.phase != "weight sync")
+    assert busy == pytest.approx(sum(v for k, v in stream.phases_s.items() if k not in ("rollout", "weight sync")))
+    # recomputed old log-probs need the generating weights: the updates wait for the last forward pass
+    held = estimate_rl(job_with(placement={**place, "mode": "stream"}, algorithm={**algo, "recompute_logprobs": True}))
+    train = [s for s in held.timeline if s.pool == "train" and s.phase.startswith("train")]
+    fwd = [s for s in held.timeline if s.pool == "train" and s.phase.startswith("forward")]
+    assert len(train) == 1 and train[0].start_s >= max(s.end_s for s in fwd) - 1e-9

@@ -17,6 +17,7 @@ for every-other-block AC; the GEMM-share proxy for op-level policies, the same s
 
 from __future__ import annotations
 
+from shardwise.specs.layer import mlp_values
 from shardwise.specs.model import ModelSpec
 
 
@@ -45,15 +46,16 @@ def layer_activation_bytes(
     if recompute == "selective" and gemm_share > 0.0:
         kept = layer_activation_bytes(model, moe_layer, tokens, seq_kv, tp, sp, "selective", flash, act_bytes)
         return (1.0 - gemm_share) * kept + gemm_share * act_bytes * sbh / seq_shard
-    heads_local = model.heads / tp
-    kv_local = max(model.n_kv_heads / tp, 1.0)
+    core = model.attention_core
+    heads_local = core.heads / tp
+    kv_local = max(core.kv_heads / tp, 1.0)
     dropout_mask = 1.0 if model.dropout else 0.0
     # Attention block.
     replicated = 2 * act_bytes * sbh  # LayerNorm input + QKV input
     replicated += dropout_mask * sbh  # hidden dropout mask after the projection
-    sharded = act_bytes * tokens * heads_local * model.d_head  # Q
-    sharded += act_bytes * tokens * kv_local * (model.d_head + model.d_v_head)  # K and V
-    sharded += act_bytes * tokens * heads_local * model.d_v_head  # projection input (attention output)
+    sharded = act_bytes * tokens * heads_local * core.d_qk  # Q
+    sharded += act_bytes * tokens * kv_local * (core.d_qk + core.d_v)  # K and V
+    sharded += act_bytes * tokens * heads_local * core.d_v  # projection input (attention output)
     if flash:
         sharded += 4.0 * tokens * heads_local  # fp32 log-sum-exp per query and head
     elif recompute != "selective":
@@ -62,14 +64,14 @@ def layer_activation_bytes(
     # MLP block.
     replicated += act_bytes * sbh + dropout_mask * sbh  # second LayerNorm input + dropout mask
     replicated += act_bytes * sbh  # fc1 input
-    act_per_ffn = 3 if model.mlp == "swiglu" else 2  # (gate, up, product) or (gelu input, fc2 input)
+    # (gate, up, product) or (gelu input, fc2 input) of each MLP copy: shardwise.specs.layer.mlp_values
     if moe_layer:
         routed = model.top_k * tokens
         sharded += act_bytes * routed * h  # dispatched copies of the token (expert fc1 inputs)
-        sharded += act_bytes * (routed + model.shared_experts * tokens) * act_per_ffn * model.d_expert / tp
+        sharded += act_bytes * (routed + model.shared_experts * tokens) * mlp_values(model.expert_linears) / tp
         sharded += 4.0 * tokens * model.experts  # router logits (fp32)
     else:
-        sharded += act_bytes * tokens * act_per_ffn * model.ffn / tp
+        sharded += act_bytes * tokens * mlp_values(model.dense_mlp_linears) / tp
     return replicated / seq_shard + sharded
 
 
@@ -96,12 +98,14 @@ def weight_gradient_bytes(model: ModelSpec, moe_layer: bool, tokens: float, tp: 
     of M_B = 34sbh + 5as^2b for a GPT layer)."""
     h = model.hidden
     full = tokens * h / (tp if sp else 1)  # hidden-sized tensors, sequence-sharded with SP
-    heads = model.heads / tp
-    kv = max(model.n_kv_heads / tp, 1.0)
-    qkv_out = tokens * (heads * model.d_head + kv * (model.d_head + model.d_v_head))
-    attn = (full + qkv_out) + (tokens * heads * model.d_v_head + full)  # QKV and projection GEMMs
-    mats = 3 if model.mlp == "swiglu" else 2
-    width = model.d_expert if moe_layer else model.ffn
+    core = model.attention_core
+    heads = core.heads / tp
+    kv = max(core.kv_heads / tp, 1.0)
+    qkv_out = tokens * (heads * core.d_qk + kv * (core.d_qk + core.d_v))
+    attn = (full + qkv_out) + (tokens * heads * core.d_v + full)  # QKV and projection GEMMs
+    # each MLP copy: its input and output gradient (hidden-sized), the up-projections' outputs and the
+    # down-projection's input (shardwise.specs.layer.mlp_values)
+    values = mlp_values(model.expert_linears) if moe_layer else mlp_values(model.dense_mlp_linears)
     copies = (model.top_k + model.shared_experts) if moe_layer else 1
-    mlp = copies * (full + tokens * (mats - 1) * width / tp + tokens * width / tp + full)
+    mlp = copies * (full + tokens * values / tp + full)
     return act_bytes * (attn + mlp)

@@ -5,7 +5,8 @@ said), so the exact estimate and the planner's screen share it.
 - Adapter parameters: a target linear layer W (in x out) gets A (in x r) and B (r x out), r(in + out)
   parameters (LoRA Sec. 4.1). Under TP (assumed layout, as Megatron-style adapters shard them): a
   column-parallel layer (q, k, v, gate, up) keeps A whole and splits B's outputs; a row-parallel one
-  (o, down) splits A's inputs and keeps B whole.
+  (o, down) splits A's inputs and keeps B whole. Shapes and TP split come from the layer's description
+  (:meth:`shardwise.specs.training.LoraSpec.target_linears`, :mod:`shardwise.specs.layer`).
 - Frozen base: no gradients and no optimizer state for it (LoRA Sec. 4.2). Adapter states: weight and
   gradient in the adapter dtype (autograd gradients take the parameter's dtype; no fp32 main-grad
   buffer in PEFT / the Hugging Face Trainer) and Adam's fp32 m and v, 8 B, no master copy — the QLoRA
@@ -57,7 +58,6 @@ NF4_BITS = 4.0
 NF4_BLOCK = 64
 DOUBLE_QUANT_BLOCK = 256
 FORMAT_BITS = {"int8": 8.0, "fp8": 8.0}
-COLUMN_PARALLEL = ("q", "k", "v", "gate", "up")
 ADAM_MOMENTS_BYTES = 8.0  # fp32 m and v per trainable parameter
 ADAPTER_DTYPE_BYTES = {"bf16": 2.0, "fp32": 4.0}
 UVM_PAGE_BYTES = 2 * 2**20  # unified memory migrates in pages of up to 2 MiB (CUDA programming guide, UVM)
@@ -77,9 +77,9 @@ def base_bits_per_weight(base_format: str | None, double_quant: bool = True, wor
 def adapter_params(model: ModelSpec, lora: LoraSpec, tp: int = 1) -> float:
     """Adapter parameters of one layer on one GPU (r(in + out) per target, TP layout in the docstring)."""
     total = 0.0
-    for target, (n_in, n_out) in lora.shapes(model).items():
-        column = target in COLUMN_PARALLEL
-        total += lora.rank * (n_in + n_out / tp if column else n_in / tp + n_out)
+    for lin in lora.target_linears(model):
+        n_in, n_out = lin.in_features, lin.out_features
+        total += lora.rank * (n_in + n_out / tp if lin.parallel == "column" else n_in / tp + n_out)
     return total
 
 
@@ -116,8 +116,9 @@ def adapter_layer_cost(model: ModelSpec, lora: LoraSpec, tokens: float, tp: int,
     frozen base's weight-gradient GEMMs are removed by the caller (:func:`frozen_layer`)."""
     gemm = elementwise = 0.0
     kernels = 0
-    for target, (n_in, n_out) in lora.shapes(model).items():
-        k_in, n_o = (n_in, n_out / tp) if target in COLUMN_PARALLEL else (n_in / tp, n_out)
+    for lin in lora.target_linears(model):
+        n_in, n_out = lin.in_features, lin.out_features
+        k_in, n_o = (n_in, n_out / tp) if lin.parallel == "column" else (n_in / tp, n_out)
         gemm += float(dev.gemm_s(tokens, lora.rank, k_in) + dev.gemm_s(tokens, n_o, lora.rank))
         moved = 3 * act_bytes * tokens * n_o  # add B's output to the base output
         if lora.dropout > 0:
@@ -167,8 +168,8 @@ def adapter_activation_bytes(model: ModelSpec, lora: LoraSpec, tokens: float, tp
 def adapter_working_bytes(model: ModelSpec, lora: LoraSpec, tokens: float, tp: int, act_bytes: float) -> float:
     """The adapter tensors of one layer while it runs (xA per target, dropped inputs and masks)."""
     total = 0.0
-    for target, (n_in, _n_out) in lora.shapes(model).items():
-        k_in = n_in if target in COLUMN_PARALLEL else n_in / tp
+    for lin in lora.target_linears(model):
+        k_in = lin.in_features if lin.parallel == "column" else lin.in_features / tp
         total += act_bytes * tokens * lora.rank
         if lora.dropout > 0:
             total += tokens * k_in * (act_bytes + 1)

@@ -15,47 +15,42 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from shardwise.specs.layer import block_weights
 from shardwise.specs.model import ModelSpec
 
 
 @lru_cache(maxsize=256)
 def matmul_weights(model: ModelSpec) -> tuple[int, int, int, int]:
     """(attention in-projections, attention out-projection, dense MLP, one expert) matmul weights of a
-    layer, biases and norms excluded (derived from the architecture)."""
-    h, a = model.hidden, model.heads
-    q_dim, v_dim = a * model.d_head, a * model.d_v_head
-    if model.is_mla:
-        rope, nope = model.qk_rope_head_dim, model.d_head - model.qk_rope_head_dim
-        q = (h * model.q_lora_rank + model.q_lora_rank * q_dim) if model.q_lora_rank else h * q_dim
-        kv = h * (model.kv_lora_rank + rope) + model.kv_lora_rank * a * (nope + model.d_v_head)
-        attn_in = q + kv
-    else:
-        attn_in = h * q_dim + 2 * h * model.n_kv_heads * model.d_head
-    attn_out = v_dim * h
-    mats = 3 if model.mlp == "swiglu" else 2
-    return attn_in, attn_out, mats * h * model.ffn, mats * h * model.d_expert
+    layer, biases and norms excluded, summed from the layer's description (:meth:`ModelSpec.linears`):
+    the out-projection is the attention's row-parallel linear, the in-projections the rest."""
+    dense = model.linears(False)
+    attn = block_weights(dense, "attention")
+    attn_out = block_weights(dense, "attention", parallel="row")
+    return attn - attn_out, attn_out, block_weights(dense, "mlp"), block_weights(model.expert_linears, "experts")
 
 
 def linear_shapes(model: ModelSpec, mlp_width: float, tp: int) -> tuple[tuple[float, float], ...]:
     """(output width n, input width k) on one GPU of a layer's block linears: the attention in- and
-    out-projections, then an MLP of `mlp_width` (gate and up fused, then down), split over `tp`."""
+    out-projections, then an MLP of `mlp_width` (its column-parallel linears fused: gate and up, then
+    down), split over `tp`. The attention in-projections are one GEMM of their summed weights (MLA: its
+    down- and up-projections as one GEMM of the same FLOPs)."""
     attn_in, attn_out, _, _ = matmul_weights(model)
-    h, mats = model.hidden, 3 if model.mlp == "swiglu" else 2
-    return ((attn_in / h / tp, h), (h, attn_out / h / tp), ((mats - 1) * (mlp_width / tp), h), (h, mlp_width / tp))
+    h = model.hidden
+    fused = sum(lin.parallel == "column" for lin in model.expert_linears)  # MLP linears reading the block input
+    return ((attn_in / h / tp, h), (h, attn_out / h / tp), (fused * (mlp_width / tp), h), (h, mlp_width / tp))
 
 
 def layer_matmul_weights_active(model: ModelSpec, moe: bool) -> int:
-    """Matmul weights one token touches in a layer (router included for MoE layers)."""
-    attn_in, attn_out, dense, expert = matmul_weights(model)
-    if moe:
-        return attn_in + attn_out + (model.top_k + model.shared_experts) * expert + model.hidden * model.experts
-    return attn_in + attn_out + dense
+    """Matmul weights one token touches in a layer (router included for MoE layers): each linear's
+    weights times the copies a token passes (:attr:`shardwise.specs.layer.Linear.active`)."""
+    return sum(lin.active_weights for lin in model.linears(moe))
 
 
 def attention_score_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
     """Forward FLOPs of QK^T and AV for one token attending over `seq_len` keys, summed over layers:
     2*s*a*(d_qk + d_v) per layer (PaLM App. B); halved under a causal mask when `causal`."""
-    per_layer = 2.0 * seq_len * model.heads * (model.d_head + model.d_v_head)
+    per_layer = seq_len * model.attention_core.pair_flops()
     return model.layers * per_layer * (0.5 if causal else 1.0)
 
 

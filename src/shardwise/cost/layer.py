@@ -33,6 +33,7 @@ from shardwise.cost.flops import linear_shapes
 from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.stack import StackProfile
 from shardwise.specs.hardware import CommGroup
+from shardwise.specs.layer import mlp_values
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import MoeSpec
 
@@ -158,7 +159,8 @@ def cp_gather_s(model: ModelSpec, tokens: float, groups: Groups, act_bytes: floa
     """K/V of the cp ranks gathered before an unfused attention (no kernel to hide a ring under)."""
     if groups.cp <= 1:
         return 0.0
-    kv_token = max(model.n_kv_heads / groups.tp, 1.0) * (model.d_head + model.d_v_head) * act_bytes
+    core = model.attention_core
+    kv_token = max(core.kv_heads / groups.tp, 1.0) * (core.d_qk + core.d_v) * act_bytes
     return collective_s("all_gather", kv_token * tokens * groups.cp, groups.cp, groups.cp_tier)
 
 
@@ -182,11 +184,12 @@ def attention_pass(model: ModelSpec, tokens: float, seq: int, groups: Groups, de
     - a2a+p2p (USP, Megatron-Core's hierarchical CP): Ulysses inside groups of `ulysses` ranks, a p2p ring
       of cp / ulysses ranks across them."""
     tp, cp = groups.tp, groups.cp
-    heads = model.heads / tp
-    d_qk, d_v = model.d_head, model.d_v_head
+    core = model.attention_core
+    heads = core.heads / tp
+    d_qk, d_v = core.d_qk, core.d_v
     d = 0.5 * (d_qk + d_v)
     b = tokens * cp / seq  # sequences in the micro-batch
-    kv_token = max(model.n_kv_heads / tp, 1.0) * (d_qk + d_v) * act_bytes  # K and V bytes per token on a rank
+    kv_token = max(core.kv_heads / tp, 1.0) * (d_qk + d_v) * act_bytes  # K and V bytes per token on a rank
 
     def kern(bh: float, s_q: float, s_k: float, causal: bool, backward: bool) -> float:
         io = act_bytes * bh * (s_q + s_k) * (d_qk + d_v) * (2.0 if backward else 1.0)
@@ -234,11 +237,12 @@ def elementwise_bytes_per_token(model: ModelSpec, moe_layer: bool, tp: int, sp: 
     TP cancels: a rank holds etp / tp of the routed tokens (gathered over expert-TP) at d_expert / etp."""
     residual = 2 * (3 * act_bytes + (1 if model.dropout else 0))
     norms_and_adds = (2 * 2 * act_bytes + residual) * model.hidden / (tp if sp else 1)
+    # the activation's reads and writes around each MLP copy (shardwise.specs.layer.mlp_values)
     if moe_layer:
-        width = (model.top_k * load_factor + model.shared_experts) * model.d_expert / tp
+        values = (model.top_k * load_factor + model.shared_experts) * mlp_values(model.expert_linears) / tp
     else:
-        width = model.ffn / tp
-    return norms_and_adds + act_bytes * width * (3 if model.mlp == "swiglu" else 2)
+        values = mlp_values(model.dense_mlp_linears) / tp
+    return norms_and_adds + act_bytes * values
 
 
 @dataclass(frozen=True)
@@ -351,7 +355,7 @@ def _layer_core(model: ModelSpec, moe_layer: bool, tokens: float, seq_kv: int, s
     if not lowp.weights_per_step:  # weights cast at every forward
         cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
     # --- attention core ---------------------------------------------------------------------------
-    d_qk, d_v = model.d_head, model.d_v_head
+    d_qk, d_v = model.attention_core.d_qk, model.attention_core.d_v
     merge_f = merge_b = 0.0
     if flash:
         attn_f, attn_b, cp_f, cp_b, merge_f, merge_b = attention_pass(model, tokens, seq_kv, groups, dev, act_bytes)

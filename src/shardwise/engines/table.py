@@ -131,14 +131,14 @@ def _model(v: PlanView, test: Callable[[Any, PlanView], Any]) -> np.ndarray:
 
 
 def _mapped(v: PlanView, names: dict) -> np.ndarray:
-    """True where the model is neither one of ``names`` nor the same shape as one (a rule needs it)."""
+    """True where the model is neither one of ``names`` nor the same architecture as one
+    (:attr:`ModelSpec.architecture`; a rule needs it)."""
     from shardwise.specs.model import load_model
 
     if v.model is None:
         return np.zeros(len(v.tp), dtype=bool)
     m = v.model
-    shape = lambda x: (x.layers, x.hidden, x.heads, x.n_kv_heads, x.ffn, x.vocab, x.experts)  # noqa: E731
-    known = m.name in names or any(shape(load_model(n)) == shape(m) for n in names)
+    known = any(load_model(n).architecture == m.architecture for n in names)  # a name alone is not the preset
     return np.full(len(v.tp), not known)
 
 

@@ -1,6 +1,6 @@
 """A small GPT-style decoder built from a :class:`~shardwise.specs.model.ModelSpec` (needs torch).
 
-Architecture follows the spec: token embedding (+ learned positions, else RoPE, Su et al. 2021),
+Architecture follows the spec (its linears from the layer's description, :mod:`shardwise.specs.layer`): token embedding (+ learned positions, else RoPE, Su et al. 2021),
 ``layers`` pre-norm blocks (RMSNorm or LayerNorm; causal attention with ``kv_heads`` < ``heads`` for
 GQA/MQA, Ainslie et al. 2023; GELU MLP or SwiGLU, Shazeer 2020), a final norm and an LM head
 (optionally tied to the embedding). Dropout is never applied, so runs are deterministic.
@@ -22,7 +22,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from shardwise.errors import ShardwiseError
+from shardwise.specs.layer import Linear as LinearSpec
+from shardwise.specs.layer import unknown_parts
 from shardwise.specs.model import ModelSpec
+
+#: The linears of the layer's description (shardwise.specs.layer) this model builds, as (block, name).
+BUILT_LINEARS = {("attention", n) for n in ("q", "k", "v", "o")} | {("mlp", n) for n in ("gate", "up", "down")}
 
 
 def check_executable(spec: ModelSpec) -> None:
@@ -35,10 +40,24 @@ def check_executable(spec: ModelSpec) -> None:
     if spec.is_mla:
         raise ShardwiseError(f"model {spec.name}: multi-head latent attention is not built by the executor; "
                              "use a standard-attention model (kv_lora_rank: 0)")
+    unbuilt = unknown_parts(spec, BUILT_LINEARS, {"attention_norm", "mlp_norm"})
+    if unbuilt:
+        raise ShardwiseError(f"model {spec.name}: the executor's model has no {', '.join(unbuilt)}; it builds q/k/v/o "
+                             "attention, a gated or GeLU MLP and two norms a layer (add the module to "
+                             "execute/model.py to run it)")
     if spec.d_v_head != spec.d_head:
         raise ShardwiseError(f"model {spec.name}: v_head_dim must equal head_dim for the executor's model")
     if spec.position_embeddings == 0 and spec.d_head % 2:
         raise ShardwiseError(f"model {spec.name}: RoPE needs an even head dim, got {spec.d_head}")
+
+
+def _linears(spec: ModelSpec, block: str) -> dict[str, LinearSpec]:
+    """The layer's linears of `block`, by name, from the spec's description (:meth:`ModelSpec.linears`)."""
+    return {lin.name: lin for lin in spec.linears() if lin.block == block}
+
+
+def _linear(lin: LinearSpec) -> nn.Linear:
+    return nn.Linear(lin.in_features, lin.out_features, bias=lin.bias)
 
 
 def _norm(spec: ModelSpec) -> nn.Module:
@@ -61,14 +80,10 @@ class Attention(nn.Module):
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        h, d = spec.hidden, spec.d_head
-        qkv_bias = spec.linear_bias or spec.qkv_bias
-        self.d_head = d
+        self.d_head = spec.d_head
         self.rope = spec.position_embeddings == 0
-        self.wq = nn.Linear(h, spec.heads * d, bias=qkv_bias)
-        self.wk = nn.Linear(h, spec.n_kv_heads * d, bias=qkv_bias)
-        self.wv = nn.Linear(h, spec.n_kv_heads * d, bias=qkv_bias)
-        self.wo = nn.Linear(spec.heads * d, h, bias=spec.linear_bias)
+        lin = _linears(spec, "attention")
+        self.wq, self.wk, self.wv, self.wo = (_linear(lin[n]) for n in ("q", "k", "v", "o"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -90,12 +105,12 @@ class MLP(nn.Module):
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        h, f, bias = spec.hidden, spec.ffn, spec.linear_bias
-        self.swiglu = spec.mlp == "swiglu"
-        self.w1 = nn.Linear(h, f, bias=bias)
+        lin = _linears(spec, "mlp")
+        self.swiglu = "gate" in lin
+        self.w1 = _linear(lin["gate" if self.swiglu else "up"])
         if self.swiglu:
-            self.w3 = nn.Linear(h, f, bias=bias)
-        self.w2 = nn.Linear(f, h, bias=bias)
+            self.w3 = _linear(lin["up"])
+        self.w2 = _linear(lin["down"])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:

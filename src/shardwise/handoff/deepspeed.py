@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 
 from shardwise.engines.table import DEEPSPEED_AUTOEP, knob_env
+from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export
 from shardwise.specs.job import TrainJob
 from shardwise.specs.model import load_model
@@ -33,12 +34,13 @@ NVME_PATH = "/local_nvme"
 
 
 def autoep_preset(job: TrainJob) -> str:
-    """AutoEP's preset_model for the job's model (by name, else by identical shape; the table checked it)."""
+    """AutoEP's preset_model for the job's model: the preset of the same architecture
+    (:attr:`ModelSpec.architecture`), its own name's first (the engine rules checked there is one)."""
     m = job.model
-    if m.name in DEEPSPEED_AUTOEP:
-        return DEEPSPEED_AUTOEP[m.name]
-    same = lambda x: (x.layers, x.hidden, x.heads, x.experts, x.d_expert) == (m.layers, m.hidden, m.heads, m.experts, m.d_expert)  # noqa: E731
-    return next(preset for name, preset in DEEPSPEED_AUTOEP.items() if same(load_model(name)))
+    for name in sorted(DEEPSPEED_AUTOEP, key=lambda n: n != m.name):
+        if load_model(name).architecture == m.architecture:
+            return DEEPSPEED_AUTOEP[name]
+    raise ShardwiseError(f"model {m.name}: DeepSpeed AutoEP has no preset of this architecture")
 
 
 def ds_config(job: TrainJob) -> dict:

@@ -17,17 +17,29 @@ command runs before a dataset is prepared (replace with ``--data-path`` and a to
 from __future__ import annotations
 
 from shardwise.engines.table import knob_env, knob_words, offloaded_layers
+from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve
 from shardwise.specs.job import TrainJob
+from shardwise.specs.layer import unknown_parts
 from shardwise.specs.model import ModelSpec
 from shardwise.train.stages import stage_contents
 
 VERSION = "core_r0.20.0"
 
 
+#: The parts of the layer's description (shardwise.specs.layer) the flags below give Megatron-LM.
+KNOWN_LINEARS = ({("attention", n) for n in ("q", "k", "v", "o", "q_a", "q_b", "kv_a", "kv_b")} | {("router", "router")}
+                 | {(b, n) for b in ("mlp", "experts", "shared_experts") for n in ("gate", "up", "down")})
+KNOWN_NORMS = {"attention_norm", "mlp_norm", "q_a_norm", "kv_a_norm"}
+
+
 def model_args(m: ModelSpec, seq_len: int) -> list[str]:
-    """Architecture flags of ``pretrain_gpt.py``."""
+    """Architecture flags of ``pretrain_gpt.py``; ShardwiseError for a part of the layer no flag gives."""
+    unknown = unknown_parts(m, KNOWN_LINEARS, KNOWN_NORMS)
+    if unknown:
+        raise ShardwiseError(f"model {m.name}: no megatron flag builds its {', '.join(unknown)} "
+                             "(add them to handoff/megatron.py's model_args)")
     a = ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--num-attention-heads", str(m.heads),
          "--ffn-hidden-size", str(m.ffn), "--seq-length", str(seq_len),
          "--max-position-embeddings", str(max(seq_len, m.position_embeddings))]

@@ -44,17 +44,13 @@ CONVERTED = {"llama3_405b"}
 RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
 
 
-def _shape(m: ModelSpec) -> tuple:
-    return (m.layers, m.hidden, m.heads, m.n_kv_heads, m.ffn, m.vocab, m.experts)
-
-
 def torchtitan_model(model: ModelSpec) -> tuple[str, str, str]:
-    """torchtitan's (module, config, flavor) for ``model``: by preset name or by identical shape."""
-    if model.name in MODELS:
-        return MODELS[model.name]
-    for name, target in MODELS.items():
-        if _shape(load_model(name)) == _shape(model):
-            return target
+    """torchtitan's (module, config, flavor) for ``model``: the config of the preset of the same
+    architecture (:attr:`ModelSpec.architecture`), its own name's first; a model that only shares a
+    preset's name is not that preset."""
+    for name in sorted(MODELS, key=lambda n: n != model.name):
+        if load_model(name).architecture == model.architecture:
+            return MODELS[name]
     known = ", ".join(sorted({c for _, c, _ in MODELS.values()}))
     raise ShardwiseError(f"model {model.name}: torchtitan has no config with this architecture (it has {known}); "
                          "add one to torchtitan's config_registry or export to megatron/deepspeed")

@@ -148,13 +148,14 @@ def pool_cluster(cluster: Cluster, gpus: int) -> Cluster:
 
 def train_job(model: ModelSpec, cluster: Cluster, precision: str, framework: str, compile: bool | None, plan: TrainPlan,
               batch: TrainBatch, mini_batches: int, name: str) -> TrainJob:
-    """The training job of one optimizer step on the packed batch (rows rounded up to micro_batch x dp, each
-    as long as the step's tokens fill: :meth:`TrainBatch.row_len`)."""
+    """The training job of one optimizer step (one of `mini_batches`) on the batch: on every data-parallel rank
+    the busiest rank's micro-batches, in rows of the batch's attention span (:meth:`TrainBatch.layout`)."""
     resolved = check_plan(model, cluster, TrainingSpec(seq_len=batch.seq_len, global_batch=1, precision=precision,
                                                        framework=framework, compile=compile), plan, check_batch=False)
-    per_step = resolved.micro_batch * (resolved.dp or 1)
-    rows = batch.rows_per_step(mini_batches, per_step)
-    training = TrainingSpec(seq_len=batch.row_len(mini_batches, per_step), global_batch=rows, precision=precision,
+    dp = resolved.dp or 1
+    lay = batch.layout(model, dp, mini_batches, resolved.micro_batch, resolved.cp * resolved.tp)
+    resolved = resolved.model_copy(update={"micro_batch": lay.rows})
+    training = TrainingSpec(seq_len=lay.row_len, global_batch=lay.rows * lay.micro_batches * dp, precision=precision,
                             framework=framework, compile=compile)
     return TrainJob(model=model, cluster=cluster, training=training, plan=resolved, name=name)
 

@@ -100,6 +100,7 @@ def placement_block(e: RLEstimate) -> dict[str, Any]:
     if p["kind"] == "colocated":
         block["offload"] = "all" if p["offload"] else "none"
     plan = {k: v for k, v in e.train_estimate.plan.items() if v is not None and k not in ("dp", "tp_overlap")}
+    plan["micro_batch"] = e.micro_rows  # the job's budget in packed rows (the estimate's micro_batch is rows of the span)
     return {"placement": block, "rollout": {"tp": p["rollout_tp"], "pp": p["rollout_pp"]}, "parallel": plan}
 
 
@@ -177,11 +178,11 @@ def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None) -> RLPla
         for offload in ("none", "all"):
             candidates.append((f"colocated tp{tp} offload {offload}", PlacementSpec(kind="colocated", offload=offload), tp, offload,
                                offload == "none"))
-    modes = ["sync"]
+    modes = ["sync", "stream"]
     if a.max_staleness >= 1:
         modes.append("one_step_off")
     else:
-        rejected.append(("split one_step_off / async", "staleness limit: algorithm.max_staleness 0 allows on-policy (sync) only"))
+        rejected.append(("split one_step_off / async", "staleness limit: algorithm.max_staleness 0 allows on-policy (sync, stream) only"))
     for g in split_sizes(n, cluster.gpus_per_node):
         for tp in tps:
             if g % tp == 0:

@@ -111,7 +111,7 @@ def phase_jobs(job: RLJob, est: RLEstimate) -> dict[str, Any]:
     t = est.train_estimate
     plan = {k: v for k, v in t.plan.items() if v is not None and k != "tp_overlap"}
     train = {"model": model, "cluster": {**job.spec.cluster, "gpus": pools.get("train", pools.get("all"))},
-             "training": {"seq_len": est.train_batch.seq_len, "global_batch": t.microbatches * plan["micro_batch"] * plan["dp"],
+             "training": {"seq_len": est.row_len, "global_batch": t.microbatches * plan["micro_batch"] * plan["dp"],
                           "precision": job.training.precision, "framework": job.training.framework},
              "parallel": plan}
     if job.training.compile is not None:

@@ -28,7 +28,7 @@ from shardwise.specs.job import cluster_from_mapping
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import Framework, TrainPlan
 
-Mode = Literal["sync", "one_step_off", "async"]
+Mode = Literal["sync", "stream", "one_step_off", "async"]
 PlacementKind = Literal["colocated", "split"]
 Offload = Literal["auto", "none", "all"]
 
@@ -117,10 +117,12 @@ class RLTrainingSpec(BaseModel):
     framework: Framework = Field(default="fsdp", description="software stack of the training step (data/stacks.yaml); "
                                  "verl and OpenRLHF run fsdp or deepspeed, NeMo-RL and slime megatron")
     compile: bool | None = Field(default=None, description="torch.compile; None = the stack's default")
-    packing: bool = Field(default=True, description="pack prompt+response sequences into rows of pack_len (verl "
-                          "use_remove_padding and dynamic batch size, OpenRLHF packing_samples); false: one padded row each")
-    pack_len: int | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS, description="tokens per packed row; "
-                                 "default: the longest prompt + response of the batch")
+    packing: bool = Field(default=True, description="run prompt+response sequences without padding in micro-batches "
+                          "of a token budget, attention within each sequence (verl use_remove_padding and "
+                          "use_dynamic_bsz, OpenRLHF packing_samples); false: one padded row each")
+    pack_len: int | None = Field(default=None, gt=0, le=MAX_SEQUENCE_TOKENS, description="micro-batch token budget per "
+                                 "data-parallel rank, times parallel.micro_batch (verl: ppo_max_token_len_per_gpu x the "
+                                 "Ulysses degree); default: the longest prompt + response of the batch")
 
 
 class PlacementSpec(BaseModel):
@@ -132,8 +134,10 @@ class PlacementSpec(BaseModel):
                                 "(verl's hybrid engine); split: a rollout pool and a training pool")
     rollout_gpus: int | None = Field(default=None, gt=0, le=MAX_CLUSTER_GPUS, description="split: GPUs of the rollout "
                                      "pool (the rest train)")
-    mode: Mode = Field(default="sync", description="sync (generate, then train), one_step_off (generate batch k+1 while "
-                       "training on batch k), async (streaming generation, bounded staleness); the last two need split")
+    mode: Mode = Field(default="sync", description="sync (generate, then train), stream (on-policy: the training pool "
+                       "starts on the responses that are done while the rest generate; StreamRL's stream generation, verl "
+                       "fully_async with staleness 0), one_step_off (generate batch k+1 while training on batch k), async "
+                       "(streaming generation, bounded staleness); all but sync need split")
     staleness: int = Field(default=2, gt=0, le=64, description="async: policy versions the generator may run ahead "
                            "(AReaL's eta)")
     offload: Offload = Field(default="auto", description="colocated: none (every model's states stay on the GPU), all "

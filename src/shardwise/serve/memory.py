@@ -14,23 +14,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardwise.cost.flops import matmul_weights
 from shardwise.errors import ShardwiseError
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.precision import Precision
 from shardwise.serve.timing import ACT_BYTES, kv_bytes_per_token_per_gpu
 from shardwise.specs.hardware import GPU
+from shardwise.specs.layer import DENSE_BLOCKS
 from shardwise.specs.model import ModelSpec
 
 GIB = 2**30
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int, precision: Precision, ep: int = 1) -> float:
-    """Weights on one GPU (module docstring)."""
-    attn_in, attn_out, dense, expert = matmul_weights(model)
-    routed = model.moe_layers * model.experts * expert
-    linears = model.layers * (attn_in + attn_out) + (model.layers - model.moe_layers) * dense
-    linears += model.moe_layers * model.shared_experts * expert
+    """Weights on one GPU (module docstring), the linears' from the layer's description
+    (:meth:`~shardwise.specs.model.ModelSpec.linears`: every copy of each)."""
+    def held(moe: bool, *blocks: str) -> int:
+        return sum(lin.count * lin.weights for lin in model.linears(moe) if lin.block in blocks)
+
+    routed = model.moe_layers * held(True, "experts")
+    linears = (model.layers - model.moe_layers) * held(False, *DENSE_BLOCKS) + model.moe_layers * held(True, *DENSE_BLOCKS)
     rest = model.params_total - linears - routed  # embedding, LM head, router, norms, biases: 16-bit
     w = precision.weight_bytes
     experts = routed * w / (ep if ep > 1 else tp)

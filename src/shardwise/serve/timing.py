@@ -69,10 +69,11 @@ from shardwise.cost.attention import TILE, tile_steps
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import NetworkConstants, fitted_network_constants
 from shardwise.cost.device import Device
-from shardwise.cost.flops import linear_shapes, matmul_weights
+from shardwise.cost.flops import linear_shapes
 from shardwise.serve.constants import ServingConstants
 from shardwise.serve.precision import Precision
 from shardwise.specs.hardware import GPU, Cluster, CommGroup, Network, make_cluster
+from shardwise.specs.layer import DENSE_BLOCKS
 from shardwise.specs.model import ModelSpec
 
 ACT_BYTES = 2.0  # activations travel in 16-bit even with low-precision weights
@@ -110,10 +111,10 @@ def deepep_network() -> NetworkConstants:
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, pp: int, kv_bytes: float) -> float:
     """KV-cache bytes one token occupies on each GPU of a tp x pp group: 2*L*H_kv*d_h*b divided over TP by
     KV heads (replicated when tp > H_kv, as vLLM does; vllm/worker/cache_engine.py) and over PP by
-    layers; MLA caches one latent per token, replicated over TP."""
+    layers; MLA caches one latent per token, replicated over TP (the layer's
+    :attr:`~shardwise.specs.model.ModelSpec.attention_core`)."""
     total = model.kv_cache_bytes_per_token(kv_bytes)
-    head_share = 1.0 if model.is_mla else math.ceil(model.n_kv_heads / tp) / model.n_kv_heads
-    return total * head_share / pp
+    return total * model.attention_core.kv_share(tp) / pp
 
 
 def busiest_share(routed: float, ep: int) -> float:
@@ -179,12 +180,13 @@ class StepTimer:
 
     @cached_property
     def _linear_weights(self) -> tuple[float, float]:
-        """(block-linear weights one token touches outside the routed experts, router weights), per GPU."""
+        """(block-linear weights one token touches outside the routed experts, router weights), per GPU,
+        summed from the layer's description (:meth:`~shardwise.specs.model.ModelSpec.linears`)."""
         m = self.model
-        attn_in, attn_out, dense, expert = matmul_weights(m)
-        lin = m.layers * (attn_in + attn_out) + (m.layers - m.moe_layers) * dense
-        lin += m.moe_layers * m.shared_experts * expert
-        return lin / self.tp, m.moe_layers * m.hidden * m.experts / self.tp
+        lin = (m.layers - m.moe_layers) * sum(x.active_weights for x in m.linears(False) if x.block in DENSE_BLOCKS)
+        lin += m.moe_layers * sum(x.active_weights for x in m.linears(True) if x.block in DENSE_BLOCKS)
+        router = m.moe_layers * sum(x.weights for x in m.linears(True) if x.block == "router")
+        return lin / self.tp, router / self.tp
 
     @cached_property
     def lin_flops_per_token(self) -> float:
@@ -253,15 +255,13 @@ class StepTimer:
     def decode_pair_flops(self) -> float:
         """FLOPs per (query, key) pair of a decode step, all layers, per GPU (MLA absorbed: over the latent)."""
         m = self.model
-        if m.is_mla:
-            return 2.0 * m.heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * m.layers / self.tp
-        return self.pair_flops
+        return m.attention_core.pair_flops(decode=True) * m.layers / self.tp
 
     @cached_property
     def pair_flops(self) -> float:
         """FLOPs per (query, key) pair of a prefill, all layers, per GPU."""
         m = self.model
-        return 2.0 * m.heads * (m.d_head + m.d_v_head) * m.layers / self.tp
+        return m.attention_core.pair_flops() * m.layers / self.tp
 
     @cached_property
     def decode_attn_s_per_token(self) -> float:
@@ -273,8 +273,8 @@ class StepTimer:
     @cached_property
     def prefill_attn_s_per_pair(self) -> float:
         """Seconds per pair-equivalent of :meth:`prefill_pairs` (the kernel's asymptote at this head dimension)."""
-        m = self.model
-        factor = self.device.attention_shape.head_dim_factor((m.d_head + m.d_v_head) / 2.0)
+        core = self.model.attention_core
+        factor = self.device.attention_shape.head_dim_factor((core.d_qk + core.d_v) / 2.0)
         return self.pair_flops / (self.attn_rate * factor) / self.dp
 
     def prefill_pairs(self, done: int, chunk: int) -> float:

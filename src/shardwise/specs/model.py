@@ -15,6 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
+from shardwise.specs.layer import (
+    AttentionCore,
+    Linear,
+    Norm,
+    attention_core,
+    layer_linears,
+    layer_norms,
+    mlp_linears,
+)
 
 
 class ModelSpec(BaseModel):
@@ -101,51 +110,76 @@ class ModelSpec(BaseModel):
     def d_expert(self) -> int:
         return self.expert_ffn or self.ffn
 
-    # --- parameter counts (derived from the architecture) ---------------------------------------
+    # --- the layer's description (shardwise.specs.layer) -----------------------------------------
+    @cached_property
+    def _dense_linears(self) -> tuple[Linear, ...]:
+        return layer_linears(self, False)
+
+    @cached_property
+    def _moe_linears(self) -> tuple[Linear, ...]:
+        return layer_linears(self, True)
+
+    def linears(self, moe_layer: bool = False) -> tuple[Linear, ...]:
+        """Every linear layer of a dense layer (or of an MoE layer): name, shape, block, TP split, copies
+        (:mod:`shardwise.specs.layer`)."""
+        return self._moe_linears if moe_layer else self._dense_linears
+
+    @cached_property
+    def _norms(self) -> tuple[Norm, ...]:
+        return layer_norms(self)
+
+    def norms(self) -> tuple[Norm, ...]:
+        """The normalisation layers of one transformer layer (:mod:`shardwise.specs.layer`)."""
+        return self._norms
+
+    @cached_property
+    def attention_core(self) -> AttentionCore:
+        """The attention kernel's shapes and the KV cache per token and layer (:mod:`shardwise.specs.layer`)."""
+        return attention_core(self)
+
+    @cached_property
+    def dense_mlp_linears(self) -> tuple[Linear, ...]:
+        """A dense layer's MLP."""
+        return tuple(lin for lin in self._dense_linears if lin.block == "mlp")
+
+    @cached_property
+    def expert_linears(self) -> tuple[Linear, ...]:
+        """One expert's MLP (also defined for a dense model: an MLP of width d_expert)."""
+        return mlp_linears(self, self.d_expert, "experts")
+
+    @cached_property
+    def architecture(self) -> tuple:
+        """Everything that fixes the model's shapes: layers, vocabulary, embeddings, and the layer's
+        description (its linears dense and MoE, norms, attention core). Two specs with the same
+        architecture are the same network whatever their names (an export maps a model to an engine's
+        config by it)."""
+        moe = (self.dense_layers, self._moe_linears) if self.is_moe else ()
+        return (self.layers, self.vocab, self.tied_embeddings, self.position_embeddings, self._dense_linears, moe,
+                self._norms, self.attention_core)
+
+    # --- parameter counts (derived from the layer's description) ---------------------------------
     @cached_property
     def attention_params(self) -> int:
-        """Attention weights (+biases) of one layer. MLA: DeepSeek-V2 report Sec. 2.1 (derived)."""
-        h, a = self.hidden, self.heads
-        q_dim, v_dim = a * self.d_head, a * self.d_v_head
-        if self.is_mla:
-            rope, nope = self.qk_rope_head_dim, self.d_head - self.qk_rope_head_dim
-            if self.q_lora_rank:
-                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q_dim
-            else:
-                q = h * q_dim
-            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank
-            kv += self.kv_lora_rank * a * (nope + self.d_v_head)
-            return q + kv + v_dim * h
-        kv_dim = self.n_kv_heads * self.d_head
-        weights = h * q_dim + 2 * h * kv_dim + q_dim * h
-        if self.linear_bias:
-            weights += q_dim + 2 * kv_dim + h
-        elif self.qkv_bias:
-            weights += q_dim + 2 * kv_dim
-        return weights
-
-    def _mlp_params(self, ffn: int) -> int:
-        h = self.hidden
-        if self.mlp == "swiglu":
-            return 3 * h * ffn + (2 * ffn + h if self.linear_bias else 0)
-        return 2 * h * ffn + (ffn + h if self.linear_bias else 0)
+        """Attention weights (+biases, + MLA's latent norms) of one layer. MLA: DeepSeek-V2 report Sec. 2.1 (derived)."""
+        linears = sum(lin.params for lin in self._dense_linears if lin.block == "attention")
+        return linears + sum(n.params for n in self._norms if n.block == "attention")
 
     @cached_property
     def dense_mlp_params(self) -> int:
-        return self._mlp_params(self.ffn)
+        return sum(lin.params for lin in self.dense_mlp_linears)
 
     @cached_property
     def expert_params(self) -> int:
         """One expert's MLP weights."""
-        return self._mlp_params(self.d_expert)
+        return sum(lin.params for lin in self.expert_linears)
 
     @cached_property
     def router_params(self) -> int:
-        return self.hidden * self.experts
+        return sum(lin.params for lin in self._moe_linears if lin.block == "router") if self.is_moe else 0
 
     @cached_property
     def norm_params(self) -> int:
-        """One normalisation layer (LayerNorm has weight and bias; RMSNorm a weight)."""
+        """One normalisation layer over the hidden size (LayerNorm has weight and bias; RMSNorm a weight)."""
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
     @cached_property
@@ -159,20 +193,26 @@ class ModelSpec(BaseModel):
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     @cached_property
+    def _layer_norm_params(self) -> int:
+        return sum(n.params for n in self._norms if n.block == "layer")
+
+    @cached_property
     def layer_params_dense(self) -> int:
-        return self.attention_params + self.dense_mlp_params + 2 * self.norm_params
+        return self.attention_params + self.dense_mlp_params + self._layer_norm_params
 
     @cached_property
     def layer_params_moe(self) -> int:
         """All weights of one MoE layer (every expert)."""
-        experts = (self.experts + self.shared_experts) * self.expert_params
-        return self.attention_params + experts + self.router_params + 2 * self.norm_params
+        return self._moe_params(active=False)
 
     @cached_property
     def layer_params_moe_active(self) -> int:
         """Weights one token touches in an MoE layer (top-k + shared experts)."""
-        experts = (self.top_k + self.shared_experts) * self.expert_params
-        return self.attention_params + experts + self.router_params + 2 * self.norm_params
+        return self._moe_params(active=True)
+
+    def _moe_params(self, active: bool) -> int:
+        linears = sum(lin.active_params if active else lin.params for lin in self._moe_linears if lin.block != "attention")
+        return self.attention_params + linears + self._layer_norm_params
 
     @cached_property
     def params_total(self) -> int:
@@ -187,11 +227,10 @@ class ModelSpec(BaseModel):
         return body + self.embedding_params + self.lm_head_params + self.norm_params
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
-        """K and V cache per token over all layers: 2·L·H_kv·d_h·b (vLLM cache_engine); MLA caches the
-        compressed latent plus the rope key: L·(kv_lora_rank + rope)·b (DeepSeek-V2 report Sec. 2.1)."""
-        if self.is_mla:
-            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * bytes_per_element
-        return self.layers * self.n_kv_heads * (self.d_head + self.d_v_head) * bytes_per_element
+        """K and V cache per token over all layers: L·H_kv·(d_qk + d_v)·b (vLLM cache_engine); MLA caches the
+        compressed latent plus the rope key: L·(kv_lora_rank + rope)·b (DeepSeek-V2 report Sec. 2.1);
+        the values per layer are :attr:`attention_core`'s."""
+        return self.layers * self.attention_core.kv_values * bytes_per_element
 
 
 # --- building specs -----------------------------------------------------------------------------

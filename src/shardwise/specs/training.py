@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_RANKS, MAX_PIPELINE_STAGES, MAX_SEQUENCE_TOKENS
+from shardwise.specs.layer import Linear
 from shardwise.specs.model import ModelSpec
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
@@ -56,27 +57,32 @@ class LoraSpec(BaseModel):
         default="bf16", description="adapter weights and gradients (PEFT upcasts to fp32; QLoRA casts to bf16)")
 
     @staticmethod
-    def linear_shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each linear layer of a dense transformer layer (Hugging Face module
-        names q/k/v/o_proj, gate/up/down_proj; a GeLU MLP has up and down only)."""
-        h, a, kv = model.hidden, model.heads, model.n_kv_heads
-        shapes = {"q": (h, a * model.d_head), "k": (h, kv * model.d_head), "v": (h, kv * model.d_v_head),
-                  "o": (a * model.d_v_head, h), "gate": (h, model.ffn), "up": (h, model.ffn), "down": (model.ffn, h)}
-        if model.mlp != "swiglu":
-            del shapes["gate"]
-        return shapes
+    def linears(model: ModelSpec) -> dict[str, Linear]:
+        """The linear layers adapters can target, by name: a dense layer's attention and MLP linears from
+        the layer's description (:meth:`ModelSpec.linears`; Hugging Face module names q/k/v/o_proj,
+        gate/up/down_proj; a GeLU MLP has up and down only)."""
+        return {lin.name: lin for lin in model.linears() if lin.block in ("attention", "mlp")}
 
-    def shapes(self, model: ModelSpec) -> dict[str, tuple[int, int]]:
-        """(in, out) of each adapted layer; ShardwiseError when the model has no such layer."""
+    @staticmethod
+    def linear_shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer adapters can target (:meth:`linears`)."""
+        return {name: (lin.in_features, lin.out_features) for name, lin in LoraSpec.linears(model).items()}
+
+    def target_linears(self, model: ModelSpec) -> tuple[Linear, ...]:
+        """The adapted linear layers; ShardwiseError when the model has no such layer."""
         if model.is_moe or model.is_mla:
             raise ShardwiseError(f"training.method: adapters are modelled for dense, standard-attention models; "
                                  f"{model.name} has {'experts' if model.is_moe else 'MLA'} (use method: full)")
-        linear = self.linear_shapes(model)
+        linear = self.linears(model)
         missing = [t for t in self.targets or () if t not in linear]
         if missing:
             raise ShardwiseError(f"training.lora.targets: {model.name} has no {', '.join(missing)} projection "
                                  f"({model.mlp} MLP); use some of {', '.join(linear)}")
-        return {t: linear[t] for t in (self.targets or tuple(linear))}
+        return tuple(linear[t] for t in (self.targets or tuple(linear)))
+
+    def shapes(self, model: ModelSpec) -> dict[str, tuple[int, int]]:
+        """(in, out) of each adapted layer; ShardwiseError when the model has no such layer."""
+        return {lin.name: (lin.in_features, lin.out_features) for lin in self.target_linears(model)}
 
 
 class MoeSpec(BaseModel):

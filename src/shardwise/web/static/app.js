@@ -923,8 +923,16 @@ function renderRLEstimate(e) {
   rlDrain("#rl-drain", e);
   const w = e.weight_sync_s;
   $("#rl-notes").replaceChildren(el("li", { text: `weight sync ${fmt.sig(w.total_s, 3)} s (gather ${fmt.sig(w.gather_s, 3)}, send ${fmt.sig(w.send_s, 3)}, broadcast ${fmt.sig(w.broadcast_s, 3)} s)` }),
-    el("li", { text: `training batch: ${fmt.num(e.train_batch.rows)} rows of ≤ ${fmt.num(e.train_batch.seq_len)} tokens${e.train_batch.packed ? `, packed (${fmt.pct(e.train_batch.fill)} full)` : ""}; step ${fmt.sig(e.train_batch.step_time_s, 4)} s` }),
+    el("li", { text: rlBatchNote(e.train_batch) }),
     ...e.notes.map((n) => el("li", { text: n })));
+}
+
+function rlBatchNote(b) {
+  const lay = b.layout;
+  const per = `${fmt.num(b.optimizer_steps)} optimizer steps of ${fmt.sig(b.step_time_s, 4)} s`;
+  if (!b.packed) return `training batch: padded rows of ${fmt.num(b.seq_len)} tokens; ${per}`;
+  return `training batch: ${fmt.num(lay.micro_batches)} micro-batch(es) per rank and step of ≤ ${fmt.num(b.seq_len)} tokens each, ` +
+    `costed as rows of ${fmt.num(lay.row_len)} tokens (the attention span); the busiest rank has ${fmt.pct(lay.dp_imbalance - 1)} more work than the mean; ${per}`;
 }
 
 async function runRLEstimate() {
