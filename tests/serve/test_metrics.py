@@ -64,3 +64,25 @@ def test_weighted_percentile_equals_numpy_on_the_expanded_samples(pairs, q):
     v = np.array([p[0] for p in pairs])
     w = np.array([p[1] for p in pairs])
     assert weighted_percentile(v, w.astype(float), q) == pytest.approx(np.percentile(np.repeat(v, w), q), rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["value", "array", "ramp"]), st.floats(0.0, 1.0), st.floats(0.0, 1e-3),
+                          st.integers(0, 1), st.integers(0, 12), st.integers(0, 5)), max_size=12))
+def test_ramps_expand_to_the_arrays_they_stand_for(records):
+    """A decode stretch records its gaps first + slope*j as a ramp; samples() must give the floats (and
+    order) that recording numpy's first + slope*arange(n)[start:] as an array gives."""
+    lazy, eager = ITLRecord(), ITLRecord()
+    for kind, first, slope, start, count, weight in records:
+        if kind == "value":
+            lazy.add(first, weight)
+            eager.add(first, weight)
+        elif kind == "array":
+            arr = np.linspace(first, first + 1.0, count)
+            lazy.add_array(arr, weight)
+            eager.add_array(arr, weight)
+        else:
+            lazy.add_ramp(first, slope, start, count, weight)
+            eager.add_array((first + slope * np.arange(start + count))[start:], weight)
+    (lv, lw), (ev, ew) = lazy.samples(), eager.samples()
+    assert lv.tolist() == ev.tolist() and lw.tolist() == ew.tolist()

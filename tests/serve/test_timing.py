@@ -3,9 +3,10 @@
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardwise.cost.attention import TILE, tile_steps
 from shardwise.cost.comm import collective_s
 from shardwise.cost.constants import fitted_network_constants
 from shardwise.serve.constants import ServingConstants
@@ -79,3 +80,14 @@ def test_the_kernels_prefill_work_covers_every_causal_pair(done, chunk):
     aligned_pairs = aligned_q * aligned_done + aligned_q * (aligned_q + 1) / 2
     expected = aligned_pairs + n_q * (t * t * (c0 + 0.5) - t / 2)
     assert timer.prefill_pairs(aligned_done, aligned_q) == pytest.approx(expected, rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 20_000), st.integers(1, 20_000), st.integers(0, 20_000), st.integers(1, 20_000))
+def test_prefill_pairs_kept_per_tile_count_equal_the_tile_model(done_a, chunk_a, done_b, chunk_b):
+    """StepTimer.prefill_pairs keeps its answers per (query tiles, key tiles); each must be what the
+    tile model (cost.attention.tile_steps) gives for those very tokens, whatever was asked before."""
+    timer = _timer("llama-3.1-70b")
+    for done, chunk in ((done_a, chunk_a), (done_b, chunk_b), (done_a, chunk_a)):
+        steps, _, _ = tile_steps(chunk, done + chunk, True, False, timer.device.attention_shape.c0_fwd)
+        assert timer.prefill_pairs(done, chunk) == steps * TILE * TILE

@@ -63,7 +63,8 @@ def unregister(name: str) -> None:
 
 def resolve(name: str) -> str:
     """Canonical name for ``name`` (case-insensitive, aliases accepted)."""
-    canon = _ALIASES.get(_key(name)) if isinstance(name, str) else None
+    # a name already in normal form (every key is one, and _key leaves it as it is) skips normalising
+    canon = (_ALIASES.get(name) or _ALIASES.get(_key(name))) if isinstance(name, str) else None
     if canon is None:
         raise ShardwiseError(
             f"unknown schedule {shorten(name)}; choose one of {', '.join(list_schedules())} "

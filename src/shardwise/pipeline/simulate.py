@@ -25,8 +25,8 @@ import numpy as np
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_ACTION_TIME, MAX_ACTIVATION_AMOUNT
-from shardwise.pipeline.engine import blocked_actions, compile_schedule, run
-from shardwise.pipeline.ir import F_CODE, KINDS, Schedule
+from shardwise.pipeline.engine import blocked_actions, compile_schedule, run_order, run_order_pair
+from shardwise.pipeline.ir import KINDS, Schedule
 
 #: Default fraction of a micro-batch's stage activations held from I until W. 1.0 is the accounting of
 #: the V-schedule paper's memory counts (a micro-batch is in flight from F to its W); the zero-bubble
@@ -58,6 +58,9 @@ class SimResult:
     p2p_s: float | list[float] = 0.0
     extrapolated_from: int | None = None  # micro-batches actually simulated (see pipeline.steady), None: all
     exact: bool = True  # False only when a steady state did not settle within the simulation budget
+    #: (makespan, longest rank span) of the same schedule with every hop free, when asked for
+    #: (``simulate(..., without_hops=True)``; a second simulation at ``p2p_s=0`` gives the same numbers)
+    without_hops: tuple[float, float] | None = None
 
     def hop_s(self, stage: int, kind: str) -> float:
         """Seconds of the hop into ``stage``'s action of ``kind`` from the neighbouring stage (below it
@@ -117,20 +120,27 @@ class SimResult:
         return d
 
 
-def _per_stage(value: float | Sequence[float], S: int, what: str, limit: float = MAX_ACTION_TIME) -> np.ndarray:
+def _per_stage(value: float | Sequence[float], S: int, what: str, limit: float = MAX_ACTION_TIME) -> list[float]:
     """One value per stage, finite, >= 0 and at most `limit` (times: MAX_ACTION_TIME; activation amounts,
-    which may be bytes: MAX_ACTIVATION_AMOUNT)."""
-    arr = np.asarray(value, dtype=float)
-    if arr.ndim == 0:
-        arr = np.full(S, float(arr))
-    if arr.shape != (S,):
-        raise ShardwiseError(
-            f"{what} must be one number or {S} per-stage values (the schedule has {S} stages); got "
-            f"{arr.size} values"
-        )
-    if not np.all(np.isfinite(arr)) or (arr < 0).any() or (arr > limit).any():
-        raise ShardwiseError(f"{what} must be finite, >= 0 and at most {limit:g}; got {shorten(arr.tolist())}")
-    return arr
+    which may be bytes: MAX_ACTIVATION_AMOUNT), as a list of floats (plain Python: a handful of numbers
+    is checked faster without numpy)."""
+    if isinstance(value, int | float | np.number):
+        vals = [float(value)] * S
+    else:
+        arr = np.asarray(value, dtype=float)
+        if arr.ndim == 0:
+            vals = [float(arr)] * S
+        elif arr.shape != (S,):
+            raise ShardwiseError(
+                f"{what} must be one number or {S} per-stage values (the schedule has {S} stages); got "
+                f"{arr.size} values"
+            )
+        else:
+            vals = arr.tolist()
+    for x in vals:
+        if not 0.0 <= x <= limit:  # False for NaN as well
+            raise ShardwiseError(f"{what} must be finite, >= 0 and at most {limit:g}; got {shorten(vals)}")
+    return vals
 
 
 def simulate(
@@ -142,6 +152,7 @@ def simulate(
     activation: Sequence[float] | None = None,
     w_retained_fraction: float = DEFAULT_W_RETAINED_FRACTION,
     b_s: float | Sequence[float] | None = None,
+    without_hops: bool = False,
 ) -> SimResult:
     """Time ``sched`` and track activation memory.
 
@@ -151,63 +162,71 @@ def simulate(
     boundary (``S - 1`` values: entry ``b`` is the hop between stages ``b`` and ``b + 1``, both ways, for
     links that differ, e.g. between GPU groups); same-rank hops are free.
     ``activation``: per-stage amount F adds (default 1 = one micro-batch's activations of one stage).
+    ``without_hops``: also time the schedule with free hops, in the same pass (``SimResult.without_hops``).
     Raises :class:`ShardwiseError` on bad inputs or a deadlocking schedule.
     """
     S = sched.num_stages
     f = _per_stage(f_s, S, "forward time f_s")
     i = _per_stage(i_s, S, "input-gradient time i_s")
     w = _per_stage(w_s, S, "weight-gradient time w_s")
-    b = i + w if b_s is None else _per_stage(b_s, S, "full-backward time b_s")
+    b = [x + y for x, y in zip(i, w)] if b_s is None else _per_stage(b_s, S, "full-backward time b_s")
     hop = _per_stage(p2p_s, S - 1, "p2p_s (seconds per cross-rank hop)") if np.ndim(p2p_s) else None
     if hop is None and not (np.isfinite(p2p_s) and 0 <= p2p_s <= MAX_ACTION_TIME):
         raise ShardwiseError(f"p2p_s (seconds per cross-rank hop) must be finite, >= 0 and at most {MAX_ACTION_TIME:g}; got {p2p_s}")
     if not 0.0 <= w_retained_fraction <= 1.0:
         raise ShardwiseError(f"w_retained_fraction must be in [0, 1]; got {w_retained_fraction}")
-    a = np.ones(S) if activation is None else _per_stage(activation, S, "activation", MAX_ACTIVATION_AMOUNT)
+    a = [1.0] * S if activation is None else _per_stage(activation, S, "activation", MAX_ACTIVATION_AMOUNT)
     comp = compile_schedule(sched)
-    dur_table = np.stack([f, i, w, b])
-    rho = float(w_retained_fraction)
-    unit = np.ones(S)
-    delta_unit = np.stack([unit, -(1 - rho) * unit, -rho * unit, -unit])
-    delta_a = np.stack([a, -(1 - rho) * a, -rho * a, -a])
-
-    durs, lats = [], []
-    for r in range(sched.pp):
-        k, s = comp.kind[r], comp.stage[r]
-        durs.append(dur_table[k, s].tolist())
-        if hop is None:
-            lats.append((comp.cross[r] * float(p2p_s)).tolist())
-        else:  # the boundary a dependency crosses: below the stage for F, above it for I/B
-            boundary = np.clip(np.where(k == F_CODE, s - 1, s), 0, max(S - 2, 0))
-            lats.append((comp.cross[r] * (hop[boundary] if S > 1 else 0.0)).tolist())
-    starts, progress = run(comp, durs, lats)
-    if any(p < len(d) for p, d in zip(progress, comp.dep)):
+    if comp.deadlocked:
         raise ShardwiseError(
-            f"schedule {sched.name!r} deadlocks: " + "; ".join(blocked_actions(sched, comp, progress))
+            f"schedule {sched.name!r} deadlocks: " + "; ".join(blocked_actions(sched, comp, list(comp.progress)))
             + ". Reorder the actions so every dependency can run first"
         )
+    # duration slot kind * S + stage (kinds F, I, W, B; slot 4S: 0 for padding); hop slot 0: none,
+    # 1 + b: the boundary between stages b and b + 1 (engine.compile_schedule)
+    durations = f + i + w + b + [0.0]
+    hops = [0.0] + (hop if hop is not None else [float(p2p_s)] * max(S - 1, 1))
+    if without_hops:
+        starts_v, free = run_order_pair(comp.order, durations, hops, comp.sentinel)
+    else:
+        starts_v, free = run_order(comp.order, durations, hops, comp.sentinel), None
 
-    st_l, en_l, spans, busy, peak_a, peak_u, acts = [], [], [], [], [], [], []
-    first, last = np.inf, -np.inf
-    for r in range(sched.pp):
-        st = np.asarray(starts[r], dtype=float)
-        d = np.asarray(durs[r], dtype=float)
-        en = st + d
-        st_l.append(st)
-        en_l.append(en)
-        k, s = comp.kind[r], comp.stage[r]
-        acts.append(np.stack([s, comp.mb[r], k], axis=1) if len(k) else np.zeros((0, 3), dtype=np.int64))
-        busy.append(float(d.sum()))
-        if len(st):
-            spans.append(float(en.max() - st.min()))
-            first, last = min(first, float(st.min())), max(last, float(en.max()))
-            peak_u.append(max(0.0, float(np.cumsum(delta_unit[k, s]).max())))
-            peak_a.append(max(0.0, float(np.cumsum(delta_a[k, s]).max())))
-        else:
-            spans.append(0.0)
-            peak_u.append(0.0)
-            peak_a.append(0.0)
-    makespan = max(last - first, 0.0) if np.isfinite(first) else 0.0
+    R, off = sched.pp, comp.offsets
+    st_all = np.fromiter(starts_v, float, len(starts_v))[comp.to_rank]  # visit order -> rank order
+    dur_arr = np.asarray(durations)
+    d_all = dur_arr[comp.slot]
+    en_all = st_all + d_all
+    st_l = [st_all[off[r]:off[r + 1]] for r in range(R)]
+    en_l = [en_all[off[r]:off[r + 1]] for r in range(R)]
+    counts = [off[r + 1] - off[r] for r in range(R)]
+    if all(n == counts[0] for n in counts):  # equal rows: numpy sums each row as it sums one rank's array
+        busy = d_all.reshape(R, counts[0]).sum(axis=1).tolist()
+    else:
+        busy = [float(d.sum()) for d in np.split(d_all, off[1:-1])]
+    # Memory depends only on each rank's action order: prefix sums of the per-action deltas, one row
+    # per rank (padding adds 0), the peak their maximum (or 0).
+    rho = float(w_retained_fraction)
+    keep = -(1 - rho)
+    deltas = np.array([[1.0] * S + [keep] * S + [-rho] * S + [-1.0] * S + [0.0],
+                       a + [keep * x for x in a] + [-rho * x for x in a] + [-x for x in a] + [0.0]])
+    prefix = np.cumsum(deltas.take(comp.padded_slot, axis=1).reshape(2 * R, -1), axis=1)
+    peaks = prefix.max(axis=1).tolist() if prefix.shape[1] else [0.0] * (2 * R)
+    peak_u = [max(0.0, x) for x in peaks[:R]]
+    peak_a = [max(0.0, x) for x in peaks[R:]]
+    nonempty = [r for r in range(R) if counts[r]]
+    firsts = st_all[[off[r] for r in nonempty]].tolist()
+    lasts = en_all[[off[r + 1] - 1 for r in nonempty]].tolist()
+    # starts and ends never decrease along a rank: its span is its last end - its first start
+    spans = [0.0] * R
+    for r, x, y in zip(nonempty, firsts, lasts):
+        spans[r] = y - x
+    without = None
+    if free is not None:
+        f_first = [free[d] for d in comp.first_dep]  # a first action waits only for its dependency (0 if none)
+        f_last = [free[o] for o in comp.last_out]
+        f_span = max((y - x for x, y in zip(f_first, f_last)), default=0.0)
+        without = (max(max(f_last) - min(f_first), 0.0) if f_first else 0.0, f_span)
+    makespan = max(max(lasts) - min(firsts), 0.0) if firsts else 0.0
     total_busy = float(sum(busy))
     idle = max(sched.pp * makespan - total_busy, 0.0)  # >= 0 exactly; clamp float round-off
     crit = max(range(sched.pp), key=lambda r: (spans[r], spans[r] - busy[r]))
@@ -229,6 +248,7 @@ def simulate(
         peak_activation_microbatches=peak_u,
         starts=st_l,
         ends=en_l,
-        actions=acts,
-        p2p_s=float(p2p_s) if hop is None else hop.tolist(),
+        actions=list(comp.actions),
+        p2p_s=float(p2p_s) if hop is None else hop,
+        without_hops=without,
     )

@@ -96,6 +96,7 @@ def _extend(r1: SimResult, r2: SimResult, cycles: int, microbatches: int, exact:
         starts=[], ends=[], actions=[],
         extrapolated_from=r1.microbatches,
         exact=exact,
+        without_hops=None,
     )
 
 
@@ -124,14 +125,16 @@ def simulate_steady(
     g = max(1, granularity)
     b = -(-max(representative, 8 * stages) // g) * g
 
-    def run(m: int) -> SimResult:
-        return simulate(build(m), **simulate_kw)
+    if microbatches <= 2 * b:
+        return simulate(build(microbatches), **simulate_kw)
+    sample_kw = {k: v for k, v in simulate_kw.items() if k != "without_hops"}  # an extrapolated result has none
+
+    def run(m: int, kw: dict = sample_kw) -> SimResult:
+        return simulate(build(m), **kw)
 
     def affordable(m: int) -> bool:
         return 3 * stages * m <= MAX_SCHEDULE_ACTIONS
 
-    if microbatches <= 2 * b:
-        return run(microbatches)
     while True:
         sample = run(b)
         c = find_cycle(sample, g)
@@ -143,7 +146,7 @@ def simulate_steady(
             if _increments_agree(r1, r2, r3):
                 return _extend(r2, r3, (microbatches - m1 - c) // c, microbatches, exact=True)
         if 4 * b >= microbatches and affordable(microbatches):
-            return run(microbatches)
+            return run(microbatches, simulate_kw)
         if not grow or not affordable(4 * b):  # no settled cycle within the budget: extend the last cycle found
             c = c or g
             m1 = b + (microbatches - b) % c

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline.engine import blocked_actions, compile_schedule, run
+from shardwise.pipeline.engine import blocked_actions, compile_schedule
 from shardwise.pipeline.ir import B_CODE, F_CODE, I_CODE, KINDS, W_CODE, Schedule
 
 _MAX_LISTED = 5
@@ -91,11 +91,8 @@ def check_schedule(sched: Schedule) -> list[str]:
     if problems:
         return problems
     comp = compile_schedule(sched)
-    durs = [[1.0] * len(d) for d in comp.dep]
-    lats = [[0.0] * len(d) for d in comp.dep]
-    _, progress = run(comp, durs, lats)
-    if any(p < len(d) for p, d in zip(progress, comp.dep)):
-        problems.append("deadlock: " + "; ".join(blocked_actions(sched, comp, progress)))
+    if comp.deadlocked:
+        problems.append("deadlock: " + "; ".join(blocked_actions(sched, comp, comp.progress)))
     return problems
 
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate
 from typing import ClassVar
 
 import numpy as np
@@ -54,14 +56,17 @@ class Engine:
                  prefill_only: bool = False, adapters: AdapterCache | None = None):
         self.timer, self.spec, self.table = timer, spec, table
         self.prefill_only = prefill_only  # a disaggregated prefill pool: requests leave after the first token
+        self.max_num_seqs = spec.max_num_seqs
+        # a disaggregated decode pool's requests arrive prefilled (set before the run; a preemption clears it)
+        self.any_prefilled = any(table.prefilled)
         self.block_size = spec.block_size
         self.prefix_caching = spec.caches_prefixes()
         self.num_blocks = num_blocks
         self.free = num_blocks  # free KV blocks
         self.watermark = self._watermark_blocks(num_blocks)
         self.steps_per_round = spec.num_scheduler_steps
-        self.decode_fixed_s = timer.decode_fixed_table(spec.max_num_seqs)  # A(B): a decode step's time at context 0
-        self.decode_s_per_context_token = timer.decode_attn_s_per_token  # C
+        self.decode_fixed_s = timer.decode_fixed_table(spec.max_num_seqs).tolist()  # A(B): a decode step's time at context 0
+        self.decode_s_per_context_token = float(timer.decode_attn_s_per_token)  # C
         # vLLM V0's asynchronous output processor (0.6-0.10): a token reaches the client after the next
         # iteration, approximated by one decode step of the batch that follows (set as iterations end)
         self.async_output = spec.async_output_processing()
@@ -126,16 +131,17 @@ class Engine:
         return len(self.pending) - self.pending_at + len(self.waiting) + len(self.running)
 
     def _arrive(self) -> None:
-        arrival_s, pending = self.table.arrival_s, self.pending
-        while self.pending_at < len(pending) and arrival_s[pending[self.pending_at]] <= self.now_s:
-            self.waiting.append(pending[self.pending_at])
+        arrival_s, pending, at, now_s = self.table.arrival, self.pending, self.pending_at, self.now_s
+        while at < len(pending) and arrival_s[pending[at]] <= now_s:
+            self.waiting.append(pending[at])
             if self.adapters is not None:
-                self._index_waiting(pending[self.pending_at], front=False)
-            self.pending_at += 1
+                self._index_waiting(pending[at], front=False)
+            at += 1
+        self.pending_at = at
 
     def _next_arrival_s(self) -> float:
         if self.pending_at < len(self.pending):
-            return float(self.table.arrival_s[self.pending[self.pending_at]])
+            return self.table.arrival[self.pending[self.pending_at]]
         return math.inf
 
     # --- main loop ---------------------------------------------------------------------------------
@@ -143,7 +149,8 @@ class Engine:
         """Run iterations that start before `until` (all arrivals before `until` are submitted)."""
         while True:
             self._arrive()
-            self._admit_prefilled()
+            if self.any_prefilled:
+                self._admit_prefilled()
             if self.now_s >= until:
                 return
             if self._has_prompt_work():
@@ -197,18 +204,24 @@ class Engine:
 
     def _head_fits(self) -> bool:
         """Whether the head of the queue can be admitted now."""
-        if not self.waiting or len(self.running) >= self.spec.max_num_seqs:
+        waiting = self.waiting
+        if not waiting or self.hold_admission or len(self.running) >= self.max_num_seqs:
             return False
-        rid = self._next_waiting()
-        if rid is None or self._is_prefilled(rid) or self.hold_admission:
+        rid = waiting[0] if self.adapters is None else self._next_waiting()
+        if rid is None or self.any_prefilled and self._is_prefilled(rid):
             return False
-        first = self._first_chunk_tokens(self._tokens_to_prefill(rid) - self._prefix_hit(rid))
-        return self._blocks(first) + self.watermark <= self.free
+        table = self.table
+        todo = table.prompt[rid] + table.generated[rid]  # _tokens_to_prefill
+        if self.cache is not None:
+            todo -= self._prefix_hit(rid)
+        return -(-self._first_chunk_tokens(todo) // self.block_size) + self.watermark <= self.free  # _blocks
 
     def _admit_prefilled(self) -> None:
         """Disaggregated decode pool: requests arrive with their KV; they join the decoders at once."""
+        if not self.any_prefilled:
+            return
         table = self.table
-        while self.waiting and len(self.running) < self.spec.max_num_seqs:
+        while self.waiting and len(self.running) < self.max_num_seqs:
             rid = self.waiting[0]
             if not self._is_prefilled(rid):
                 return
@@ -223,29 +236,38 @@ class Engine:
 
     def _admit_waiting(self, budget: int, whole: bool) -> tuple[list[Chunk], int]:
         """Admit FCFS from the queue (whole prompts only if `whole`); returns (chunks, token budget left)."""
-        table, chunks = self.table, []
-        while self.waiting and budget > 0 and len(self.running) < self.spec.max_num_seqs:
-            rid = self._next_waiting()
+        table, chunks, waiting, cache = self.table, [], self.waiting, self.cache
+        plain = self.adapters is None  # no adapter limit: the queue's head is next, _join only records it
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            rid = waiting[0] if plain else self._next_waiting()
             if rid is None or table.prefilled[rid]:
                 break
-            table.target[rid] = self._tokens_to_prefill(rid)
-            hit = self._prefix_hit(rid)
-            todo = table.target[rid] - hit
+            target = table.target[rid] = table.prompt[rid] + table.generated[rid]  # _tokens_to_prefill
+            hit = self._prefix_hit(rid) if cache is not None else 0
+            todo = target - hit
             if whole and todo > budget:
                 break
             chunk = min(todo, budget)
-            need = self._blocks(chunk)
+            need = -(-chunk // self.block_size)  # _blocks
             if need + self.watermark > self.free:
                 break
-            self._take_waiting(rid)
-            if self.cache is not None:
-                self.free -= self.cache.take(rid, hit // self.block_size)
-                self.cache.query_tokens += table.target[rid]
-                self.cache.hit_tokens += hit
-            self._take(need)
+            if plain:
+                waiting.popleft()  # _take_waiting of the head
+            else:
+                self._take_waiting(rid)
+            if cache is not None:
+                self.free -= cache.take(rid, hit // self.block_size)
+                cache.query_tokens += target
+                cache.hit_tokens += hit
+                self._take(need)
+            else:
+                self.free -= need  # _take without a cache to evict from
             table.prefix_hit[rid], table.computed[rid] = hit, hit
             table.phase[rid] = PREFILL
-            self._join(rid)
+            if plain:
+                self.running[rid] = None  # _join
+            else:
+                self._join(rid)
             self.prefilling.append(rid)
             chunks.append((rid, hit, chunk))
             budget -= chunk
@@ -372,9 +394,28 @@ class Engine:
         """KV tokens the decoders attend over in the next step."""
         return self.context_offset + self.num_decoding * (self.decode_steps + 1)
 
-    def _emit_decoders(self, end_s: float, gaps_s: np.ndarray | None = None) -> None:
-        """Every decoder emitted at `end_s` (one step) or once per round of a stretch (`gaps_s`, from now)."""
+    def _emit_decoders(self, end_s: float, gaps_s: np.ndarray | None = None,
+                       ramp: tuple[float, float, int] | None = None) -> None:
+        """Every decoder emitted at `end_s` (one step) or once per round of a stretch from now: `gaps_s`
+        (one gap per round), or `ramp` (first, slope, steps): one step per round, gap j = first + slope * j."""
         itl = self.itl
+        if ramp is not None:
+            first_s, slope_s, steps = ramp
+            if self.synced_count:
+                if self.synced_emit_s == self.now_s:
+                    itl.add_ramp(first_s, slope_s, 0, steps, self.synced_count)
+                else:
+                    itl.add(first_s + self.now_s - self.synced_emit_s, self.synced_count)
+                    itl.add_ramp(first_s, slope_s, 1, steps - 1, self.synced_count)
+            first_emit_s = self.now_s + first_s
+            if self.stragglers:
+                for last_s in self.stragglers.values():
+                    itl.add(first_emit_s - last_s)
+                itl.add_ramp(first_s, slope_s, 1, steps - 1, len(self.stragglers))
+                self.stragglers.clear()
+            self.synced_count = self.num_decoding
+            self.synced_emit_s = end_s
+            return
         if self.synced_count:
             if gaps_s is not None and self.synced_emit_s == self.now_s:
                 itl.add_array(gaps_s, self.synced_count)
@@ -407,22 +448,24 @@ class Engine:
     # --- decode-only stretch -----------------------------------------------------------------------
     def _blocks_for_steps(self, steps: int) -> int:
         """New KV blocks the decoders need over the next `steps` steps."""
-        full_cycles, rest = divmod(steps, self.block_size)
+        size = self.block_size
+        full_cycles, rest = divmod(steps, size)
         need = full_cycles * self.num_decoding
-        for j in range(rest):
-            need += self.new_block_due[(self.decode_steps + j) % self.block_size]
+        if rest:
+            due, base = self.new_block_due, self.decode_steps % size
+            end = base + rest
+            need += sum(due[base:end]) + (sum(due[:end - size]) if end > size else 0)
         return need
 
     def _steps_with_blocks(self) -> int:
         """Most decode steps the free blocks allow."""
+        size = self.block_size
         full_cycles, left = divmod(self.free, self.num_decoding)
-        steps = full_cycles * self.block_size
-        for j in range(self.block_size):
-            due = self.new_block_due[(self.decode_steps + steps + j) % self.block_size]
-            if due > left:
-                return steps + j
-            left -= due
-        return steps + self.block_size
+        steps = full_cycles * size
+        base = self.decode_steps % size  # steps is whole cycles: the cycle starts where it stands now
+        due = self.new_block_due
+        # the first step j whose blocks, with those of the steps before it, exceed what is left (size: none)
+        return steps + bisect_right(list(accumulate(due[base:] + due[:base])), left)
 
     @staticmethod
     def _steps_to_reach(delta_s: float, first_step_s: float, slope_s: float) -> int:
@@ -443,8 +486,8 @@ class Engine:
 
     def _decode_step_s(self, batch: int) -> float:
         """One decode step of `batch` sequences at the running context (at least one sequence)."""
-        return float(self.decode_fixed_s[min(max(batch, 1), len(self.decode_fixed_s) - 1)]
-                     + self.decode_s_per_context_token * self._context_sum_next_step())
+        return (self.decode_fixed_s[min(max(batch, 1), len(self.decode_fixed_s) - 1)]
+                + self.decode_s_per_context_token * self._context_sum_next_step())
 
     def _decode_stretch(self, until: float) -> None:
         """Advance decode-only steps in closed form up to the next event (see the module docstring)."""
@@ -456,34 +499,40 @@ class Engine:
                 return
             steps_kv = self._steps_with_blocks()
         steps_kv -= steps_kv % k
-        first_step_s = self._decode_step_s(self.num_decoding)
+        batch = self.num_decoding
+        fixed_s = self.decode_fixed_s  # _decode_step_s(batch), batch >= 1 here
+        first_step_s = (fixed_s[min(batch, len(fixed_s) - 1)]
+                        + self.decode_s_per_context_token * (self.context_offset + batch * (self.decode_steps + 1)))
         load_s = 0.0
         if self.adapters is not None:  # the adapters in use stay the same over the stretch
-            lora_s, load_s = self._adapter_step_s(self.num_decoding, len(self.decoding_adapters))
+            lora_s, load_s = self._adapter_step_s(batch, len(self.decoding_adapters))
             first_step_s += lora_s
-        slope_s = self.decode_s_per_context_token * self.num_decoding  # the context grows by B tokens a step
-        steps = min(steps_kv, self.finish_heap[0][0] - self.decode_steps if self.finish_heap else steps_kv)
+        slope_s = self.decode_s_per_context_token * batch  # the context grows by B tokens a step
+        heap = self.finish_heap
+        steps = min(steps_kv, heap[0][0] - self.decode_steps) if heap else steps_kv
         horizon_s = until
-        if (not self.waiting or self.adapters is not None) and len(self.running) < self.spec.max_num_seqs:
+        if (not self.waiting or self.adapters is not None) and len(self.running) < self.max_num_seqs:
             horizon_s = min(horizon_s, self._next_arrival_s())  # (with adapters an arrival may pass skipped requests)
         if horizon_s < math.inf:
             steps = min(steps, self._steps_to_reach(horizon_s - self.now_s - load_s, first_step_s, slope_s))
         steps = max(steps, 1)
         if k > 1:
             steps = -(-steps // k) * k
-        gaps_s = first_step_s + slope_s * np.arange(steps)
         total_s = float(steps * first_step_s + slope_s * steps * (steps - 1) / 2)
+        if k == 1 and not load_s:  # the gaps first + slope * j, kept as a ramp
+            gaps_s, ramp = None, (first_step_s, slope_s, steps)
+        else:
+            gaps_s, ramp = first_step_s + slope_s * np.arange(steps), None
+            gaps_s[0] += load_s
+            total_s += load_s
+            if k > 1:
+                gaps_s = gaps_s.reshape(-1, k).sum(axis=1)  # tokens stream once per round
         if self.adapters is not None:
             self.adapter_steps += steps
             self.adapter_distinct_sum += steps * len(self.decoding_adapters)
-            if load_s:
-                gaps_s[0] += load_s
-                total_s += load_s
-        if k > 1:
-            gaps_s = gaps_s.reshape(-1, k).sum(axis=1)  # tokens stream once per round
         self._take(self._blocks_for_steps(steps))
         end_s = self.now_s + total_s
-        self._emit_decoders(end_s, gaps_s)
+        self._emit_decoders(end_s, gaps_s, ramp)
         self.now_s = end_s
         self.decode_steps += steps
         self.iterations += steps
@@ -520,12 +569,15 @@ class Engine:
 
     def _run_iteration(self, chunks: list[Chunk], decoders: int) -> None:
         """One iteration: `decoders` decode tokens (0 or all decoders) plus the prompt `chunks`."""
-        table = self.table
-        tokens = decoders + sum(c for _, _, c in chunks)
-        completed = [rid for rid, before, c in chunks if before + c >= table.target[rid]]
-        pairs = sum(self.timer.prefill_pairs(before, c) for _, before, c in chunks)
-        context = self._context_sum_next_step() if decoders else 0.0
-        dt = self.timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
+        table, timer = self.table, self.timer
+        tokens, completed, pairs = decoders, [], 0.0
+        for rid, before, c in chunks:
+            tokens += c
+            if before + c >= table.target[rid]:
+                completed.append(rid)
+            pairs += timer.prefill_pairs(before, c)
+        context = self.context_offset + self.num_decoding * (self.decode_steps + 1) if decoders else 0.0  # _context_sum_next_step
+        dt = timer.iteration_s(tokens, decoders + len(chunks), decoders + len(completed), context, pairs, decoders)
         if self.adapters is not None:
             used = {table.adapter[rid] for rid, _, _ in chunks}
             if decoders:

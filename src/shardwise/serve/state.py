@@ -23,6 +23,7 @@ class RequestTable:
         self.n = n
         self.send_s = requests.arrival_s  # client send time
         self.arrival_s = requests.arrival_s if engine_arrival_s is None else engine_arrival_s
+        self.arrival = self.arrival_s.tolist()  # the same, as floats for the engines' scalar reads
         self.first_s = np.full(n, np.nan)  # first token
         self.finish_s = np.full(n, np.nan)  # last token
         self.preemptions = np.zeros(n, dtype=np.int64)
@@ -46,10 +47,14 @@ class RequestTable:
 
 
 class ITLRecord:
-    """Pooled inter-token gaps (vLLM's ITL: every gap between streamed chunks of every request)."""
+    """Pooled inter-token gaps (vLLM's ITL: every gap between streamed chunks of every request).
+
+    Gaps come as single values with a count, as arrays with a weight, or as ramps with a weight: a decode
+    stretch's gaps ``first + slope * j`` for ``j`` in ``[start, start + count)``, kept as four numbers and
+    expanded (to the same floats, in the same order) only when :meth:`samples` is read."""
 
     def __init__(self) -> None:
-        self.arrays: list[np.ndarray] = []
+        self.arrays: list[np.ndarray | tuple[float, float, int, int]] = []  # an array or a ramp
         self.weights: list[int] = []
         self.values: list[float] = []
         self.counts: list[int] = []
@@ -57,6 +62,12 @@ class ITLRecord:
     def add_array(self, gaps_s: np.ndarray, weight: int) -> None:
         if weight > 0 and len(gaps_s):
             self.arrays.append(gaps_s)
+            self.weights.append(weight)
+
+    def add_ramp(self, first_s: float, slope_s: float, start: int, count: int, weight: int) -> None:
+        """The gaps ``first_s + slope_s * j`` for ``j = start .. start + count - 1``, each ``weight`` times."""
+        if weight > 0 and count > 0:
+            self.arrays.append((first_s, slope_s, start, count))
             self.weights.append(weight)
 
     def add(self, gap_s: float, count: int = 1) -> None:
@@ -71,7 +82,22 @@ class ITLRecord:
         self.counts += other.counts
 
     def samples(self) -> tuple[np.ndarray, np.ndarray]:
-        """(gap seconds, multiplicity) of every recorded gap."""
-        vals = [np.asarray(self.values, float), *self.arrays]
-        wts = [np.asarray(self.counts, float), *(np.full(len(a), w, float) for a, w in zip(self.arrays, self.weights, strict=True))]
+        """(gap seconds, multiplicity) of every recorded gap: the single values, then each array or ramp in
+        the order recorded."""
+        vals = [np.asarray(self.values, float)]
+        ramps = [a for a in self.arrays if isinstance(a, tuple)]
+        if not ramps:
+            vals += self.arrays
+        else:  # every ramp at once: first + slope * j, the floats numpy's first + slope * arange(n) gives
+            first, slope, start, count = (np.asarray(x) for x in zip(*ramps, strict=True))
+            ends = np.cumsum(count)
+            j = np.arange(int(ends[-1])) - np.repeat(ends - count - start, count)
+            expanded = np.repeat(first, count) + np.repeat(slope, count) * j
+            if len(ramps) == len(self.arrays):
+                vals.append(expanded)
+            else:
+                pieces = iter(np.split(expanded, ends[:-1]))
+                vals += [next(pieces) if isinstance(a, tuple) else a for a in self.arrays]
+        sizes = [a[3] if isinstance(a, tuple) else len(a) for a in self.arrays]
+        wts = [np.asarray(self.counts, float), np.repeat(np.asarray(self.weights, float), sizes)]
         return np.concatenate(vals), np.concatenate(wts)

@@ -279,11 +279,20 @@ class StepTimer:
 
     def prefill_pairs(self, done: int, chunk: int) -> float:
         """The fused kernel's work for `chunk` new tokens over `done` cached ones, in (query, key) pairs
-        (module docstring: the tile model's steps x TILE^2)."""
+        (module docstring: the tile model's steps x TILE^2). It depends on the tokens only through their
+        tile counts (cost.attention: max(1, ceil(tokens / TILE))), so it is kept per pair of counts."""
         if chunk <= 0:
             return 0.0
-        steps, _, _ = tile_steps(chunk, done + chunk, True, False, self.device.attention_shape.c0_fwd)
-        return steps * TILE * TILE
+        key = (max(1, math.ceil(chunk / TILE)), max(1, math.ceil((done + chunk) / TILE)))
+        pairs = self._pairs_by_tiles.get(key)
+        if pairs is None:
+            steps, _, _ = tile_steps(chunk, done + chunk, True, False, self.device.attention_shape.c0_fwd)
+            pairs = self._pairs_by_tiles[key] = steps * TILE * TILE
+        return pairs
+
+    @cached_property
+    def _pairs_by_tiles(self) -> dict[tuple[int, int], float]:
+        return {}
 
     # --- communication -----------------------------------------------------------------------------
     @cached_property
@@ -339,22 +348,32 @@ class StepTimer:
         (what a speculative timer charges differently)."""
         if tokens <= 0:
             return 0.0
-        dp = self.dp
+        (dp, d0, offset_nk, lin_flops, linear_rate, router_flops, flop_rate, lin_time_floor, experts_apart,
+         head_d0, head_flops, head_floor, fixed, per, kernels_s, attn_s_per_token, attn_s_per_pair, step_overhead_s,
+         per_seq_overhead_s, overlap_host) = self._iteration_terms
         rank_tokens = tokens / dp if dp > 1 else tokens
-        d0 = self.device.gemm_dim_offset  # each GEMM works as if every dimension were d0 longer (Device.gemm_s)
-        work = rank_tokens * (1.0 + self.gemm_offset_nk) + d0
-        body = max(work * self.lin_flops_per_token / self.linear_rate + rank_tokens * self.router_flops_per_token / self.flop_rate,
-                   self.lin_bytes / self.mem_rate)
-        if self._experts_apart:
+        work = rank_tokens * (1.0 + offset_nk) + d0  # each GEMM works as if every dimension were d0 longer (Device.gemm_s)
+        body = max(work * lin_flops / linear_rate + rank_tokens * router_flops / flop_rate, lin_time_floor)
+        if experts_apart:
             body += self.expert_s(tokens)
         rows = n_logits / dp if dp > 1 else n_logits
-        head_work = rows * (1.0 + d0 * (self.tp / self.model.vocab + 1.0 / self.model.hidden)) + d0
-        head = max(head_work * self.head_flops_per_row / self.flop_rate, self.head_bytes / self.mem_rate) if n_logits else 0.0
+        head_work = rows * (1.0 + head_d0) + d0
+        head = max(head_work * head_flops / flop_rate, head_floor) if n_logits else 0.0
+        gpu = (body + head + fixed + (self.tp_all_reduces_s(rank_tokens) if self.tp > 1 else 0.0) + kernels_s
+               + per * rank_tokens + decode_ctx * attn_s_per_token + prefill_pairs * attn_s_per_pair)
+        host = step_overhead_s + per_seq_overhead_s * (n_seqs / dp if dp > 1 else n_seqs)  # host_overhead_s
+        return max(gpu, host) if overlap_host else gpu + host
+
+    @cached_property
+    def _iteration_terms(self) -> tuple:
+        """The constants :meth:`iteration_s` reads, looked up once (it runs once per simulated iteration)."""
+        d0, m, c = self.device.gemm_dim_offset, self.model, self.constants
         fixed, per = self.comm_coeffs
-        gpu = (body + head + fixed + self.tp_all_reduces_s(rank_tokens) + self.kernels_s + per * rank_tokens
-               + decode_ctx * self.decode_attn_s_per_token + prefill_pairs * self.prefill_attn_s_per_pair)
-        host = self.host_overhead_s(n_seqs / dp if dp > 1 else n_seqs)
-        return max(gpu, host) if self.overlap_host else gpu + host
+        return (self.dp, d0, self.gemm_offset_nk, self.lin_flops_per_token, self.linear_rate, self.router_flops_per_token,
+                self.flop_rate, self.lin_bytes / self.mem_rate, self._experts_apart,
+                d0 * (self.tp / m.vocab + 1.0 / m.hidden), self.head_flops_per_row, self.head_bytes / self.mem_rate,
+                fixed, per, self.kernels_s, self.decode_attn_s_per_token, self.prefill_attn_s_per_pair,
+                c.step_overhead_s, c.per_seq_overhead_s, self.overlap_host)
 
     @cached_property
     def kernels_s(self) -> float:

@@ -106,7 +106,7 @@ def read_trace(path: str | Path, max_rows: int | None = None, sessions: bool = F
     try:
         rows = []
         for r in csv.reader(io.StringIO(text, newline="")):
-            if r and any(c.strip() for c in r):
+            if r and "".join(r).strip():  # some cell is not blank
                 rows.append(r)
                 if max_rows is not None and len(rows) > max_rows:
                     break

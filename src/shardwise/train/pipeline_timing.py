@@ -163,17 +163,25 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
     steady = microbatches % period == 0
     kw = {"f_s": f_s, "i_s": i_s, "w_s": w_s, "activation": activation, "w_retained_fraction": w_retained_fraction}
 
-    def timed(p2p: float | tuple) -> SimResult:
+    split = _longest(p2p_s) > 0 and split_p2p
+
+    def timed(p2p: float | tuple, without_hops: bool = False) -> SimResult:
         if not steady:
-            return simulate(build(microbatches), p2p_s=p2p, **kw)
-        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p}, stages, period,
+            return simulate(build(microbatches), p2p_s=p2p, without_hops=without_hops, **kw)
+        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p, "without_hops": without_hops}, stages, period,
                                grow=not info.takes_costs)  # auto searches per count: one sample size only
 
-    res = timed(p2p_s)
+    # The timing without hops tells point-to-point time from bubble; a simulation that is not extrapolated
+    # gives it from the same pass (SimResult.without_hops), otherwise it is a second simulation.
+    res = timed(p2p_s, split)
     span_rule = info.step_time is StepTime.RANK_SPAN
-    if _longest(p2p_s) > 0 and split_p2p:
-        free = timed(0.0)
-        pp_comm = (res.stage_span - free.stage_span) if span_rule else (res.makespan - free.makespan)
+    if split:
+        if res.without_hops is not None:
+            free_makespan, free_span = res.without_hops
+        else:
+            free = timed(0.0)
+            free_makespan, free_span = free.makespan, free.stage_span
+        pp_comm = (res.stage_span - free_span) if span_rule else (res.makespan - free_makespan)
     else:
         pp_comm = 0.0
     if span_rule:
