@@ -173,10 +173,11 @@ def what_to_change(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fi
 def _more_gpus(model: ModelSpec, cluster: Cluster, training: TrainingSpec, fixed: dict[str, Any], schedules: Schedules,
                constants: Constants | None, max_gpus: int) -> Lever:
     gpu = cluster.gpu.name
-    n, _ = smallest_fit(model, gpu, training, max_gpus, cluster.memory_headroom, schedules, constants, fixed)
+    n, _ = smallest_fit(model, gpu, training, max_gpus, cluster.memory_headroom, schedules, constants, fixed,
+                        host=cluster.host_spec)
     if n is None:
         return Lever("more GPUs", f"no count of {gpu} up to {max_gpus:,} fits", HARDWARE)
-    bigger = make_cluster(gpu, n, memory_headroom=cluster.memory_headroom)
+    bigger = make_cluster(gpu, n, memory_headroom=cluster.memory_headroom, host=cluster.host_spec)
     best = _fastest(model, bigger, training, fixed, schedules, constants)
     return Lever("more GPUs", f"{n} x {gpu} (the smallest count that fits; {n - cluster.num_gpus:+d} GPUs)", HARDWARE, best, n,
                  usd_per_mtok=_price(best, bigger))
