@@ -149,3 +149,33 @@ def test_the_report_shows_what_is_offloaded_per_node(tmp_path, capsys):
     assert main(["train", "estimate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "offloaded per node" in out and "offloading to nvme" in out and "of 30.72 TB" in out
+
+
+def test_each_group_has_its_own_host_block():
+    """`cluster.groups[i].host` overrides that group's memory tiers only: each group's nodes keep their own
+    host link, DRAM and CPU-Adam rate, the others their catalog system's."""
+    from shardwise.specs.hardware import GroupsSpec, get_gpu, make_hetero_cluster
+
+    spec = GroupsSpec(groups=[{"gpu": "h100", "nodes": 1, "host": {"dram_gib": 256, "link_gbyte_s": 20.0, "cpu_adam_gparams_s": 6.0}},
+                              {"gpu": "a100-80gb", "nodes": 1}])
+    hetero = make_hetero_cluster(spec)
+    first, second = (g.cluster.host for g in hetero.groups)
+    assert (first.dram_gib, first.link_gbyte_s, first.cpu_adam_gparams_s) == (256, 20.0, 6.0)
+    a100 = get_gpu("a100-80gb")
+    assert (second.dram_gib, second.link_gbyte_s) == (a100.host_dram_gib, a100.host_link_gbyte_s)
+    assert second.cpu_adam_gparams_s is None
+    bad = {"model": "llama-3.1-8b", "training": {"seq_len": 4096, "global_batch": 8}, "parallel": {},
+           "cluster": {"groups": [{"gpu": "h100", "nodes": 1}, {"gpu": "a100-80gb", "nodes": 1, "host": {"dram_gib": -1}}]}}
+    with pytest.raises(ShardwiseError, match=r"groups.*1.*host.*dram_gib"):
+        job_from_mapping(bad)
+
+
+def test_single_group_host_block_is_the_flat_forms():
+    """One group is the flat cluster: its host block checks the offloaded states as `cluster.host` does."""
+    parallel = {"zero": 2, "offload": "optimizer"}
+    doc = {"model": "llama-3.1-8b", "training": {"seq_len": 4096, "global_batch": 8}, "parallel": parallel,
+           "cluster": {"groups": [{"gpu": "h100", "nodes": 1, "host": {"dram_gib": 64}}]}}
+    grouped, flat = estimate(job_from_mapping(doc)), estimate(_job(parallel, host={"dram_gib": 64}))
+    assert not grouped.fits and grouped.misfit == flat.misfit and grouped.misfit.startswith("host memory")
+    roomy = dict(doc, cluster={"groups": [{"gpu": "h100", "nodes": 1}]})
+    assert estimate(job_from_mapping(roomy)).fits

@@ -438,6 +438,8 @@ class GroupSpec(BaseModel):
     network: NetworkSpec | None = Field(default=None, description="other network fields (NVLink, SHARP) as in cluster.network")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's list price")
     power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W")
+    host: HostSpec | None = Field(default=None, description="this group's memory tiers below HBM that differ from its GPU's "
+                                  "catalog system, as cluster.host (docs/offload.md)")
 
 
 class GroupsSpec(BaseModel):
@@ -515,7 +517,7 @@ def group_cluster(spec: GroupSpec, where: str, memory_headroom: float | None = N
     per_node = spec.gpus_per_node or gpu.gpus_per_node
     try:
         return make_cluster(gpu, spec.nodes * per_node, per_node, None, spec.price_usd_per_gpu_hour, net or None, spec.power_limit_w,
-                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom)
+                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom, host=spec.host)
     except ShardwiseError as exc:  # the flat form's messages name `cluster.<field>`: name the group instead
         msg = str(exc)
         raise ShardwiseError(where + msg[len("cluster"):] if msg.startswith("cluster") else f"{where}: {msg}") from None
