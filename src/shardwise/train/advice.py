@@ -87,8 +87,8 @@ class Advice:
                 "closest": self.closest, "levers": [lv.to_dict() for lv in self.levers]}
 
     def best_offload(self) -> Lever | None:
-        """The fastest offload lever that fits on the same GPUs, if any."""
-        offloads = [lv for lv in self.levers if lv.fits and lv.name.startswith("offload")]
+        """The fastest offload lever that fits on the same GPUs (model states or activations), if any."""
+        offloads = [lv for lv in self.levers if lv.fits and (lv.name.startswith("offload") or lv.name == "activation offload")]
         return min(offloads, key=lambda lv: lv.best.step_time_s) if offloads else None
 
 
@@ -234,10 +234,13 @@ class NoPlanFits(ShardwiseError):
 def offload_fallback(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fixed: dict[str, Any] | None = None,
                      schedules: tuple[str, ...] | None = None, constants: Constants | None = None,
                      max_gpus: int = 4096) -> tuple[dict[str, str], Advice]:
-    """When nothing fits: (the offload fields the search should retry with: offload and offload_device, the
-    advice); raises :class:`NoPlanFits` when the job fixed its offload or no offload fits these GPUs."""
+    """When nothing fits: (the offload fields the search should retry with: offload and offload_device, or
+    offload_activations where offloading the activations is the fastest lever that fits; the advice); raises
+    :class:`NoPlanFits` when the job fixed its offload or no offload fits these GPUs."""
     advice = what_to_change(model, training, nf, fixed, schedules, constants, max_gpus)
     lever = advice.best_offload()
     if lever is None or (fixed or {}).get("offload", "none") != "none":
         raise NoPlanFits(advice)
+    if lever.name == "activation offload":
+        return {"offload_activations": lever.best.plan["offload_activations"]}, advice
     return {"offload": lever.best.plan["offload"], "offload_device": lever.best.plan.get("offload_device", "cpu")}, advice
