@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.cost.offload_step import offloaded_step_s
 from shardwise.specs.job import TrainJob, job_from_mapping
 from shardwise.train.estimate import estimate
 from shardwise.train.result import Estimate
@@ -58,6 +59,24 @@ def figure8_job(billions: int) -> TrainJob:
     """The Table 3 model of `billions` on one V100 at Figure 8's batch (512, rounded down to the micro-batch)."""
     layers, hidden, mb, _ = TABLE3_FIG8[billions]
     return gpt2_job(layers, hidden=hidden, heads=hidden // 128, micro_batch=mb, global_batch=512 // mb * mb)
+
+
+#: ZeRO-Offload Figure 9: TFLOPS on one V100 at batch 8 without and with the one-step delayed parameter
+#: update (DPU, Sec. 5.2), read off the bars (about +-1).
+FIG9_DPU = {2: (27.0, 31.3), 6: (29.3, 36.5), 8: (34.6, 37.9), 10: (34.8, 39.1)}
+
+
+def dpu_figures(billions: int) -> tuple[float, float, Estimate]:
+    """(TFLOPS without DPU, with DPU, the estimate) of the Table 3 model at Figure 9's batch of 8 (one
+    micro-batch of 8 a step): with DPU the host step overlaps the next step's GPU work
+    (shardwise.cost.offload_step, delayed_update)."""
+    layers, hidden, _, _ = TABLE3_FIG8[billions]
+    e = estimate(gpt2_job(layers, hidden=hidden, heads=hidden // 128, micro_batch=8, global_batch=8))
+    host = e.time_s.optimizer
+    busy = e.step_time_s - host
+    dpu = busy + offloaded_step_s(0.0, grad_bytes=0.0, weight_bytes=0.0, link_bytes_s=1.0, adam_s=host,
+                                  delayed_update=True, gpu_busy_s=busy)
+    return e.model_tflops_per_gpu, e.model_tflops_per_gpu * e.step_time_s / dpu, e
 
 
 def largest_fitting(**kw: Any) -> tuple[int, float, Estimate]:
@@ -115,6 +134,10 @@ def main() -> None:
         f = estimate(figure8_job(b))
         print(f"  {b:2d}B  {f.model_tflops_per_gpu:5.1f} / {paper:4.1f}  {f.model_tflops_per_gpu / paper - 1:+6.1%}  "
               f"host step {f.time_s.optimizer / f.step_time_s:.1%} of the step  fits={f.fits}")
+    print("Figure 9, batch 8 (one micro-batch a step): size, TFLOPS without / with DPU, speedup; paper's")
+    for b, (wo, w) in FIG9_DPU.items():
+        off, on, _ = dpu_figures(b)
+        print(f"  {b:2d}B  {off:5.1f} / {on:5.1f}  x{on / off:.2f}   paper {wo:4.1f} / {w:4.1f}  x{w / wo:.2f}")
     nvme, cpu = estimate(infinity_job()), estimate(infinity_job(device="cpu"))
     h = nvme.host_memory
     print(f"ZeRO-Infinity, 1T GPT on one DGX-2 (16 x V100, tp 8, ZeRO-3): NVMe fits={nvme.fits} (NVMe {h['nvme_used_tb']:.1f} of "
