@@ -5,8 +5,10 @@ With the optimizer offloaded to the host, one training step moves three pieces b
 - **the gradient copy** (device to host, `grad_bytes` per parameter the GPU updates). ZeRO-Offload
   copies gradients as the backward produces them (Sec. 4.1, its single-GPU schedule: the gradient offload
   "overlaps with the backward propagation"), bucket by bucket. DeepSpeed's ZeRO-2 offload does so on every
-  micro-batch when gradients accumulate (each micro-batch's reduced gradients are added into the host
-  copy), ZeRO-1 only during the last micro-batch's backward (the gradients stay on the GPU until then).
+  micro-batch when gradients accumulate (stage_1_and_2.copy_grads_in_partition: each micro-batch's reduced
+  gradients are added into the host copy through the GPU, the running sum up and back down, one copy each
+  way, concurrent on a full-duplex link, so one copy's time is counted), ZeRO-1 only during the last
+  micro-batch's backward (the gradients stay on the GPU until then).
   Only the part of a copy longer than the backward it hides in is exposed.
 - **CPU Adam** on the node's CPUs, shared by the node's GPUs (every one updates its shard at once). Its rate
   is the host's CPU-Adam rate when the catalog or `cluster.host` gives one (`cpu_adam_gparams_s`:
