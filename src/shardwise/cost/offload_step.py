@@ -7,9 +7,10 @@ With the optimizer offloaded to the host, one training step moves three pieces b
   "overlaps with the backward propagation"), bucket by bucket. DeepSpeed's ZeRO-2 offload does so on every
   micro-batch when gradients accumulate (stage_1_and_2.copy_grads_in_partition: each micro-batch's reduced
   gradients are added into the host copy through the GPU, the running sum up and back down, one copy each
-  way, concurrent on a full-duplex link, so one copy's time is counted), ZeRO-1 only during the last
-  micro-batch's backward (the gradients stay on the GPU until then).
-  Only the part of a copy longer than the backward it hides in is exposed.
+  way, concurrent on a full-duplex link, so one copy's time is counted); only the part of a copy longer
+  than the backward it hides in is exposed. ZeRO-1 keeps its gradients on the GPU and reduces them after
+  the last backward (DeepSpeed's stage 1; Megatron-LM's CPU optimizer copies them in its step), so its
+  copy runs after the backward, whole.
 - **CPU Adam** on the node's CPUs, shared by the node's GPUs (every one updates its shard at once). Its rate
   is the host's CPU-Adam rate when the catalog or `cluster.host` gives one (`cpu_adam_gparams_s`:
   ZeRO-Offload Table 4 measured DeepSpeed's vectorised CPU-Adam on a DGX-2's two Xeon Platinum 8168:
@@ -56,9 +57,8 @@ def offloaded_step_s(params_local: Num, *, grad_bytes: float, weight_bytes: floa
     copy = params_local * grad_bytes / link_bytes_s
     if bwd_s is None:
         grads = copy
-    else:
-        copies = where(zero >= 2, microbatches, 1)  # ZeRO-2/3: into the host copy every micro-batch; ZeRO-1: the last
-        grads = copies * maximum(copy - bwd_s, 0.0)
+    else:  # ZeRO-2/3: into the host copy during every micro-batch's backward; ZeRO-1: once, after the last
+        grads = where(zero >= 2, microbatches * maximum(copy - bwd_s, 0.0), copy)
     host = maximum(adam_s, params_local * weight_bytes / link_bytes_s)
     if delayed_update:
         host = maximum(host - gpu_busy_s, 0.0)
