@@ -27,6 +27,7 @@ import numpy as np
 from shardwise.cost.numeric import maximum, minimum, where
 from shardwise.cost.constants import Constants
 from shardwise.cost.memory import ModelStateBytes, model_state_bytes
+from shardwise.cost.offload_step import cpu_adam_s, offloaded_step_s
 from shardwise.specs.hardware import DEFAULT_HOST_LINK_GBYTE_S, GPU, Cluster
 
 GIB = 2**30
@@ -106,22 +107,29 @@ def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_param
 def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none",
                      host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
                      weight_bytes: float = 2.0, grad_bytes: float = 4.0, gpus_per_host: int = 1,
-                     device: str = "cpu", nvme_gbyte_s: tuple[float, float] | None = None, state_bytes: float = 12.0):
+                     device: str = "cpu", nvme_gbyte_s: tuple[float, float] | None = None, state_bytes: float = 12.0,
+                     bwd_s=None, microbatches=1, zero=2, cpu_adam_gparams_s: float | None = None):
     """Seconds of the optimizer step over the `params_local` parameters this GPU updates. Offloaded, the
     step runs on the host's CPUs, which the `gpus_per_host` GPUs of a node share (every one updates its
-    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own host link
-    of `host_gbyte_s` (:func:`host_link_gbyte_s`). With `device` nvme the `state_bytes` per parameter are
+    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), at the host's CPU-Adam rate `cpu_adam_gparams_s`
+    when known; the gradients cross the GPU's own host link of `host_gbyte_s` (:func:`host_link_gbyte_s`)
+    during the backward (`bwd_s` per micro-batch), the parameters come back during CPU Adam
+    (:func:`shardwise.cost.offload_step.offloaded_step_s`). With `device` nvme the `state_bytes` per parameter are
     read from and written back to the node's drives (`nvme_gbyte_s`: read, write GB/s per node, shared by
     its GPUs), overlapped with CPU Adam (ZeRO-Infinity, overlap-centric design): the slower of the two counts."""
     if offload == "none":
         return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
     link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
-    transfers = params_local * (grad_bytes + weight_bytes) / link
-    adam = params_local * gpus_per_host * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
+    adam = cpu_adam_s(params_local * gpus_per_host, cpu_adam_gparams_s, consts.step.host_adam_bytes_s,
+                      consts.step.optimizer_bytes_per_param)
     if device == "nvme" and nvme_gbyte_s is not None:
         read, write = nvme_gbyte_s
         adam = maximum(adam, params_local * gpus_per_host * state_bytes * (1.0 / read + 1.0 / write) / 1e9)
-    return transfers + adam
+    # With the parameters offloaded too, the updated 16-bit weights stay on the host: the next forward fetches
+    # them layer by layer (:func:`offload_params_s`), so the step copies none back.
+    back = 0.0 if offload == "optimizer+params" else weight_bytes
+    return offloaded_step_s(params_local, grad_bytes=grad_bytes, weight_bytes=back, link_bytes_s=link, adam_s=adam,
+                            bwd_s=bwd_s, microbatches=microbatches, zero=zero)
 
 
 def offload_params_s(consts: Constants, params_per_layer_pass, host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,

@@ -84,6 +84,7 @@ class GPU(BaseModel):
     nvme_tb: float | None = Field(default=None, gt=0, description="NVMe capacity per node, TB (10^12 B)")
     nvme_read_gbyte_s: float | None = Field(default=None, gt=0, description="NVMe read bandwidth per node (all drives), GB/s")
     nvme_write_gbyte_s: float | None = Field(default=None, gt=0, description="NVMe write bandwidth per node (all drives), GB/s")
+    cpu_adam_gparams_s: float | None = Field(default=None, gt=0, description="measured CPU-Adam rate of the node's CPUs, 1e9 parameters/s")
     sources: dict[str, str] = {}
 
     @property
@@ -148,7 +149,7 @@ def _catalog() -> dict[str, GPU]:
             intra_node_topology=link["topology"], nvls=link["nvls"], **net, **fields,
             host_link=host["link"], host_link_gbyte_s=host["gbyte_s"], host_dram_gib=host.get("dram_gib"),
             nvme_tb=host.get("nvme_tb"), nvme_read_gbyte_s=host.get("nvme_read_gbyte_s"),
-            nvme_write_gbyte_s=host.get("nvme_write_gbyte_s"),
+            nvme_write_gbyte_s=host.get("nvme_write_gbyte_s"), cpu_adam_gparams_s=host.get("cpu_adam_gparams_s"),
         )
     return out
 
@@ -213,6 +214,9 @@ class HostSpec(BaseModel):
                                             "(all drives together), GB/s")
     nvme_write_gbyte_s: float | None = Field(default=None, gt=0, le=10_000, description="NVMe write bandwidth per node "
                                              "(all drives together), GB/s")
+    cpu_adam_gparams_s: float | None = Field(default=None, gt=0, le=1e4, description="CPU Adam rate of a node's CPUs, "
+                                             "10^9 parameters per second (DGX-2: 3.9, ZeRO-Offload Table 4); unset: the "
+                                             "fitted host rate")
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,7 @@ class HostTiers:
     nvme_tb: float | None  # per node
     nvme_read_gbyte_s: float | None  # per node
     nvme_write_gbyte_s: float | None  # per node
+    cpu_adam_gparams_s: float | None = None  # per node, 1e9 parameters/s; None: the fitted host rate
 
     @classmethod
     def of(cls, gpu: GPU, spec: HostSpec | None = None) -> HostTiers:
@@ -238,6 +243,7 @@ class HostTiers:
             dram_gib=pick(spec.dram_gib, gpu.host_dram_gib), nvme_tb=pick(spec.nvme_tb, gpu.nvme_tb),
             nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, gpu.nvme_read_gbyte_s),
             nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, gpu.nvme_write_gbyte_s),
+            cpu_adam_gparams_s=pick(spec.cpu_adam_gparams_s, gpu.cpu_adam_gparams_s),
         )
 
 
@@ -432,6 +438,8 @@ class GroupSpec(BaseModel):
     network: NetworkSpec | None = Field(default=None, description="other network fields (NVLink, SHARP) as in cluster.network")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's list price")
     power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W")
+    host: HostSpec | None = Field(default=None, description="this group's memory tiers below HBM that differ from its GPU's "
+                                  "catalog system, as cluster.host (docs/offload.md)")
 
 
 class GroupsSpec(BaseModel):
@@ -509,7 +517,7 @@ def group_cluster(spec: GroupSpec, where: str, memory_headroom: float | None = N
     per_node = spec.gpus_per_node or gpu.gpus_per_node
     try:
         return make_cluster(gpu, spec.nodes * per_node, per_node, None, spec.price_usd_per_gpu_hour, net or None, spec.power_limit_w,
-                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom)
+                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom, host=spec.host)
     except ShardwiseError as exc:  # the flat form's messages name `cluster.<field>`: name the group instead
         msg = str(exc)
         raise ShardwiseError(where + msg[len("cluster"):] if msg.startswith("cluster") else f"{where}: {msg}") from None

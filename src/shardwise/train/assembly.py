@@ -252,7 +252,8 @@ def rank_tail(model: ModelSpec, training: TrainingSpec, cluster: Cluster, consts
     opt_params = p_dense / where(sharded, shard, 1) + p_exp / where(sharded, expert_group, 1)
     nvme_rates = (tiers.nvme_read_gbyte_s, tiers.nvme_write_gbyte_s) if nvme and tiers.nvme_read_gbyte_s and tiers.nvme_write_gbyte_s else None
     optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, host_link_gbyte_s(cluster), wb, gb, per_host,
-                                   offload_device, nvme_rates, opt_bytes)
+                                   offload_device, nvme_rates, opt_bytes, bwd_s=bwd_s, microbatches=microbatches, zero=zero,
+                                   cpu_adam_gparams_s=tiers.cpu_adam_gparams_s)
     host = None
     if offload != "none":
         stage3 = zero == 3

@@ -147,6 +147,8 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
         parts.append(f"N{p['microbatch_group']}")
     if p.get("offload", "none") != "none":
         parts.append(f"offload={p['offload']}")
+    if p.get("offload_activations"):
+        parts.append(f"act-offload={p['offload_activations']:g}")
     return " ".join(parts)
 
 
