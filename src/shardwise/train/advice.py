@@ -30,7 +30,7 @@ from shardwise.specs.hardware import Cluster, get_gpu, gpu_names, make_cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
-from shardwise.train.plan_report import plan_label
+from shardwise.train.plan_label import plan_label
 from shardwise.train.planner import ACT_OFFLOAD_SHARES, NothingFits, job_from_plan, plan_search, usd_per_million_tokens
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.search_space import EVERY_PLAN

@@ -46,6 +46,7 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.goodput import effective_step_s, ettr_bound, ettr_of, with_goodput
 from shardwise.train.pareto import pareto_front
+from shardwise.train.plan_label import plan_label
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import LayerTable, dominated, drop_dominated_recipes, layer_table, screen
 from shardwise.train.search_space import EVERY_PLAN, REASONS, RECOMPUTE, Candidates, enumerate_plans, group_rejections
@@ -286,8 +287,6 @@ def _with_act_offload(spare: tuple[Candidates, LayerTable, np.ndarray], top: lis
     winner = min(found, key=lambda e: _score(e, objective))
     if _score(winner, objective) >= _score(top[-1], objective) and len(top) >= top_k:
         return top, []
-    from shardwise.train.plan_report import plan_label
-
     ranked = sorted(top + found, key=lambda e: _score(e, objective))[:top_k]
     gain = 1.0 - _score(winner, objective)[0] / _score(best, objective)[0]
     what = (f"{gain:.1%} faster than the best plan without it ({plan_label(best.plan)})" if gain > 0

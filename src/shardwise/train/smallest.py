@@ -35,7 +35,7 @@ from shardwise.specs.hardware import Cluster, HostSpec, make_cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
-from shardwise.train.plan_report import plan_label
+from shardwise.train.plan_label import plan_label
 from shardwise.train.planner import job_from_plan, plan_search
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
