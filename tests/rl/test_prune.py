@@ -32,8 +32,9 @@ SMALL = {
 }
 
 
-def _doc(staleness: int, output_median: int, gpus: int = 32) -> dict:
+def _doc(staleness: int, output_median: int, gpus: int = 32, policy: str = "llama-3.1-8b") -> dict:
     doc = copy.deepcopy(SMALL)
+    doc["policy"] = policy
     doc["algorithm"]["max_staleness"] = staleness
     doc["rollout"]["output_len"]["median"] = output_median
     doc["cluster"]["gpus"] = gpus
@@ -47,9 +48,12 @@ def _figures(res, top: int) -> dict:
     return out
 
 
-@pytest.mark.parametrize(("staleness", "median", "top"), [(2, 800, 5), (0, 800, 3), (1, 200, 1), (2, 2500, 8)])
-def test_pruned_plan_reports_what_brute_force_reports(staleness, median, top):
-    job = parse_rl_job(_doc(staleness, median))
+@pytest.mark.parametrize(("staleness", "median", "top", "policy"), [
+    (2, 800, 5, "llama-3.1-8b"), (0, 800, 3, "llama-3.1-8b"), (1, 200, 1, "llama-3.1-8b"), (2, 2500, 8, "llama-3.1-8b"),
+    (2, 800, 5, "llama-3.1-70b"),  # most training pools too small: rejections, in the same order and words
+])
+def test_pruned_plan_reports_what_brute_force_reports(staleness, median, top, policy):
+    job = parse_rl_job(_doc(staleness, median, policy=policy))
     brute = plan_rl(job, top, prune=False)
     pruned = plan_rl(job, top)
     assert brute.bounded == 0

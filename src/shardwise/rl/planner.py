@@ -205,6 +205,9 @@ def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None, prune: b
         if progress is not None:
             progress(label, k / total)
         probe = _probe(job, spec, tp, offload, keep, usable_gib, plans_cache) if prune else None
+        if isinstance(probe, str):
+            rejected.append((label, probe))
+            continue
         if probe is not None:
             entries.append(_Entry(spec, tp, probe[0], probe[1]))
             continue
@@ -334,26 +337,41 @@ def _resolve_sizes(job: RLJob, entries: list[_Entry], k: int) -> list[RLEstimate
 
 
 def _probe(job: RLJob, spec: PlacementSpec, tp: int, offload: str | None, keep: bool, usable_gib: float,
-           plans_cache: dict) -> tuple[TrainPlan, PeriodBound] | None:
-    """The training plan :func:`_evaluate` would settle on and a lower bound on the candidate's period, without
-    simulating the rollout; None where that cannot be decided so (the candidate is then evaluated in full)."""
+           plans_cache: dict) -> tuple[TrainPlan, PeriodBound] | str | None:
+    """What :func:`_evaluate` would reach, without simulating the rollout: the training plan it settles on and a
+    lower bound on the candidate's period, or its rejection reason (each plan failing before the rollout, or on
+    the memory checks, the rollout then known to run); None where that cannot be decided so (the candidate is
+    then evaluated in full)."""
     n = job.cluster.num_gpus
     g_train = n if spec.kind == "colocated" else n - int(spec.rollout_gpus or 0)
     cap = usable_gib - (_others_gib(job, g_train, tp if keep else None) if (keep or spec.kind == "split") else 0.0)
     plans = _train_plans(job, g_train, max(cap, 1.0), plans_cache)
     if isinstance(plans, str):
-        return None
+        return plans
+    reason = ""
     for plan in plans:
         try:
             b = estimate_rl(job.with_placement(spec, plan=plan, tp=tp), bound_only=True)
-        except ShardwiseError:
-            continue  # as _evaluate: the next plan
+        except ShardwiseError as exc:
+            reason = str(exc)  # raised before the rollout: the full estimate raises it too
+            continue
         if not isinstance(b, PeriodBound):
             return None
-        if not b.fits or (offload == "none" and b.offload):
+        if not b.fits:
+            reason = _memory_reason(b.train_memory)
+            continue
+        if offload == "none" and b.offload:
+            reason = OFFLOAD_REASON
             continue
         return plan, b
-    return None
+    return reason or "no training plan fits"
+
+
+OFFLOAD_REASON = "offload none: the training states leave the engine too little memory"
+
+
+def _memory_reason(m: dict[str, Any]) -> str:
+    return f"training phase memory: {m['need_gib']:.1f} GiB per GPU of {m['usable_gib']:.1f} usable ({m['peak_model']})"
 
 
 def _evaluate(job: RLJob, label: str, spec: PlacementSpec, tp: int, offload: str | None, keep: bool, usable_gib: float,
@@ -374,11 +392,10 @@ def _evaluate(job: RLJob, label: str, spec: PlacementSpec, tp: int, offload: str
             reason = str(exc)
             continue
         if not est.fits:
-            m = est.memory["train"]
-            reason = f"training phase memory: {m['need_gib']:.1f} GiB per GPU of {m['usable_gib']:.1f} usable ({m['peak_model']})"
+            reason = _memory_reason(est.memory["train"])
             continue
         if offload == "none" and est.memory["offload"]:
-            reason = "offload none: the training states leave the engine too little memory"
+            reason = OFFLOAD_REASON
             continue
         return est
     rejected.append((label, reason or "no training plan fits"))

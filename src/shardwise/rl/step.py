@@ -253,6 +253,7 @@ class PeriodBound:
     period_s: float
     fits: bool
     offload: bool
+    train_memory: dict[str, Any] = field(default_factory=dict, compare=False)  # the estimate's memory["train"]
 
 
 def estimate_rl(job: RLJob, bound_only: bool = False) -> RLEstimate | PeriodBound | None:
@@ -468,7 +469,7 @@ def _period_bound(job: RLJob, memory: dict[str, Any], offload: bool, choices: li
         period = lower + work + s + (host_copy_s(side.moved, job.cluster) if offload else 0.0)
     else:
         period = max(lower, work) + s
-    return PeriodBound(period, bool(memory["train"]["fits"]), offload)
+    return PeriodBound(period, bool(memory["train"]["fits"]), offload, memory["train"])
 
 
 def _rollout(key: tuple, serve: ServeJob, requests: Requests) -> Rollout:
