@@ -454,7 +454,8 @@ def _period_bound(job: RLJob, memory: dict[str, Any], offload: bool, choices: li
                   side: TrainSide, train_cluster: Cluster, rollout_cluster: Cluster | None, g_r: int) -> PeriodBound | None:
     """A lower bound on the period from R >= the rollout's lower bound (module docstring's formulas: colocated and
     split sync R + C + I + T + S (+ W); stream at least max(R, C + I + T) + S, as its last update ends after R and
-    after all of C + I + T ran; one-step-off max(R, C + I + T) + S)."""
+    after all of C + I + T ran, and at least R + T + S when the updates wait for the last forward; one-step-off
+    max(R, C + I + T) + S)."""
     p, r = job.placement, job.rollout
     if len(choices) > 1 or (p.kind == "split" and p.mode == "async"):
         return None
@@ -467,6 +468,9 @@ def _period_bound(job: RLJob, memory: dict[str, Any], offload: bool, choices: li
     work = reward_cpu + sum(side.forward_s.values()) + sum(side.train_s.values())
     if p.kind == "colocated" or p.mode == "sync":
         period = lower + work + s + (host_copy_s(side.moved, job.cluster) if offload else 0.0)
+    elif p.mode == "stream" and (job.algorithm.recompute_logprobs or job.critic is not None or job.algorithm.epochs > 1):
+        # the updates follow the last forward, which starts once the last group is done (at R)
+        period = max(lower + sum(side.train_s.values()), work) + s
     else:
         period = max(lower, work) + s
     return PeriodBound(period, bool(memory["train"]["fits"]), offload, memory["train"])
