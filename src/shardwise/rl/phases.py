@@ -137,8 +137,9 @@ def rollout_lower_bound_s(job: ServeJob, requests: Requests) -> float | None:
     a deployment the simulator would reject, or an engine this argument does not cover).
 
     Every simulated iteration of a plain engine (:meth:`shardwise.serve.timing.StepTimer.iteration_s`) costs at
-    least its GPU time, which is at least the weights' read floor plus the fixed communication and kernel
-    costs, g = lin_bytes / mem_rate + comm fixed + kernels, plus C per context token its decoders read
+    least its GPU time; a decode iteration (one that samples) at least the weights' and the LM head's read
+    floors plus the fixed communication and kernel costs, g = (lin_bytes + head_bytes) / mem_rate + comm fixed +
+    kernels, plus C per context token its decoders read
     (C = decode_attn_s_per_token; every other term is non-negative). A response of o tokens needs o - 1 decode
     iterations after its prefill, the j-th reading at least i + j - 1 context tokens (prompt i), so an engine
     runs N >= max(max(o - 1), sum(o - 1) / max_num_seqs) iterations and is busy at least N g + C sum(ctx) over
@@ -163,7 +164,7 @@ def rollout_lower_bound_s(job: ServeJob, requests: Requests) -> float | None:
     timer = pool.timer
     if type(timer) is not StepTimer or pool.adapters is not None or pool.dp != 1 or pool.pp != 1 or timer.dp != 1:
         return None
-    g = timer.lin_bytes / timer.mem_rate + timer.comm_coeffs[0] + timer.kernels_s
+    g = (timer.lin_bytes + timer.head_bytes) / timer.mem_rate + timer.comm_coeffs[0] + timer.kernels_s
     c = float(timer.decode_attn_s_per_token)
     seqs, engines = pool.sim_engine.max_num_seqs, pool.engines
     o = np.maximum(requests.output_len.astype(np.float64) - 1.0, 0.0)  # decode iterations per response
