@@ -83,23 +83,38 @@ def test_period_bound_is_below_every_candidates_period():
     assert checked >= 10
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(prompts=st.integers(1, 24), group=st.integers(1, 8), median=st.integers(20, 3000), sigma=st.floats(0.1, 1.2),
        tp=st.sampled_from([1, 2, 4, 8]), replicas=st.integers(1, 4), seqs=st.sampled_from([4, 16, 64, 256]),
        engine=st.sampled_from([{}, {"chunked_prefill": False, "version": "vllm-0.6.0", "max_num_batched_tokens": 16384},
                                {"version": "vllm-0.6.0", "num_scheduler_steps": 8}, {"scheduler": "sglang"}]),
-       seed=st.integers(0, 1000))
-def test_rollout_lower_bound_never_exceeds_the_simulated_makespan(prompts, group, median, sigma, tp, replicas, seqs, engine, seed):
+       util=st.sampled_from([0.3, 0.9]), seed=st.integers(0, 1000))
+def test_rollout_lower_bound_never_exceeds_the_simulated_makespan(prompts, group, median, sigma, tp, replicas, seqs, engine, util, seed):
     """The bound (phases.rollout_lower_bound_s) against the serving simulator, over batch shapes, tails, TP,
-    replicas, sequence limits (preemption at small KV share included) and the vLLM V1 / V0 / multi-step / SGLang
+    replicas, sequence limits, a small KV share (preemption) and the vLLM V1 / V0 / multi-step / SGLang
     schedulers."""
     inp = LengthSpec.model_validate({"dist": "lognormal", "median": 300, "sigma": 0.5, "max": 2048})
     out = LengthSpec.model_validate({"dist": "lognormal", "median": median, "sigma": sigma, "max": 8192})
     requests = draw_batch(inp, out, prompts, group, seed, 16384)
-    engine = {"max_num_batched_tokens": 4096, **engine, "max_num_seqs": seqs}
+    engine = {"max_num_batched_tokens": 4096, **engine, "max_num_seqs": seqs, "gpu_memory_utilization": util}
     job = rollout_serve_job(load_model("llama-3.1-8b"), "H100-SXM", tp * replicas, tp, 1, "bf16", engine, None, "t")
     bound = rollout_lower_bound_s(job, requests)
     assert bound is not None and bound > 0
     makespan = run_rollout(job, requests).time_s
     assert bound <= makespan
     assert np.isfinite(makespan)
+
+
+@pytest.mark.parametrize(("model", "tp", "util", "preempts"), [
+    ("llama-3.1-8b", 1, 0.3, True), ("llama-3.1-70b", 4, 0.6, True), ("llama-3.1-70b", 8, 0.9, False),
+])
+def test_rollout_lower_bound_holds_under_preemption_and_for_a_70b(model, tp, util, preempts):
+    """Long-tail responses in a KV cache too small for the batch (recomputed preemptions) and a 70B replica."""
+    inp = LengthSpec.model_validate({"dist": "lognormal", "median": 300, "sigma": 0.5, "max": 2048})
+    out = LengthSpec.model_validate({"dist": "lognormal", "median": 3000, "sigma": 0.8, "max": 8192})
+    requests = draw_batch(inp, out, 24, 8, 1, 16384)
+    job = rollout_serve_job(load_model(model), "H100-SXM", tp, tp, 1, "bf16", {"max_num_seqs": 256, "gpu_memory_utilization": util},
+                            None, "t")
+    rollout = run_rollout(job, requests)
+    assert (int(rollout.sim.preemptions.sum()) > 0) == preempts
+    assert 0 < rollout_lower_bound_s(job, requests) <= rollout.time_s
