@@ -54,6 +54,8 @@ class RLPlanResult:
     notes: list[str] = field(default_factory=list)
     #: feasible candidates left unsimulated: a lower bound on their period shows they miss every figure reported
     bounded: int = 0
+    #: the ranked candidates the search made exact (its `top`); a report of more would miss bounded ones
+    top: int | None = None
 
     @property
     def feasible(self) -> int:
@@ -68,6 +70,8 @@ class RLPlanResult:
         return dict(Counter(_reason_kind(r) for _, r in self.rejected).most_common())
 
     def to_dict(self, top: int = 5) -> dict[str, Any]:
+        if self.bounded and self.top is not None and top > self.top:
+            raise ShardwiseError(f"the plan searched for the top {self.top} candidates; plan again with top >= {top} to report {top}")
         return {
             "chosen": self.best.to_dict() if self.ranked else None,
             "placement_block": placement_block(self.best) if self.ranked else None,
@@ -260,7 +264,7 @@ def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None, prune: b
              f"{', '.join(str(g) for g in split_sizes(n, cluster.gpus_per_node)) or 'none (one node)'} rollout GPUs"]
     if not ranked:
         raise ShardwiseError("no placement runs: " + "; ".join(f"{c}: {r}" for c, r in rejected[:4]))
-    return RLPlanResult(ranked, rejected, considered, time.perf_counter() - t0, notes, bounded)
+    return RLPlanResult(ranked, rejected, considered, time.perf_counter() - t0, notes, bounded, top)
 
 
 @dataclass
