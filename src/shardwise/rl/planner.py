@@ -16,6 +16,13 @@ those of the modes the job allows (``algorithm.max_staleness``: 0 is on-policy, 
 adds one-step-off and async): the price of stale responses (AReaL, Fu et al. 2025 Sec. 5, needs a decoupled
 PPO objective to learn from them) is the user's, set by that limit, and the ranking within it is samples/s alone.
 The notes give what the fastest off-policy candidate gains over the best on-policy one.
+
+Pruning (exact): every candidate is first priced without its rollout, with a proven lower bound on the rollout's
+makespan (:func:`shardwise.rl.phases.rollout_lower_bound_s`) in each mode's period formula (non-decreasing in R:
+:func:`shardwise.rl.step.estimate_rl` with ``bound_only``); the serving simulator then runs only for the candidates
+whose bound leaves them a chance to change a reported figure (the `top` ranked, the best on-policy one, the async
+windows' pool sizes and their best rollout TP), ties included. The report equals the unpruned search's
+(``prune=False``); the unsimulated feasible candidates are counted in ``bounded``.
 """
 
 from __future__ import annotations
