@@ -43,6 +43,10 @@ ORDERS: tuple[tuple[str, ...], ...] = (
     ("tp", "shard", "replica", "pp"),
 )
 DIMS = tuple(dict.fromkeys(d for order in ORDERS for d in order))
+#: per dimension, the dimensions inside it in its order (what its stride multiplies)
+_INSIDE = {d: order[:order.index(d)] for order in reversed(ORDERS) for d in order}
+#: the dimensions that are a field of the layout
+_FIELDS = frozenset(("tp", "cp", "dp", "pp", "ep", "etp", "ulysses"))
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class Layout:
 
     def group(self, dim: str) -> Deg:
         """Ranks in one group of `dim` (one of DIMS)."""
-        if dim in ("tp", "cp", "dp", "pp", "ep", "etp", "ulysses"):
+        if dim in _FIELDS:
             return getattr(self, dim)
         if dim == "ring":
             return self.cp // self.ulysses
@@ -111,11 +115,11 @@ class Layout:
     def stride(self, dim: str) -> Deg:
         """Ranks between neighbours of one `dim` group: the product of the group sizes inside it (module
         docstring: one rule for every dimension, pp included)."""
-        order = next((o for o in ORDERS if dim in o), None)
-        if order is None:
+        inside = _INSIDE.get(dim)
+        if inside is None:
             raise ShardwiseError(f"no rank dimension {dim!r}; one of {', '.join(DIMS)}")
         out = 1
-        for inner in order[:order.index(dim)]:
+        for inner in inside:
             out = out * self.group(inner)
         return out
 

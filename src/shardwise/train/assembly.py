@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from shardwise.cost.step import (
     optimizer_step_s,
     straggler_factor,
 )
-from shardwise.specs.hardware import Cluster, CommGroup
+from shardwise.specs.hardware import Cluster
 from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
@@ -109,11 +110,10 @@ def layer_groups(cluster: Cluster, layout: Layout) -> Groups:
     """The groups a layer talks over, placed by the layout's rank grid (:class:`shardwise.specs.layout.Layout`:
     TP innermost, then CP with its Ulysses ranks innermost and the ring across them; the expert layers
     re-split the ranks as etp x ep)."""
-    def tier(dim: str) -> CommGroup:
-        return cluster.tier_for(layout.group(dim), layout.stride(dim))
-
-    return Groups(layout.tp, layout.cp, layout.ep, tier("tp"), tier("cp"), tier("ep"), etp=layout.etp,
-                  cp_comm=layout.cp_comm, ulysses=layout.ulysses, ulysses_tier=tier("ulysses"), ring_tier=tier("ring"))
+    tier_for, group, stride = cluster.tier_for, layout.group, layout.stride
+    tp_tier, cp_tier, ep_tier, ulysses_tier, ring_tier = (tier_for(group(d), stride(d)) for d in ("tp", "cp", "ep", "ulysses", "ring"))
+    return Groups(layout.tp, layout.cp, layout.ep, tp_tier, cp_tier, ep_tier, etp=layout.etp, cp_comm=layout.cp_comm,
+                  ulysses=layout.ulysses, ulysses_tier=ulysses_tier, ring_tier=ring_tier)
 
 
 def _dense_groups(groups: Groups) -> Groups:
@@ -188,8 +188,7 @@ def blocks(ctx: Costing, layout: Layout, flash: bool, tp_overlap: str = "none", 
     )
 
 
-@dataclass(frozen=True)
-class Exposed:
+class Exposed(NamedTuple):
     """Seconds of one block's (or stage's) work: compute (F + I + W + recompute) and the TP, CP and EP
     communication left exposed."""
 
@@ -199,8 +198,7 @@ class Exposed:
     ep: float
 
 
-@dataclass(frozen=True)
-class StageWork:
+class StageWork(NamedTuple):
     """One micro-batch through one virtual stage: its F, I and W seconds (communication included), what of
     them is compute and exposed communication, and the activation bytes it keeps for the backward."""
 
@@ -272,8 +270,7 @@ def stages_of_rank(stage_to_rank: Sequence[int], pp: int) -> list[list[int]]:
     return mine
 
 
-@dataclass(frozen=True)
-class RankContent:
+class RankContent(NamedTuple):
     """What one pipeline rank holds: its layers by kind, whether it holds the embedding and the LM head, and
     its dense and expert parameters after TP and EP (:func:`shardwise.train.stages.stage_params`)."""
 
@@ -294,18 +291,18 @@ def rank_contents(model: ModelSpec, stages: Sequence[StageContent], mine: Sequen
     """Per pipeline rank, the sum of the stages it holds (`mine`: :func:`stages_of_rank`)."""
     out = []
     for held in mine:
+        dense = moe = emb = head = 0
         p_dense = p_exp = 0.0
         for s in held:
-            d, e = stage_params(model, stages[s], tp, ep)
+            st = stages[s]
+            d, e = stage_params(model, st, tp, ep)
             p_dense, p_exp = p_dense + d, p_exp + e
-        out.append(RankContent(sum(stages[s].dense_layers for s in held), sum(stages[s].moe_layers for s in held),
-                               sum(int(stages[s].embedding) for s in held), sum(int(stages[s].lm_head) for s in held),
-                               p_dense, p_exp))
+            dense, moe, emb, head = dense + st.dense_layers, moe + st.moe_layers, emb + st.embedding, head + st.lm_head
+        out.append(RankContent(dense, moe, int(emb), int(head), p_dense, p_exp))
     return out
 
 
-@dataclass(frozen=True)
-class RankLoad:
+class RankLoad(NamedTuple):
     """What one pipeline rank's data-parallel communication and optimizer step depend on: its dense and
     expert parameters (after TP/EP), the forward and backward seconds of one micro-batch through its
     stages, and its layer count (numbers, or arrays with one element per plan)."""
@@ -321,8 +318,14 @@ def rank_loads(contents: Sequence[RankContent], work: Sequence[StageWork], mine:
                pad: float = 1.0) -> list[RankLoad]:
     """Per pipeline rank, its parameters (scaled by `pad`: uneven shards padded to the largest) and the
     forward and backward of its stages' `work`."""
-    return [RankLoad(c.p_dense * pad, c.p_exp * pad, sum(work[s].f for s in held), sum(work[s].i + work[s].w for s in held),
-                     c.layers) for c, held in zip(contents, mine, strict=True)]
+    out = []
+    for c, held in zip(contents, mine, strict=True):
+        fwd = bwd = 0.0
+        for s in held:
+            x = work[s]
+            fwd, bwd = fwd + x.f, bwd + (x.i + x.w)
+        out.append(RankLoad(c.p_dense * pad, c.p_exp * pad, fwd, bwd, c.dense_layers + c.moe_layers))
+    return out
 
 
 # --- model states, fixed memory, data-parallel communication and the optimizer step of a rank ----------------------
@@ -473,8 +476,7 @@ def peak_bytes(held: Num, activations: Num, frag: float) -> Num:
     return held + (1 + frag) * activations
 
 
-@dataclass(frozen=True)
-class RankMemory:
+class RankMemory(NamedTuple):
     """One pipeline rank's memory at its peak (numbers or arrays): model states (the optimizer's as resident
     on the GPU where it pages), fixed memory, activations (in flight plus the :meth:`BlockActivations.extra`),
     the fragmentation share, and the seconds the paged optimizer's traffic adds to the step."""
@@ -515,8 +517,7 @@ def activation_room(ctx: Costing, tail: RankTail, extra: Num, frag: float, paged
     return (ctx.cluster.usable_memory_bytes - tail.states.total + yielded - tail.fixed_bytes) / (1 + frag) - extra
 
 
-@dataclass(frozen=True)
-class StepParts:
+class StepParts(NamedTuple):
     """The seconds a step adds up (numbers, or arrays with one element per plan): the pipeline's span, the
     straggler wait, the exposed data-parallel communication, the optimizer step, the host's per-step time and
     the exposed activation-offload copies."""
@@ -547,9 +548,11 @@ def time_breakdown(timing: PipelineTiming, work: Sequence[StageWork], mine: Sequ
     """Where the step goes, read on the critical rank of the simulated pipeline: its stages' compute and
     exposed TP, CP and EP communication over the micro-batches, the pipeline's point-to-point and bubble
     time, and the rest of the step's `parts`."""
-    held = mine[timing.critical_rank]
-    comp, e_tp, e_cp, e_ep = (sum(getattr(work[s].exposed, k) for s in held) * microbatches
-                              for k in ("compute", "tp", "cp", "ep"))
+    comp = e_tp = e_cp = e_ep = 0
+    for s in mine[timing.critical_rank]:
+        x = work[s].exposed
+        comp, e_tp, e_cp, e_ep = comp + x.compute, e_tp + x.tp, e_cp + x.cp, e_ep + x.ep
+    comp, e_tp, e_cp, e_ep = comp * microbatches, e_tp * microbatches, e_cp * microbatches, e_ep * microbatches
     return TimeBreakdown(compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=parts.dp, cp_comm=e_cp, ep_comm=e_ep,
                          bubble=timing.bubble_s, optimizer=parts.optimizer, overhead=parts.host, straggler=parts.straggler,
                          act_offload=parts.act_offload)

@@ -52,17 +52,17 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     same step time, for ranking)."""
     consts = constants or default_constants()
     model, cluster, training, plan = job.model, job.cluster, job.training, job.plan
-    plan = plan.model_copy(update={"vpp": plan_stages_per_rank(plan)})  # V-shaped schedules hold two
+    vpp = plan_stages_per_rank(plan)  # V-shaped schedules hold two
     gpu = cluster.gpu
     m = job.microbatches
-    check_group(plan, m)
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
+    tpo = tp_overlap_mode(plan, stack)
+    plan = plan.model_copy(update={"vpp": vpp, "tp_overlap": tpo})  # reported as resolved
+    check_group(plan, m)
     dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     seq, rc, flash = training.seq_len, plan.recompute, plan.flash_attention
-    tpo = tp_overlap_mode(plan, stack)
-    plan = plan.model_copy(update={"tp_overlap": tpo})  # reported as resolved
     layout = Layout.of(plan)
-    tp, pp, vpp, ep = layout.tp, layout.pp, layout.vpp, layout.ep
+    tp, pp, ep = layout.tp, layout.pp, layout.ep
     ctx = Costing(model, training, cluster, consts, stack, dev, lowp)
     b = blocks(ctx, layout, flash, tpo)
 
@@ -96,7 +96,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     act_offload_s = max(o.exposed_s for o in offloaded)
 
     mems = [rank_memory(ctx, t, offloaded[r].peak_bytes + extra_act[r], frag, paged) for r, t in enumerate(tails)]
-    paged_gib = max(float(t.states.optimizer) - float(mem.states.optimizer) for t, mem in zip(tails, mems, strict=True)) / GIB
+    paged_gib = (max(float(t.states.optimizer) - float(mem.states.optimizer) for t, mem in zip(tails, mems, strict=True)) / GIB
+                 if paged else 0.0)
     ranks = [mem.breakdown(runtime) for mem in mems]
     peak_rank = max(range(pp), key=lambda r: ranks[r].total)
     parts = step_parts(ctx, timing.step_s, cluster.nodes, max(float(t.dp_s) for t in tails),

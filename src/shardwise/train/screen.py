@@ -298,7 +298,7 @@ def screen(
         """Data parallelism, optimizer and memory of every (rank kind, plan) of `batch`'s groups at once."""
         rows = np.concatenate([np.tile(g.idx, g.kinds) for g in batch])
         layout = c.layout(rows, dp_shard)
-        load = RankLoad(*(np.concatenate([getattr(g.load, f.name) for g in batch]) for f in fields(RankLoad)))
+        load = RankLoad(*(np.concatenate([getattr(g.load, f) for g in batch]) for f in RankLoad._fields))
         keep = (layout.zero == 3) & (layout.pp > 1) & stack.fsdp_unsharded_with_pp  # cost/stack.py keeps_unsharded
         tail = rank_tail(ctx, layout, load, microbatches=c["m"][rows], offload=offload, offload_device=offload_device,
                          overlap_grad_reduce=overlap_grad_reduce, keep_unsharded=keep, unsharded_grads=keep)
