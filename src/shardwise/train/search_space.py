@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.plan_check import a2a_splits_heads
 from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, Dispatcher, TrainingSpec, TrainPlan
+
+if TYPE_CHECKING:
+    from shardwise.engines.plan_view import PlanView
 
 RECOMPUTE = ("none", "selective", "full")
 #: the arrays a plan's :class:`~shardwise.specs.layout.Layout` is read from (:meth:`Candidates.layout`)
@@ -405,7 +408,7 @@ def _grid(axes: dict[str, list[int]]) -> dict[str, np.ndarray]:
 
 
 def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_attention: bool = True,
-                fixed: dict[str, Any] | None = None):
+                fixed: dict[str, Any] | None = None) -> PlanView:
     """The candidates as a :class:`~shardwise.engines.support.PlanView` (arrays, no copy); `fixed`: the
     job's plan fields every candidate carries (offload, dp_shard, reshard_after_forward, microbatch_group,
     tp_overlap)."""
