@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from shardwise.train.assembly import (
     Blocks,
     Costing,
     RankLoad,
+    RankTail,
     StageWork,
     activation_room,
     blocks,
@@ -320,8 +322,8 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
             acts = timed[g].peak_activation[r] + costs[g].blocks.act.extra(s2r[-1] == r)
             own.append(kept.total + float(tail.fixed_bytes) + (1 + _frag(job, costs[g], consts)) * acts)
             caps.append(costs[g].cluster.usable_memory_bytes)
-            full_rep.append((tail, full, kept, acts))
-        sharded = full_rep[0][1].total - full_rep[0][2].total
+            full_rep.append(_ReplicaRank(tail, full, kept, acts))
+        sharded = full_rep[0].full.total - full_rep[0].kept.total
         shares = (state_shares(caps, own, sharded, n_ranks) if layout.state_split == "memory" and plan.zero >= 1
                   else [1.0 / sum(n_ranks)] * len(names))
         even = max(shares) - min(shares) <= 1e-12 * max(shares)  # even shards: the homogeneous rule as it is
@@ -351,6 +353,16 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
     resolved = replace(layout, batch_split=tuple(split))
     return _result(job, resolved, time_breakdown(timed[crit], work[crit], mine, m_crit, parts), parts.total, crit,
                    tuple(ranks), timed[crit].bubble_fraction, {g: timed[g].inputs for g in names})
+
+
+class _ReplicaRank(NamedTuple):
+    """Pipeline rank r of one group's replicas: its tail, its model states unsharded (`full`) and the part no
+    sharding removes (`kept`), and its peak activations."""
+
+    tail: RankTail
+    full: ModelStateBytes
+    kept: ModelStateBytes
+    acts: float
 
 
 def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, step: float, crit: str, ranks: tuple[RankReport, ...],
