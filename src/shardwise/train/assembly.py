@@ -111,9 +111,9 @@ def layer_groups(cluster: Cluster, layout: Layout) -> Groups:
     TP innermost, then CP with its Ulysses ranks innermost and the ring across them; the expert layers
     re-split the ranks as etp x ep)."""
     tier_for, group, stride = cluster.tier_for, layout.group, layout.stride
-    tp_tier, cp_tier, ep_tier, ulysses_tier, ring_tier = (tier_for(group(d), stride(d)) for d in ("tp", "cp", "ep", "ulysses", "ring"))
-    return Groups(layout.tp, layout.cp, layout.ep, tp_tier, cp_tier, ep_tier, etp=layout.etp, cp_comm=layout.cp_comm,
-                  ulysses=layout.ulysses, ulysses_tier=ulysses_tier, ring_tier=ring_tier)
+    return Groups(layout.tp, layout.cp, layout.ep, tier_for(layout.tp, stride("tp")), tier_for(layout.cp, stride("cp")),
+                  tier_for(layout.ep, stride("ep")), etp=layout.etp, cp_comm=layout.cp_comm, ulysses=layout.ulysses,
+                  ulysses_tier=tier_for(layout.ulysses, stride("ulysses")), ring_tier=tier_for(group("ring"), stride("ring")))
 
 
 def _dense_groups(groups: Groups) -> Groups:
