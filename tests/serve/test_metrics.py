@@ -10,7 +10,7 @@ from shardwise.serve.constants import ServingConstants
 from shardwise.serve.deploy import make_pool
 from shardwise.serve.metrics import compute_metrics, weighted_percentile
 from shardwise.serve.precision import Precision
-from shardwise.serve.simulate import SimResult
+from shardwise.serve.simulate import ServeSimResult
 from shardwise.serve.state import ITLRecord
 from shardwise.specs.model import load_model
 from tests.serve.conftest import make_requests
@@ -23,7 +23,7 @@ def hand_result():
     itl.add_array(np.array([0.1, 0.1, 0.1, 0.1]), 1)
     itl.add_array(np.full(10, 0.1), 1)
     pool = make_pool("p", load_model("llama-3.1-8b"), Precision(), "a100-80gb", 1, 1, 1, EngineSpec(), ServingConstants())
-    return SimResult(req, np.array([0.1, 1.3, 2.2]), np.array([0.1, 1.7, 3.2]), np.zeros(3, int), itl, [pool], "colocated")
+    return ServeSimResult(req, np.array([0.1, 1.3, 2.2]), np.array([0.1, 1.7, 3.2]), np.zeros(3, int), itl, [pool], "colocated")
 
 
 def test_ttft_tpot_e2e_by_hand():

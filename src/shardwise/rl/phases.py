@@ -32,7 +32,7 @@ from shardwise.pipeline import schedule_info
 from shardwise.rl.batch import TrainBatch
 from shardwise.serve.config import DeploymentSpec, ServeJob
 from shardwise.serve.precision import Precision
-from shardwise.serve.simulate import SimResult, simulate
+from shardwise.serve.simulate import ServeSimResult, simulate
 from shardwise.serve.workload import Requests, WorkloadSpec
 from shardwise.specs.hardware import Cluster, get_gpu
 from shardwise.specs.job import TrainJob, check_plan
@@ -112,7 +112,7 @@ class Rollout:
     output_tokens: int
     input_tokens: int
     drain: Drain
-    sim: SimResult = field(compare=False, repr=False)
+    sim: ServeSimResult = field(compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"time_s": self.time_s, "gpus": self.gpus, "replicas": self.replicas, "tp": self.tp, "pp": self.pp,

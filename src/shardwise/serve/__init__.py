@@ -9,7 +9,7 @@ Public API::
 
 from shardwise.serve.config import ServeJob, load_serve_job, parse_serve_job
 from shardwise.serve.metrics import compute_metrics
-from shardwise.serve.simulate import SimResult, simulate
+from shardwise.serve.simulate import ServeSimResult, simulate
 from shardwise.serve.workload import Requests, build_requests
 
-__all__ = ["Requests", "ServeJob", "SimResult", "build_requests", "compute_metrics", "load_serve_job", "parse_serve_job", "simulate"]
+__all__ = ["Requests", "ServeJob", "ServeSimResult", "build_requests", "compute_metrics", "load_serve_job", "parse_serve_job", "simulate"]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.serve.config import SLOSpec
-from shardwise.serve.simulate import SimResult
+from shardwise.serve.simulate import ServeSimResult
 
 PERCENTILES = (50, 90, 99)
 
@@ -58,7 +58,7 @@ def weighted_summary_ms(values_s: np.ndarray, weights: np.ndarray) -> dict[str, 
     return out
 
 
-def per_request(result: SimResult) -> dict[str, np.ndarray]:
+def per_request(result: ServeSimResult) -> dict[str, np.ndarray]:
     """TTFT, TPOT (0 where output is one token), E2E in seconds, per request."""
     r = result.requests
     ttft = result.first_s - r.arrival_s
@@ -77,7 +77,7 @@ def slo_mask(lat: dict[str, np.ndarray], slo: SLOSpec) -> np.ndarray:
     return good
 
 
-def compute_metrics(result: SimResult, slo: SLOSpec | None = None) -> dict[str, Any]:
+def compute_metrics(result: ServeSimResult, slo: SLOSpec | None = None) -> dict[str, Any]:
     """The metrics dictionary `serve simulate --format json` prints."""
     r = result.requests
     lat = per_request(result)

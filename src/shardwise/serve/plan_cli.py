@@ -9,7 +9,7 @@ from typing import Any
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PLAN_REQUESTS
 from shardwise.serve.config import SLOSpec, SpeculativeSpec, parse_block, parse_serve_job
-from shardwise.serve.planner import PlanRequest, PlanResult
+from shardwise.serve.planner import PlanRequest, ServePlanResult
 from shardwise.serve.precision import Precision
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import display_path, read_document
@@ -131,7 +131,7 @@ def merge_plan_request(doc: Any, base: Path | None, where: str, model: str | dic
     return PlanRequest(m, prec, float(target), slo_spec, parse_gpu_mix(gpu_mix), wl, n, base, adapters, (spec,) if spec else ())
 
 
-def print_plan(result: PlanResult) -> None:
+def print_plan(result: ServePlanResult) -> None:
     from rich.markup import escape
     from rich.table import Table
 

@@ -163,7 +163,7 @@ def _classes_label(classes: list[LengthClass]) -> str:
 
 
 @dataclass
-class PlanResult:
+class ServePlanResult:
     request: PlanRequest
     chosen: Candidate | None
     runners_up: list[Candidate]
@@ -273,7 +273,7 @@ class Planner:
         extra = [{**ENGINE_VARIANTS[1], "speculative": s} for s in self.req.speculative]
         return [*ENGINE_VARIANTS, *extra]
 
-    def search(self, disaggregation: bool = True, mix: bool = True) -> PlanResult:
+    def search(self, disaggregation: bool = True, mix: bool = True) -> ServePlanResult:
         t0 = time.perf_counter()
         cands: list[Candidate] = []
         best_by_type: dict[str, Option] = {}
@@ -312,7 +312,7 @@ class Planner:
                 if mixed.feasible:
                     runners = [c for c in [chosen, *runners] if c is not None][:4]
                     chosen = mixed
-        return PlanResult(self.req, chosen, runners, closest, self.options, time.perf_counter() - t0, self.sims, note)
+        return ServePlanResult(self.req, chosen, runners, closest, self.options, time.perf_counter() - t0, self.sims, note)
 
     # --- sizing and verification --------------------------------------------------------------
     def _replicate(self, opts: list[Option], kind: str = "colocated") -> Candidate:
@@ -426,7 +426,7 @@ class Planner:
 
 
 def plan(req: PlanRequest, disaggregation: bool = True, mix: bool = True, constants: ServingConstants | None = None,
-         progress: Progress | None = None) -> PlanResult:
+         progress: Progress | None = None) -> ServePlanResult:
     """The cheapest deployment meeting the SLOs (see the module docstring); `progress` receives
     (message, fraction done) as the search goes."""
     if not req.rate > 0 or math.isinf(req.rate):
@@ -436,7 +436,7 @@ def plan(req: PlanRequest, disaggregation: bool = True, mix: bool = True, consta
     return Planner(req, constants, progress).search(disaggregation, mix)
 
 
-def cost_curves(result: PlanResult) -> dict[str, Any]:
+def cost_curves(result: ServePlanResult) -> dict[str, Any]:
     """$/hour meeting the SLOs versus rate (instances = ceil(rate / capacity)): the most cost-efficient
     colocated replica of each GPU type, the best disaggregated pairing found, and the chosen plan."""
     target = result.request.rate

@@ -9,7 +9,7 @@ import numpy as np
 
 from shardwise.serve.config import SLOSpec
 from shardwise.serve.metrics import per_request
-from shardwise.serve.simulate import SimResult
+from shardwise.serve.simulate import ServeSimResult
 
 
 def _pyplot():
@@ -49,7 +49,7 @@ CDFS = (("ttft", "TTFT", "ttft_ms"), ("tpot", "TPOT (excl. first token)", "tpot_
         ("e2e", "E2E latency", "e2e_ms"))
 
 
-def latency_samples_ms(result: SimResult) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+def latency_samples_ms(result: ServeSimResult) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
     """Per-request TTFT, TPOT (requests with more than one output token) and E2E, and the pooled ITL
     gaps with their counts, in ms: what the CDFs are drawn from."""
     lat = per_request(result)
@@ -72,7 +72,7 @@ def cdf_points(values_ms: np.ndarray, weights: np.ndarray | None, points: int = 
     return {"ms": v[pick].tolist(), "fraction": cum[pick].tolist()}
 
 
-def plot_latency_cdfs(result: SimResult, path: str | Path, title: str, slo: SLOSpec | None = None) -> Path:
+def plot_latency_cdfs(result: ServeSimResult, path: str | Path, title: str, slo: SLOSpec | None = None) -> Path:
     """TTFT, TPOT, ITL and E2E CDFs in one 2x2 figure."""
     plt = _pyplot()
     samples = latency_samples_ms(result)

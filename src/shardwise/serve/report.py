@@ -10,10 +10,10 @@ from rich.table import Table
 from shardwise.console import make_console
 from shardwise.serve.config import ServeJob
 from shardwise.serve.metrics import compute_metrics, per_request
-from shardwise.serve.simulate import SimResult, simulate
+from shardwise.serve.simulate import ServeSimResult, simulate
 
 
-def simulation_report(job: ServeJob, tables: list | None = None) -> tuple[SimResult, dict[str, Any]]:
+def simulation_report(job: ServeJob, tables: list | None = None) -> tuple[ServeSimResult, dict[str, Any]]:
     """Simulate the job; `serve simulate --format json` prints the metrics, which name each pool.
     `tables` receives the simulation's request tables (a progress bar reads them)."""
     result = simulate(job, tables=tables)

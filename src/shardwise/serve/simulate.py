@@ -28,7 +28,7 @@ from shardwise.serve.workload import Requests, build_requests
 
 
 @dataclass
-class SimResult:
+class ServeSimResult:
     """What a run produced: per-request timestamps (client clock), pooled ITL, and the deployment."""
 
     requests: Requests
@@ -165,7 +165,7 @@ def _class_assignment(pools: list[Pool], req: Requests, seed: int) -> np.ndarray
 
 
 def simulate(job: ServeJob, requests: Requests | None = None, constants: ServingConstants | None = None,
-             tables: list[RequestTable] | None = None, prefix_caching: bool | None = None) -> SimResult:
+             tables: list[RequestTable] | None = None, prefix_caching: bool | None = None) -> ServeSimResult:
     """Simulate `job` (its workload, or `requests` when given) and return the timestamps. `tables`, when
     given, receives each request table as it is created (a progress bar reads it); `prefix_caching`
     overrides every pool's setting."""
@@ -196,12 +196,12 @@ def simulate(job: ServeJob, requests: Requests | None = None, constants: Serving
                 ran = run_pool(pool, table, mine, job.deployment.router)
                 i, b = _collect(ran, itl)
                 iters, busy, engines = iters + i, busy + b, engines + ran
-    return SimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy,
+    return ServeSimResult(req, table.first_s, table.finish_s, table.preemptions, itl, pools, kind, iters, busy,
                      {**adapter_report(pools, engines), **prefix_cache_report(engines)})
 
 
 def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: ServingConstants, itl: ITLRecord,
-                            watchers: list[RequestTable]) -> SimResult:
+                            watchers: list[RequestTable]) -> ServeSimResult:
     pre, dec = pools
     pre.check_requests(req.input_len, np.ones_like(req.output_len))
     dec.check_requests(req.input_len, req.output_len)
@@ -225,5 +225,5 @@ def _simulate_disaggregated(job: ServeJob, req: Requests, pools: list[Pool], c: 
     i2, b2 = _collect(e2, itl)
     extra = {"kv_transfer_ms_mean": float(np.mean(ready - ptab.first_s) * 1e3), **adapter_report(pools, e1 + e2),
              **prefix_cache_report(e1)}
-    return SimResult(req, ptab.first_s, finish, ptab.preemptions + dtab.preemptions, itl, pools, "disaggregated", i1 + i2, b1 + b2, extra)
+    return ServeSimResult(req, ptab.first_s, finish, ptab.preemptions + dtab.preemptions, itl, pools, "disaggregated", i1 + i2, b1 + b2, extra)
 

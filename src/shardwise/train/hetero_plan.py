@@ -50,7 +50,7 @@ SHARED = ("tp", "cp", "pp", "vpp", "zero", "sequence_parallel", "recompute", "mi
 
 
 @dataclass(frozen=True)
-class Option:
+class HeteroOption:
     """One ranked plan: on a single group (`estimate` an :class:`Estimate`) or over several
     (a :class:`HeteroEstimate`)."""
 
@@ -86,8 +86,8 @@ class HeteroPlanResult:
     search did."""
 
     objective: str
-    ranked: list[Option]
-    single: dict[str, Option | None]  # best plan per group alone
+    ranked: list[HeteroOption]
+    single: dict[str, HeteroOption | None]  # best plan per group alone
     fastest_group: str
     largest_group: str
     considered: int = 0
@@ -95,7 +95,7 @@ class HeteroPlanResult:
     rejected: dict[str, int] = field(default_factory=dict)
 
     @property
-    def best(self) -> Option:
+    def best(self) -> HeteroOption:
         return self.ranked[0]
 
     def comparison(self) -> str:
@@ -133,9 +133,9 @@ def _price(hc: HeteroCluster, groups: dict[str, int]) -> float | None:
     return None if any(p is None for p in prices) else sum(n * p for n, p in zip(groups.values(), prices, strict=True))
 
 
-def _single(hc: HeteroCluster, name: str, e: Estimate) -> Option:
+def _single(hc: HeteroCluster, name: str, e: Estimate) -> HeteroOption:
     groups = {name: e.num_gpus}
-    return Option(groups, f"only {name}: " + _plan_label(e.plan), e.tokens_per_s_per_gpu * e.num_gpus, _price(hc, groups),
+    return HeteroOption(groups, f"only {name}: " + _plan_label(e.plan), e.tokens_per_s_per_gpu * e.num_gpus, _price(hc, groups),
                   e.peak_memory_gib / e.usable_memory_gib, e)
 
 
@@ -145,11 +145,11 @@ def _plan_label(p: dict[str, Any]) -> str:
     return f"tp{p['tp']} pp{p['pp']} dp{p['dp']}{extra} z{p['zero']} mb{p['micro_batch']} {p['schedule']}{rc}"
 
 
-def _mixed(e: HeteroEstimate) -> Option:
-    return Option(dict(e.gpus_per_group), e.label(), e.tokens_per_s, e.usd_per_hour, e.memory_used_fraction, e)
+def _mixed(e: HeteroEstimate) -> HeteroOption:
+    return HeteroOption(dict(e.gpus_per_group), e.label(), e.tokens_per_s, e.usd_per_hour, e.memory_used_fraction, e)
 
 
-def _key(objective: str) -> Callable[[Option], tuple]:
+def _key(objective: str) -> Callable[[HeteroOption], tuple]:
     if objective == "cost":
         return lambda o: (o.usd_per_million_tokens if o.usd_per_million_tokens is not None else float("inf"), -o.tokens_per_s)
     if objective == "memory":
@@ -210,7 +210,7 @@ def hetero_plan(model: ModelSpec, cluster: HeteroCluster, training: TrainingSpec
     if max_exact < 1:
         raise ShardwiseError(f"--exact-budget must be >= 1, got {max_exact}")
     kw: dict[str, Any] = {"schedules": schedules} if schedules else {}
-    single: dict[str, Option | None] = {}
+    single: dict[str, HeteroOption | None] = {}
     knob_sets: dict[tuple, dict[str, Any]] = {}
     rate: dict[str, float] = {}  # per-GPU tokens/s per group, at its best plan
     peak = {g.name: g.gpu.peak_flops(training.precision) for g in cluster.groups}
