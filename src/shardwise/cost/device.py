@@ -22,11 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from shardwise.cost.attention import AttentionShape, fitted_attention_shapes, fused_attention_s
 from shardwise.cost.constants import ComputeConstants
-from shardwise.cost.numeric import Num
+from shardwise.cost.numeric import Num, maximum
 from shardwise.specs.hardware import GPU
 
 # FlashAttention-1 reached 25-40% of A100 peak where FlashAttention-2 reaches 50-73% (Dao 2023, Sec. 1):
@@ -97,7 +95,7 @@ class Device:
         else:
             compute = flops / (self.peak_flops * self.gemm_efficiency)
             memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
-        return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
+        return count * (maximum(compute, memory) + self.gemm_overhead_s)
 
     def attention_s(self, bh: float, s_q: float, s_k: float, d: float, causal: bool = True, backward: bool = False,
                     bytes_moved: float = 0.0) -> float:
