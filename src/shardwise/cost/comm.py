@@ -76,6 +76,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shardwise.cost.constants import NVLS_ARCH_FACTOR, NetworkConstants, fitted_network_constants
+from shardwise.cost.memo import IdentityMemo
 from shardwise.cost.numeric import Num
 from shardwise.specs.hardware import Cluster, CommGroup, Network, group_shape
 
@@ -144,8 +145,17 @@ class _Rates(NamedTuple):
     lat_peer: float  # per remote peer of an all-to-all
 
 
-@lru_cache(maxsize=256)
 def _rates(net: Network, c: NetworkConstants) -> _Rates:
+    """:func:`_network_rates`, by the identity of the two objects (a job's network is asked for on every
+    collective; hashing its fields each time cost more than the formulas)."""
+    return _RATES(_network_rates, (net, c))
+
+
+_RATES = IdentityMemo(256)
+
+
+@lru_cache(maxsize=256)
+def _network_rates(net: Network, c: NetworkConstants) -> _Rates:
     """The network's rates and latencies under the constants (cached: a handful of networks per run)."""
     link = net.nvlink_gbyte_s * 0.5e9
     mesh = max(net.nvlink_domain - 1, 1) if net.topology == "mesh" else 0

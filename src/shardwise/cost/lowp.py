@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardwise.cost.constants import Constants
+from shardwise.cost.constants import ComputeConstants, Constants
 from shardwise.cost.device import Device
+from shardwise.cost.memo import IdentityMemo
 from shardwise.cost.numeric import Num
 from shardwise.cost.stack import StackProfile
 from shardwise.specs.hardware import GPU
@@ -121,13 +122,23 @@ def device(gpu: GPU, training: TrainingSpec, constants: Constants, stack: StackP
            lowp: LowPrecision) -> Device:
     """The device model of a job: 16-bit GEMMs, attention and memory-bound kernels as
     :meth:`Device.of`, plus the achieved rate of the recipe's low-precision GEMMs."""
-    compute = constants.compute_for(gpu.name)
+    compute = _COMPUTE(Constants.compute_for, (constants,), gpu.name)
     if not lowp.active:
-        return Device.of(gpu, training.precision, compute, attention_kernel)
+        return _DEVICES(_device_of, (gpu, compute), training.precision, attention_kernel, 0.0, 2.0)
     dtype = "fp4" if lowp.recipe in FP4_RECIPES else "fp8"
     eff = compute.fp4_gemm_efficiency if dtype == "fp4" else compute.fp8_gemm_efficiency
     rate = gpu.peak_flops(dtype) * eff * recipe_gemm_ratio(lowp.recipe, constants)
-    return Device.of(gpu, training.precision, compute, attention_kernel, lowp_flops=rate, lowp_bytes=lowp.operand_bytes)
+    return _DEVICES(_device_of, (gpu, compute), training.precision, attention_kernel, rate, lowp.operand_bytes)
+
+
+#: A run's few device models, by (the catalog's GPU object, precision, the constants' object, kernel, low-precision
+#: rate and operand bytes), and its per-GPU compute constants (cost/memo.py): each is a pure function of those.
+_COMPUTE = IdentityMemo(64)
+_DEVICES = IdentityMemo(256)
+
+
+def _device_of(gpu: GPU, compute: ComputeConstants, precision: str, kernel: str, rate: float, operand_bytes: float) -> Device:
+    return Device.of(gpu, precision, compute, kernel, lowp_flops=rate, lowp_bytes=operand_bytes)
 
 
 def job_device(gpu: GPU, training: TrainingSpec, constants: Constants, stack: StackProfile,

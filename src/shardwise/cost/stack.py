@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from shardwise.cost.constants import Constants, default_constants
+from shardwise.cost.memo import IdentityMemo
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import data_path, load_yaml
 from shardwise.specs.training import TrainingSpec, TrainPlan
@@ -47,7 +48,10 @@ class StackProfile:
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in _KNOB_NAMES}
+
+
+_KNOB_NAMES = tuple(f.name for f in fields(StackProfile))
 
 
 @lru_cache(maxsize=1)
@@ -70,10 +74,14 @@ def stack_profile(framework: str, arch: str, compile: bool | None = None, consta
     if raw is None:
         raise ShardwiseError(f"training.framework: unknown stack {framework!r}; use one of {', '.join(framework_names())}")
     consts = constants or default_constants()
-    return _profile(framework, arch, compile, consts)
+    return _PROFILES(_profile, (consts,), framework, arch, compile)
 
 
-def _profile(framework: str, arch: str, compile: bool | None, consts: Constants) -> StackProfile:
+#: Profiles by (the constants object, framework, arch, compile): a handful per run (cost/memo.py).
+_PROFILES = IdentityMemo(64)
+
+
+def _profile(consts: Constants, framework: str, arch: str, compile: bool | None) -> StackProfile:
     raw = _raw()[framework]
     fusion = raw["fusion"]
     if fusion != "fused" and (raw["compile"] if compile is None else compile):

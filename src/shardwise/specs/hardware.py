@@ -230,15 +230,27 @@ class HostTiers:
     @classmethod
     def of(cls, gpu: GPU, spec: HostSpec | None = None) -> HostTiers:
         """The tiers of `gpu`'s catalog system with the job's `spec` overrides (module docstring)."""
-        spec = spec or HostSpec()
-        pick = lambda mine, catalog: catalog if mine is None else mine  # noqa: E731
-        return cls(
-            link_gbyte_s=pick(spec.link_gbyte_s, gpu.host_link_gbyte_s) or DEFAULT_HOST_LINK_GBYTE_S,
-            link=gpu.host_link if spec.link_gbyte_s is None else "cluster.host",
-            dram_gib=pick(spec.dram_gib, gpu.host_dram_gib), nvme_tb=pick(spec.nvme_tb, gpu.nvme_tb),
-            nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, gpu.nvme_read_gbyte_s),
-            nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, gpu.nvme_write_gbyte_s),
-        )
+        return _host_tiers(gpu.host_link_gbyte_s, gpu.host_link, gpu.host_dram_gib, gpu.nvme_tb, gpu.nvme_read_gbyte_s,
+                           gpu.nvme_write_gbyte_s, spec)
+
+
+@lru_cache(maxsize=64)
+def _host_tiers(link_gbyte_s: float | None, link: str, dram_gib: float | None, nvme_tb: float | None,
+                nvme_read: float | None, nvme_write: float | None, spec: HostSpec | None) -> HostTiers:
+    """:meth:`HostTiers.of` from the GPU's catalog figures (cached: a pure function of a few numbers; an
+    estimate asks for its cluster's tiers once per pipeline rank and more)."""
+    spec = spec or _NO_HOST_SPEC
+    pick = lambda mine, catalog: catalog if mine is None else mine  # noqa: E731
+    return HostTiers(
+        link_gbyte_s=pick(spec.link_gbyte_s, link_gbyte_s) or DEFAULT_HOST_LINK_GBYTE_S,
+        link=link if spec.link_gbyte_s is None else "cluster.host",
+        dram_gib=pick(spec.dram_gib, dram_gib), nvme_tb=pick(spec.nvme_tb, nvme_tb),
+        nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, nvme_read),
+        nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, nvme_write),
+    )
+
+
+_NO_HOST_SPEC = HostSpec()
 
 
 @dataclass(frozen=True)

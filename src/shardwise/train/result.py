@@ -75,6 +75,11 @@ class TimeBreakdown:
         return sum(getattr(self, f.name) for f in fields(self))
 
 
+#: the parts :meth:`Estimate.__post_init__` checks, named once (dataclasses.fields is slow on the hot path)
+_TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
+_MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
+
+
 @dataclass(frozen=True)
 class Estimate:
     name: str
@@ -128,9 +133,10 @@ class Estimate:
         # and may, at sequences of millions of tokens.
         bad = [f"{k} {v:.3g}" for k, v in (("causal MFU", self.mfu_causal), ("HFU", self.hfu)) if not 0.0 <= v <= self.mfu_limit]
         bad += [f"MFU {self.mfu:.3g}"] if not (math.isfinite(self.mfu) and self.mfu >= 0.0) else []
-        parts = {"step time": self.step_time_s, **{f"time {f.name}": getattr(self.time_s, f.name) for f in fields(self.time_s)},
-                 **{f"memory {f.name}": getattr(self.memory, f.name) for f in fields(self.memory)}}
-        bad += [f"{k} {v:.3g}" for k, v in parts.items() if not (math.isfinite(v) and v >= 0)]
+        time_s, memory = self.time_s, self.memory
+        parts = [("step time", self.step_time_s), *((f"time {n}", getattr(time_s, n)) for n in _TIME_FIELDS),
+                 *((f"memory {n}", getattr(memory, n)) for n in _MEMORY_FIELDS)]
+        bad += [f"{k} {v:.3g}" for k, v in parts if not (math.isfinite(v) and v >= 0)]
         if bad or not self.step_time_s > 0:
             raise ShardwiseError(
                 f"the estimate of {self.model} with this plan is not physical ({', '.join(bad) or 'zero step time'}): "
