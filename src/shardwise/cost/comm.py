@@ -147,11 +147,19 @@ class _Rates(NamedTuple):
 
 def _rates(net: Network, c: NetworkConstants) -> _Rates:
     """:func:`_network_rates`, by the identity of the two objects (a job's network is asked for on every
-    collective; hashing its fields each time cost more than the formulas)."""
-    return _RATES(_network_rates, (net, c))
+    collective; hashing its fields each time cost more than the formulas): the last pair asked for, then
+    a small cache (cost/memo.py)."""
+    global _LAST_RATES
+    last = _LAST_RATES
+    if last[0] is net and last[1] is c:
+        return last[2]
+    r = _RATES(_network_rates, (net, c))
+    _LAST_RATES = (net, c, r)
+    return r
 
 
 _RATES = IdentityMemo(256)
+_LAST_RATES: tuple = (None, None, None)
 
 
 @lru_cache(maxsize=256)

@@ -114,7 +114,8 @@ def dp_exposed_s(cluster: Cluster, zero: int | np.ndarray, overlap_grad_reduce: 
                     + maximum(0.0, scatter + across_12 - window * bwd_s) + hidden_gather)
     if 3 in stages:
         layer_gather = both("all_gather", weight_bytes, shard, tp, True)
-        if np.any(np.asarray(frozen_bytes) > 0):  # an adapter job's frozen base: gathered, never reduced
+        frozen = np.any(frozen_bytes > 0) if isinstance(frozen_bytes, np.ndarray) else frozen_bytes > 0
+        if frozen:  # an adapter job's frozen base: gathered, never reduced
             layer_gather = layer_gather + chunked_s(cluster, "all_gather", frozen_bytes, shard, tp, layers)
         layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
         per_microbatch = microbatches * (maximum(0.0, layer_gather - fsdp_overlap * fwd_s)
