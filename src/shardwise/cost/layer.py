@@ -356,10 +356,12 @@ def _layer_core(model: ModelSpec, moe_layer: bool, tokens: float, seq_kv: int, s
     gemm = sum(gemms) + router
     # --- low-precision casts: GEMM inputs in the forward, output gradients in the backward ----------
     n_lin = sum(c for _, _, _, c, _ in linears)
-    cast_f = float(cast_s(dev, lowp, sum(m * k * c for m, _, k, c, _ in linears), len(linears)))
-    cast_b = float(cast_s(dev, lowp, sum(m * n * c for m, n, _, c, _ in linears), len(linears)))
-    if not lowp.weights_per_step:  # weights cast at every forward
-        cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
+    cast_f = cast_b = 0.0  # cast_s is 0 for 16-bit jobs
+    if lowp.active:
+        cast_f = float(cast_s(dev, lowp, sum(m * k * c for m, _, k, c, _ in linears), len(linears)))
+        cast_b = float(cast_s(dev, lowp, sum(m * n * c for m, n, _, c, _ in linears), len(linears)))
+        if not lowp.weights_per_step:  # weights cast at every forward
+            cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
     # --- attention core ---------------------------------------------------------------------------
     d_qk, d_v = model.attention_core.d_qk, model.attention_core.d_v
     merge_f = merge_b = 0.0

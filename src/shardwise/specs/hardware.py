@@ -230,8 +230,14 @@ class HostTiers:
     @classmethod
     def of(cls, gpu: GPU, spec: HostSpec | None = None) -> HostTiers:
         """The tiers of `gpu`'s catalog system with the job's `spec` overrides (module docstring)."""
-        return _host_tiers(gpu.host_link_gbyte_s, gpu.host_link, gpu.host_dram_gib, gpu.nvme_tb, gpu.nvme_read_gbyte_s,
+        global _LAST_HOST
+        last = _LAST_HOST
+        if last[0] is gpu and last[1] is spec:  # an estimate asks for its cluster's tiers once per rank and more
+            return last[2]
+        tiers = _host_tiers(gpu.host_link_gbyte_s, gpu.host_link, gpu.host_dram_gib, gpu.nvme_tb, gpu.nvme_read_gbyte_s,
                            gpu.nvme_write_gbyte_s, spec)
+        _LAST_HOST = (gpu, spec, tiers)
+        return tiers
 
 
 @lru_cache(maxsize=64)
@@ -251,6 +257,7 @@ def _host_tiers(link_gbyte_s: float | None, link: str, dram_gib: float | None, n
 
 
 _NO_HOST_SPEC = HostSpec()
+_LAST_HOST: tuple = (None, None, None)  # the last (GPU, HostSpec) object pair HostTiers.of resolved, and its tiers
 
 
 @dataclass(frozen=True)

@@ -131,9 +131,14 @@ class Estimate:
         # Causal MFU and HFU count work the GPUs do, so neither can pass 1 (mfu_limit for fp8/fp4 runs, whose
         # MFU is against the BF16 peak); the full-attention (PaLM) MFU counts causal attention twice over
         # and may, at sequences of millions of tokens.
-        bad = [f"{k} {v:.3g}" for k, v in (("causal MFU", self.mfu_causal), ("HFU", self.hfu)) if not 0.0 <= v <= self.mfu_limit]
+        limit, time_s, memory = self.mfu_limit, self.time_s, self.memory
+        values = (self.mfu_causal, self.hfu, self.mfu, self.step_time_s, *(getattr(time_s, n) for n in _TIME_FIELDS),
+                  *(getattr(memory, n) for n in _MEMORY_FIELDS))
+        if 0.0 <= values[0] <= limit and 0.0 <= values[1] <= limit and all(0.0 <= v < math.inf for v in values[2:]) \
+                and self.step_time_s > 0:  # the common case, checked without building the message
+            return
+        bad = [f"{k} {v:.3g}" for k, v in (("causal MFU", self.mfu_causal), ("HFU", self.hfu)) if not 0.0 <= v <= limit]
         bad += [f"MFU {self.mfu:.3g}"] if not (math.isfinite(self.mfu) and self.mfu >= 0.0) else []
-        time_s, memory = self.time_s, self.memory
         parts = [("step time", self.step_time_s), *((f"time {n}", getattr(time_s, n)) for n in _TIME_FIELDS),
                  *((f"memory {n}", getattr(memory, n)) for n in _MEMORY_FIELDS)]
         bad += [f"{k} {v:.3g}" for k, v in parts if not (math.isfinite(v) and v >= 0)]
