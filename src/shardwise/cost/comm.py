@@ -76,8 +76,8 @@ from typing import NamedTuple
 import numpy as np
 
 from shardwise.cost.constants import NVLS_ARCH_FACTOR, NetworkConstants, fitted_network_constants
-from shardwise.cost.memo import IdentityMemo
 from shardwise.cost.numeric import Num
+from shardwise.memo import IdentityMemo
 from shardwise.specs.hardware import Cluster, CommGroup, Network, group_shape
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "broadcast")
@@ -148,7 +148,7 @@ class _Rates(NamedTuple):
 def _rates(net: Network, c: NetworkConstants) -> _Rates:
     """:func:`_network_rates`, by the identity of the two objects (a job's network is asked for on every
     collective; hashing its fields each time cost more than the formulas): the last pair asked for, then
-    a small cache (cost/memo.py)."""
+    a small cache (shardwise/memo.py)."""
     global _LAST_RATES
     last = _LAST_RATES
     if last[0] is net and last[1] is c:

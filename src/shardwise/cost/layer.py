@@ -32,6 +32,7 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import linear_shapes
 from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.stack import StackProfile
+from shardwise.memo import cached_hash, dataclass_getstate
 from shardwise.specs.hardware import CommGroup
 from shardwise.specs.layer import mlp_values
 from shardwise.specs.model import ModelSpec
@@ -75,6 +76,9 @@ class PassCost:
 @dataclass(frozen=True)
 class Groups:
     """Sizes and network placements (:meth:`Cluster.tier_for`) of the groups a layer talks over."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     tp: int
     cp: int

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 from shardwise.cost.constants import ComputeConstants, Constants
 from shardwise.cost.device import Device
-from shardwise.cost.memo import IdentityMemo
 from shardwise.cost.numeric import Num
 from shardwise.cost.stack import StackProfile
+from shardwise.memo import IdentityMemo, cached_hash, dataclass_getstate
 from shardwise.specs.hardware import GPU
 from shardwise.specs.training import FP4_RECIPES, RECIPE_ARCHS, TrainingSpec
 
@@ -58,6 +58,9 @@ MX_RECIPES = ("mxfp8", "mxfp4")
 @dataclass(frozen=True)
 class LowPrecision:
     """What a job's recipe changes in the cost of a layer and a step ("none": 16-bit GEMMs)."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     recipe: str = "none"
     operand_bytes: float = 2.0  # bytes per element of a low-precision GEMM operand
@@ -132,7 +135,7 @@ def device(gpu: GPU, training: TrainingSpec, constants: Constants, stack: StackP
 
 
 #: A run's few device models, by (the catalog's GPU object, precision, the constants' object, kernel, low-precision
-#: rate and operand bytes), and its per-GPU compute constants (cost/memo.py): each is a pure function of those.
+#: rate and operand bytes), and its per-GPU compute constants (shardwise/memo.py): each is a pure function of those.
 _COMPUTE = IdentityMemo(64)
 _DEVICES = IdentityMemo(256)
 

@@ -10,8 +10,8 @@ from functools import lru_cache
 from typing import Any
 
 from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.memo import IdentityMemo
 from shardwise.errors import ShardwiseError
+from shardwise.memo import IdentityMemo, cached_hash, dataclass_getstate
 from shardwise.specs._loading import data_path, load_yaml
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
@@ -21,6 +21,9 @@ FITTED_KNOBS = ("tp_comm_overlap", "dp_overlap", "fsdp_prefetch_overlap")
 @dataclass(frozen=True)
 class StackProfile:
     """What one software stack does to the per-op costs of a plan (see data/stacks.yaml)."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     name: str
     attention_kernel: str  # "fa3" or "fa2" on this GPU generation
@@ -77,7 +80,7 @@ def stack_profile(framework: str, arch: str, compile: bool | None = None, consta
     return _PROFILES(_profile, (consts,), framework, arch, compile)
 
 
-#: Profiles by (the constants object, framework, arch, compile): a handful per run (cost/memo.py).
+#: Profiles by (the constants object, framework, arch, compile): a handful per run (shardwise/memo.py).
 _PROFILES = IdentityMemo(64)
 
 

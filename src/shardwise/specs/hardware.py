@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS
+from shardwise.memo import cached_hash, dataclass_getstate
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "fp32": "tf32"}
@@ -264,6 +265,9 @@ _LAST_HOST: tuple = (None, None, None)  # the last (GPU, HostSpec) object pair H
 class Network:
     """A cluster's network, resolved (by :func:`make_network`, from validated inputs): the NVLink domain
     and the scale-out NICs of each node. A plain frozen dataclass: it keys the comm model's caches."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     gpus_per_node: int
     nvlink_domain: int  # GPUs on one NVLink/NVSwitch (or xGMI, PCIe) fabric

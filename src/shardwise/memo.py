@@ -6,6 +6,7 @@ its objects, so no other object can take their ids while it lives; the cache emp
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 
@@ -32,3 +33,33 @@ class IdentityMemo:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def cached_hash(self: Any) -> int:
+    """``__hash__`` for a frozen dataclass that keys many caches (assign it in the class body, where the
+    dataclass decorator keeps it): the hash of the compared fields, as the generated one, computed once
+    per object. Pair it with :func:`dataclass_getstate`, which leaves the value out of copies and pickles
+    (string hashes differ between processes)."""
+    h = self.__dict__.get("_cached_hash")
+    if h is None:
+        h = hash(tuple(getattr(self, name) for name in _compared(type(self))))
+        object.__setattr__(self, "_cached_hash", h)
+    return h
+
+
+def dataclass_getstate(self: Any) -> dict:
+    """``__getstate__`` that drops :func:`cached_hash`'s value."""
+    state = dict(self.__dict__)
+    state.pop("_cached_hash", None)
+    return state
+
+
+_COMPARED: dict[type, tuple[str, ...]] = {}
+
+
+def _compared(cls: type) -> tuple[str, ...]:
+    """The fields the dataclass's own ``__eq__`` and generated ``__hash__`` use."""
+    names = _COMPARED.get(cls)
+    if names is None:
+        names = _COMPARED[cls] = tuple(f.name for f in fields(cls) if f.compare and (f.hash is None or f.hash))
+    return names
