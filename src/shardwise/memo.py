@@ -6,7 +6,7 @@ its objects, so no other object can take their ids while it lives; the cache emp
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 
@@ -63,3 +63,30 @@ def _compared(cls: type) -> tuple[str, ...]:
     if names is None:
         names = _COMPARED[cls] = tuple(f.name for f in fields(cls) if f.compare and (f.hash is None or f.hash))
     return names
+
+
+def quick_init(cls: type) -> type:
+    """Give a frozen dataclass an ``__init__`` that writes its fields straight into the instance's dict
+    (apply it above ``@dataclass``). The generated one goes through ``object.__setattr__`` once per field,
+    which for the small value objects an estimate builds by the dozen (per stage, per rank, per layer
+    pass) cost more than the arithmetic they carry. Same signature, defaults and ``__post_init__`` call;
+    only for fields without ``default_factory`` and classes without ``__slots__``."""
+    params, names, defaults = [], [], {}
+    for f in fields(cls):
+        if not f.init or f.default_factory is not MISSING:
+            raise TypeError(f"quick_init: {cls.__name__}.{f.name} is init=False or has a default_factory")
+        names.append(f.name)
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            defaults[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+    body = f"    self.__dict__.update({', '.join(f'{n}={n}' for n in names)})\n"
+    if hasattr(cls, "__post_init__"):
+        body += "    self.__post_init__()\n"
+    namespace = dict(defaults)
+    exec(f"def __init__(self, {', '.join(params)}):\n{body}", namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+    return cls

@@ -32,7 +32,7 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import linear_shapes
 from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.stack import StackProfile
-from shardwise.memo import cached_hash, dataclass_getstate
+from shardwise.memo import cached_hash, dataclass_getstate, quick_init
 from shardwise.specs.hardware import CommGroup
 from shardwise.specs.layer import mlp_values
 from shardwise.specs.model import ModelSpec
@@ -42,6 +42,7 @@ DEFAULT_MOE = MoeSpec()
 DEFAULT_MOE_CONSTANTS = MoeConstants()
 
 
+@quick_init
 @dataclass(frozen=True)
 class PassCost:
     """Seconds of one layer-like block for one micro-batch (raw, before overlap)."""
@@ -73,6 +74,7 @@ class PassCost:
                 self.cp_fwd_s, self.cp_bwd_s, self.ep_fwd_s, self.ep_bwd_s)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Groups:
     """Sizes and network placements (:meth:`Cluster.tier_for`) of the groups a layer talks over."""
@@ -254,6 +256,7 @@ def elementwise_bytes_per_token(model: ModelSpec, moe_layer: bool, tp: int, sp: 
     return norms_and_adds + act_bytes * values
 
 
+@quick_init
 @dataclass(frozen=True)
 class _LayerCore:
     """The parts of one layer pass that no TP overlap mode changes (:func:`transformer_layer` applies the mode)."""

@@ -16,6 +16,7 @@ from enum import Enum
 import numpy as np
 
 from shardwise.cost.numeric import Num, where
+from shardwise.memo import quick_init
 
 
 class Placement(Enum):
@@ -35,6 +36,7 @@ def zero_placements(zero: int) -> dict[str, Placement]:
     return {state: how if zero >= stage else Placement.REPLICATED for state, (stage, how) in SHARDED_FROM.items()}
 
 
+@quick_init
 @dataclass(frozen=True)
 class ModelStateBytes:  # bytes per GPU of each model state (arrays: one plan per element)
     weights: Num

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS
-from shardwise.memo import cached_hash, dataclass_getstate
+from shardwise.memo import cached_hash, dataclass_getstate, quick_init
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "fp32": "tf32"}
@@ -286,6 +286,7 @@ class Network:
         return next((f for f in ("nvlink", "xgmi", "pcie") if self.link.startswith(f)), "nvlink")
 
 
+@quick_init
 @dataclass(frozen=True)
 class CommGroup:
     """A parallel group as the network sees it: `per_domain` ranks in each of `domains` NVLink domains."""

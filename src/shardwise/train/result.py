@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from shardwise.errors import ShardwiseError
+from shardwise.memo import quick_init
 
 GIB = 2**30
 
@@ -23,6 +24,7 @@ FLOP_CONVENTIONS = {
 MFU_LABELS = {"mfu": "MFU (non-causal)", "mfu_causal": "MFU (causal)", "hfu": "HFU"}
 
 
+@quick_init
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes on one GPU at its peak, as the engines report them (:mod:`shardwise.cost.allocator`): tensors
@@ -54,6 +56,7 @@ class MemoryBreakdown:
         return {k: v / GIB for k, v in asdict(self).items()}
 
 
+@quick_init
 @dataclass(frozen=True)
 class TimeBreakdown:
     """Seconds of one step on the critical pipeline rank; the parts sum to the step time."""

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from shardwise.errors import ShardwiseError
+from shardwise.memo import quick_init
 from shardwise.specs.model import ModelSpec
 
 
+@quick_init
 @dataclass(frozen=True)
 class StageContent:
     index: int
