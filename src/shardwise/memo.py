@@ -69,24 +69,31 @@ def quick_init(cls: type) -> type:
     """Give a frozen dataclass an ``__init__`` that writes its fields straight into the instance's dict
     (apply it above ``@dataclass``). The generated one goes through ``object.__setattr__`` once per field,
     which for the small value objects an estimate builds by the dozen (per stage, per rank, per layer
-    pass) cost more than the arithmetic they carry. Same signature, defaults and ``__post_init__`` call;
-    only for fields without ``default_factory`` and classes without ``__slots__``."""
-    params, names, defaults = [], [], {}
+    pass) cost more than the arithmetic they carry. Same signature, defaults, default factories and
+    ``__post_init__`` call; only for classes without ``__slots__`` and with every field in ``__init__``."""
+    params, names, lines = [], [], []
+    namespace: dict[str, Any] = {"_FACTORY": _FACTORY}
     for f in fields(cls):
-        if not f.init or f.default_factory is not MISSING:
-            raise TypeError(f"quick_init: {cls.__name__}.{f.name} is init=False or has a default_factory")
+        if not f.init:
+            raise TypeError(f"quick_init: {cls.__name__}.{f.name} is init=False")
         names.append(f.name)
-        if f.default is MISSING:
-            params.append(f.name)
-        else:
-            defaults[f"_default_{f.name}"] = f.default
+        if f.default_factory is not MISSING:
+            namespace[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            lines.append(f"    if {f.name} is _FACTORY:\n        {f.name} = _factory_{f.name}()\n")
+        elif f.default is not MISSING:
+            namespace[f"_default_{f.name}"] = f.default
             params.append(f"{f.name}=_default_{f.name}")
-    body = f"    self.__dict__.update({', '.join(f'{n}={n}' for n in names)})\n"
+        else:
+            params.append(f.name)
+    body = "".join(lines) + f"    self.__dict__.update({', '.join(f'{n}={n}' for n in names)})\n"
     if hasattr(cls, "__post_init__"):
         body += "    self.__post_init__()\n"
-    namespace = dict(defaults)
     exec(f"def __init__(self, {', '.join(params)}):\n{body}", namespace)
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     cls.__init__ = init
     return cls
+
+
+_FACTORY = object()  # quick_init: "call the field's default_factory"

@@ -96,7 +96,7 @@ def low_precision(training: TrainingSpec, stack: StackProfile, gpu: GPU, recipe:
     """The :class:`LowPrecision` of a job (`recipe` overrides the job's, for the planner's search)."""
     recipe = recipe or resolve_recipe(training, stack, gpu)
     if recipe == "none":
-        return LowPrecision()
+        return NO_LOWP  # one shared value (its hash is computed once)
     operand = OPERAND_BYTES["fp4" if recipe in FP4_RECIPES else "fp8"]
     fp8_gather = recipe in stack.fp8_all_gather
     cast_bytes, cast_kernels = CAST_BYTES[recipe], CAST_KERNELS[recipe]

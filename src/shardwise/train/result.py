@@ -83,6 +83,7 @@ _TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
 
 
+@quick_init
 @dataclass(frozen=True)
 class Estimate:
     name: str
