@@ -14,8 +14,12 @@ Claims (the papers' abstracts):
 Settings the claims do not state, chosen here (assumptions): GPT-2-like models (GELU MLP, LayerNorm, tied
 embeddings, vocabulary 50,257, sequence 1,024 as in Megatron-LM GPT-2) of hidden 4,096 and 32 heads,
 their size set by the layer count; FP16 mixed precision, full activation checkpointing, no fused attention
-(V100, 2020); the DeepSpeed stack. The 10B model is 50 layers (DeepSpeed's 10B GPT-2 example: hidden
-4,096, 50 layers) at micro-batch 10; capacity is judged at micro-batch 1. ZeRO-Infinity: the 1T GPT preset
+(V100, 2020); the DeepSpeed stack. The throughput models are the paper's Table 3 (layers, hidden and
+micro-batch per size: 10B is 50 layers of hidden 4,096 at micro-batch 10), heads of 128 dimensions, at the
+batch of its Sec. 6.2.2 and Figure 8 (512 with gradient accumulation, the nearest multiple of the
+micro-batch: 510 for 10B; delayed parameter update off); capacity is judged at micro-batch 1. The Figure 8
+values are read off its bars (about +-1 TFLOPS). CPU Adam runs at the DGX-2 host's measured rate (Table 4,
+data/gpus.yaml). ZeRO-Infinity: the 1T GPT preset
 (Narayanan et al. 2021 Table 1: 128 layers, hidden 25,600) with ZeRO-3 over the node and TP 8 (Shardwise
 has no memory-centric tiling, so a 7.9B-parameter layer must be split to fit a 32 GB GPU).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.cost.offload_step import offloaded_step_s
 from shardwise.specs.job import TrainJob, job_from_mapping
 from shardwise.train.estimate import estimate
 from shardwise.train.result import Estimate
@@ -33,14 +38,45 @@ GPT2 = {"vocab": 50257, "mlp": "gelu", "norm": "layernorm", "tied_embeddings": T
 
 
 def gpt2_job(layers: int, *, hidden: int = 4096, heads: int = 32, offload: str = "optimizer", zero: int = 2,
-             micro_batch: int = 1, gpus: int = 1) -> TrainJob:
+             micro_batch: int = 1, gpus: int = 1, global_batch: int | None = None) -> TrainJob:
     """A GPT-2-like model of `layers` layers on `gpus` V100s of a DGX-2 (module docstring)."""
     model = {"name": f"gpt2-h{hidden}-{layers}L", "layers": layers, "hidden": hidden, "heads": heads, "ffn": 4 * hidden, **GPT2}
     return job_from_mapping({
         "model": model, "cluster": {"gpu": "v100", "gpus": gpus},
-        "training": {"seq_len": 1024, "global_batch": micro_batch * gpus, "precision": "fp16", "framework": "deepspeed"},
+        "training": {"seq_len": 1024, "global_batch": global_batch or micro_batch * gpus, "precision": "fp16", "framework": "deepspeed"},
         "parallel": {"zero": zero, "offload": offload, "micro_batch": micro_batch, "recompute": "full", "flash_attention": False},
     })
+
+
+#: ZeRO-Offload Table 3 (billions of parameters: layers, hidden, micro-batch per GPU, MP 1) and Figure 8's
+#: ZeRO-Offload bars on one V100 at batch 512 (TFLOPS, read off the figure: about +-1).
+TABLE3_FIG8 = {1: (20, 2048, 32, 36.0), 2: (40, 2048, 32, 36.0), 4: (64, 2304, 32, 37.0), 6: (53, 3072, 16, 37.3),
+               8: (72, 3072, 16, 41.7), 10: (50, 4096, 10, 41.2), 11: (55, 4096, 8, 36.0), 12: (60, 4096, 4, 34.0),
+               13: (65, 4096, 4, 34.5)}
+
+
+def figure8_job(billions: int) -> TrainJob:
+    """The Table 3 model of `billions` on one V100 at Figure 8's batch (512, rounded down to the micro-batch)."""
+    layers, hidden, mb, _ = TABLE3_FIG8[billions]
+    return gpt2_job(layers, hidden=hidden, heads=hidden // 128, micro_batch=mb, global_batch=512 // mb * mb)
+
+
+#: ZeRO-Offload Figure 9: TFLOPS on one V100 at batch 8 without and with the one-step delayed parameter
+#: update (DPU, Sec. 5.2), read off the bars (about +-1).
+FIG9_DPU = {2: (27.0, 31.3), 6: (29.3, 36.5), 8: (34.6, 37.9), 10: (34.8, 39.1)}
+
+
+def dpu_figures(billions: int) -> tuple[float, float, Estimate]:
+    """(TFLOPS without DPU, with DPU, the estimate) of the Table 3 model at Figure 9's batch of 8 (one
+    micro-batch of 8 a step): with DPU the host step overlaps the next step's GPU work
+    (shardwise.cost.offload_step, delayed_update)."""
+    layers, hidden, _, _ = TABLE3_FIG8[billions]
+    e = estimate(gpt2_job(layers, hidden=hidden, heads=hidden // 128, micro_batch=8, global_batch=8))
+    host = e.time_s.optimizer
+    busy = e.step_time_s - host
+    dpu = busy + offloaded_step_s(0.0, grad_bytes=0.0, weight_bytes=0.0, link_bytes_s=1.0, adam_s=host,
+                                  delayed_update=True, gpu_busy_s=busy)
+    return e.model_tflops_per_gpu, e.model_tflops_per_gpu * e.step_time_s / dpu, e
 
 
 def largest_fitting(**kw: Any) -> tuple[int, float, Estimate]:
@@ -85,11 +121,23 @@ def main() -> None:
           f"({layers} layers of hidden 4096; peak {e.peak_memory_gib:.1f} of {e.usable_memory_gib:.1f} GiB)  [paper: over 13B]")
     layers, params, e = largest_fitting(offload="none", zero=0)
     print(f"PyTorch DDP baseline (no ZeRO, no offload): largest {params / 1e9:.2f}B ({layers} layers)  [paper: 1.4B]")
-    e = estimate(gpt2_job(50, micro_batch=10))
+    one = estimate(gpt2_job(50, micro_batch=10))
+    e = estimate(figure8_job(10))
     t = e.time_s
-    print(f"10B (50 layers), micro-batch 10: {e.model_tflops_per_gpu:.1f} model TFLOP/s per V100, step {e.step_time_s:.1f} s "
-          f"(compute {t.compute:.1f} s, optimizer on the host {t.optimizer:.1f} s; peak {e.peak_memory_gib:.1f} GiB, "
+    print(f"10B (50 layers), micro-batch 10, batch 510: {e.model_tflops_per_gpu:.1f} model TFLOP/s per V100, step {e.step_time_s:.0f} s "
+          f"(compute {t.compute:.0f} s, optimizer on the host {t.optimizer:.2f} s; peak {e.peak_memory_gib:.1f} GiB, "
           f"host {e.host_memory['dram_used_gib']:.0f} GiB)  [paper: 40 TFLOPS]")
+    print(f"  one micro-batch a step (batch 10): {one.model_tflops_per_gpu:.1f} TFLOP/s, step {one.step_time_s:.1f} s "
+          f"(compute {one.time_s.compute:.1f} s, host step {one.time_s.optimizer:.2f} s)")
+    print("Figure 8 sweep (Table 3 models, batch 512): size, Shardwise / paper TFLOPS, error, fits")
+    for b, (*_, paper) in TABLE3_FIG8.items():
+        f = estimate(figure8_job(b))
+        print(f"  {b:2d}B  {f.model_tflops_per_gpu:5.1f} / {paper:4.1f}  {f.model_tflops_per_gpu / paper - 1:+6.1%}  "
+              f"host step {f.time_s.optimizer / f.step_time_s:.1%} of the step  fits={f.fits}")
+    print("Figure 9, batch 8 (one micro-batch a step): size, TFLOPS without / with DPU, speedup; paper's")
+    for b, (wo, w) in FIG9_DPU.items():
+        off, on, _ = dpu_figures(b)
+        print(f"  {b:2d}B  {off:5.1f} / {on:5.1f}  x{on / off:.2f}   paper {wo:4.1f} / {w:4.1f}  x{w / wo:.2f}")
     nvme, cpu = estimate(infinity_job()), estimate(infinity_job(device="cpu"))
     h = nvme.host_memory
     print(f"ZeRO-Infinity, 1T GPT on one DGX-2 (16 x V100, tp 8, ZeRO-3): NVMe fits={nvme.fits} (NVMe {h['nvme_used_tb']:.1f} of "

@@ -12,6 +12,7 @@ from shardwise.cost.constants import default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.layer import attention_pass
 from shardwise.specs.hardware import make_cluster
+from shardwise.specs.layout import Layout
 from shardwise.specs.model import load_model
 from shardwise.train.assembly import layer_groups
 
@@ -124,7 +125,7 @@ def test_flashattention2s_forward_and_backward_bars_are_the_sum_of_its_passes():
 def _pass(scheme, cp, seq=131072, ulysses=1):
     model = load_model("llama-3.1-8b")
     cluster = make_cluster("H100", 64)
-    groups = layer_groups(cluster, 1, cp, 1, cp_comm=scheme, ulysses=ulysses if scheme != "a2a" else cp)
+    groups = layer_groups(cluster, Layout(cp=cp, cp_comm=scheme, ulysses=ulysses if scheme != "a2a" else cp))
     dev = Device.of(cluster.gpu, "bf16", default_constants().compute_for("H100-SXM"), "fa3")
     return attention_pass(model, seq / cp, seq, groups, dev, 2.0)
 

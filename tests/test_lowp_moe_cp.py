@@ -20,6 +20,7 @@ from shardwise.cost.layer import attention_pass, dispatch_s, elementwise_bytes_p
 from shardwise.cost.lowp import low_precision
 from shardwise.cost.stack import stack_profile
 from shardwise.specs.job import job_from_mapping
+from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import MoeSpec
 from shardwise.train.assembly import gathered_moe_layer_params, layer_groups
@@ -88,7 +89,8 @@ def test_fp8_weight_copies_are_of_the_weights_a_rank_owns(zero, owned):
     over 8 ranks: 1.75 GB of copies, not 14 GB); the casts after the optimizer step read the same."""
     from shardwise.cost.lowp import NO_LOWP, cast_s, job_device
     from shardwise.cost.stack import attention_kernel
-    from shardwise.train.assembly import rank_tail
+    from shardwise.specs.layout import Layout
+    from shardwise.train.assembly import Costing, RankLoad, rank_tail
 
     j = job(training={"precision": "fp8", "framework": "megatron"}, zero=zero)
     consts = default_constants()
@@ -97,9 +99,8 @@ def test_fp8_weight_copies_are_of_the_weights_a_rank_owns(zero, owned):
     assert lowp.weight_copy_bytes == 2.0 and lowp.weights_per_step
 
     def tail(lp):
-        return rank_tail(j.model, j.training, j.cluster, consts, stack, dev, tp=1, cp=1, ep=1, dp=8, zero=zero,
-                         dp_shard=8, offload="none", overlap_grad_reduce=True, microbatches=1, p_dense=7.0e9,
-                         p_exp=0.0, fwd_s=1.0, bwd_s=2.0, layers=32, lowp=lp)
+        return rank_tail(Costing(j.model, j.training, j.cluster, consts, stack, dev, lp), Layout(dp=8, zero=zero, dp_shard=8),
+                         RankLoad(p_dense=7.0e9, p_exp=0.0, fwd_s=1.0, bwd_s=2.0, layers=32), microbatches=1)
 
     fp8, bf16 = tail(lowp), tail(NO_LOWP)
     assert float(fp8.fixed_bytes) - float(bf16.fixed_bytes) == pytest.approx(owned * 2.0)
@@ -144,11 +145,11 @@ def test_fp8_recipes_rank_in_the_measured_order(gpu):
 def test_expert_rows_scale_by_the_load_factor_and_pad_to_the_tile():
     mixtral = load_model("mixtral-8x7b")  # 8 experts, top-2
     cluster = job(model="mixtral-8x7b", gpus=8, ep=8).cluster
-    groups = layer_groups(cluster, 1, 1, 8)
+    groups = layer_groups(cluster, Layout(tp=1, cp=1, ep=8))
     # 4096 tokens x top-2 x 8 ranks / 8 experts x 1.25 = 10240 rows (a whole number of 128-row tiles)
     assert expert_rows(mixtral, 4096, groups, MoeSpec(capacity_factor=1.25), 128) == 10240
     # 1000 x 2 x 1 / 8 x 1.25 = 312.5 rows, padded to 3 tiles of 128
-    assert expert_rows(mixtral, 1000, layer_groups(cluster, 1, 1, 1), MoeSpec(capacity_factor=1.25), 128) == 384
+    assert expert_rows(mixtral, 1000, layer_groups(cluster, Layout(tp=1, cp=1, ep=1)), MoeSpec(capacity_factor=1.25), 128) == 384
 
 
 def test_moe_elementwise_traffic_is_the_routed_copies_over_tp():
@@ -163,15 +164,15 @@ def test_moe_elementwise_traffic_is_the_routed_copies_over_tp():
 def test_dispatch_moves_the_routed_tokens_on_the_network_all_to_all():
     mixtral = load_model("mixtral-8x7b")  # hidden 4096, top-2
     cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
-    groups = layer_groups(cluster, 2, 1, 8)  # tp = expert-tp = 2
+    groups = layer_groups(cluster, Layout(tp=2, cp=1, ep=8))  # tp = expert-tp = 2
     # The rank's own 4096 tokens x 4096 x 2 B x top-2 x imbalance 1.2 over EP, then the expert-TP pair
     # all-gathers what each received (Megatron-Core's alltoall dispatcher)
     routed = 4096 * 4096 * 2 * 2 * 1.2
     a2a = dispatch_s(mixtral, 4096, groups, MoeSpec(imbalance=1.2), 2.0, False, 0.0)
     pair = collective_s("all_gather", 2 * routed, 2, groups.tp_tier)
     assert a2a == pytest.approx(collective_s("all_to_all", routed, 8, groups.ep_tier) + pair, rel=1e-12)
-    no_etp = dispatch_s(mixtral, 4096, layer_groups(cluster, 2, 1, 8, etp=1), MoeSpec(imbalance=1.2), 2.0, False, 0.0)
-    assert no_etp == pytest.approx(collective_s("all_to_all", routed, 8, layer_groups(cluster, 2, 1, 8, etp=1).ep_tier), rel=1e-12)
+    no_etp = dispatch_s(mixtral, 4096, layer_groups(cluster, Layout(tp=2, cp=1, ep=8, etp=1)), MoeSpec(imbalance=1.2), 2.0, False, 0.0)
+    assert no_etp == pytest.approx(collective_s("all_to_all", routed, 8, layer_groups(cluster, Layout(tp=2, cp=1, ep=8, etp=1)).ep_tier), rel=1e-12)
     fp8 = dispatch_s(mixtral, 4096, groups, MoeSpec(imbalance=1.2, dispatcher="deepep"), 2.0, True, 0.0)
     assert fp8 == pytest.approx(collective_s("all_to_all", routed / 2, 8, groups.ep_tier)
                                 + collective_s("all_gather", routed, 2, groups.tp_tier), rel=1e-12)
@@ -188,7 +189,7 @@ def _mixtral_layer(tp, ep, model=None, moe_layer=True, sp=True, moe_consts=None)
     dev = Device.of(cluster.gpu, "bf16", default_constants().compute_for(cluster.gpu.name))
     extra = {"moe_consts": moe_consts} if moe_consts is not None else {}
     return transformer_layer(model or load_model("mixtral-8x7b"), moe_layer, 4096.0, 4096, sp, "none", True, dev,
-                             layer_groups(cluster, tp, 1, ep), stack_profile("megatron", cluster.gpu.arch), **extra)
+                             layer_groups(cluster, Layout(tp=tp, cp=1, ep=ep)), stack_profile("megatron", cluster.gpu.arch), **extra)
 
 
 def test_routed_experts_take_their_tensor_parallel_traffic_from_the_dispatcher():
@@ -198,7 +199,7 @@ def test_routed_experts_take_their_tensor_parallel_traffic_from_the_dispatcher()
     ep 1 (no dispatch) or shared experts (their own TP linears) the MLP keeps its pair."""
     mixtral = load_model("mixtral-8x7b")
     cluster = job(model="mixtral-8x7b", gpus=16, ep=8, training={"global_batch": 16}).cluster
-    one = collective_s("all_reduce", 4096.0 * 4096 * 2.0, 2, layer_groups(cluster, 2, 1, 8).tp_tier)
+    one = collective_s("all_reduce", 4096.0 * 4096 * 2.0, 2, layer_groups(cluster, Layout(tp=2, cp=1, ep=8)).tp_tier)
 
     def tp_fwd(model, ep, moe_layer=True):
         return _mixtral_layer(2, ep, model, moe_layer).tp_fwd_s
@@ -277,7 +278,7 @@ def test_only_the_ring_hides_under_attention():
 def test_ulysses_moves_q_k_v_and_o_by_all_to_all():
     """Llama-3.1-8B, 131072 tokens over cp 8 (16384 each), head dim 128: Q and O 32 heads, K and V 8."""
     j = job(model="llama-3.1-8b", cp=8, cp_comm="a2a", training={"seq_len": 131072})
-    groups = layer_groups(j.cluster, 1, 8, 1, cp_comm="a2a", ulysses=8)
+    groups = layer_groups(j.cluster, Layout(tp=1, cp=8, ep=1, cp_comm="a2a", ulysses=8))
     q_o = 32 * (128 + 128) * 16384 * 2
     k_v = 8 * (128 + 128) * 16384 * 2
     dev = Device.of(j.cluster.gpu, "bf16", default_constants().compute_for("H100-SXM"), "fa3")

@@ -30,13 +30,44 @@ def test_pytorch_alone_fits_about_1_4b_on_one_v100():
 
 
 def test_zero_offload_10b_throughput_within_its_band():
-    """40 TFLOPS per V100 for 10B (the paper's abstract). The model gives 22.5 (-44%): its host step (CPU Adam
-    at the fitted host rate, 16.3 s) runs after the backward and the gradient copy is not overlapped with it
-    (ZeRO-Offload Sec. 4.2 overlaps it). Pinned as it is, so a change shows: within -50%..+15% of the claim."""
-    e = estimate(papers.gpt2_job(50, micro_batch=10))
+    """40 TFLOPS per V100 for 10B (the paper's abstract; Figure 8 at batch 512: about 41). At the paper's
+    setting (Table 3: micro-batch 10; Sec. 6.2.2: batch 512 with gradient accumulation) the host step is
+    well under 1% of the step, as the paper finds (the CPU is not the bottleneck): the gradient copies hide
+    in the backward and CPU Adam runs at the DGX-2's measured rate (Table 4). The model gives 50.7 (+27%),
+    all of it the V100's GPU time (no V100 run is fitted: it borrows A100's efficiencies): within -15%..+30%."""
+    e = estimate(papers.figure8_job(10))
     assert e.fits
-    assert 0.5 * 40 <= e.model_tflops_per_gpu <= 1.15 * 40
-    assert e.time_s.optimizer > e.time_s.compute  # the host step dominates, which is where the gap is
+    assert 0.85 * 40 <= e.model_tflops_per_gpu <= 1.3 * 40
+    assert e.time_s.optimizer < 0.01 * e.step_time_s
+
+
+def test_zero_offload_host_step_is_cpu_adam_at_table4_rate():
+    """One micro-batch a step: the 10B model's host step is CPU Adam on 10.1B parameters at 3.89e9/s
+    (Table 4: 10B in 2.57 s); the gradient copy (2 B per parameter over PCIe 3.0) is shorter than the
+    backward, so none of it shows, and the parameters come back during CPU Adam."""
+    job = papers.gpt2_job(50, micro_batch=10)
+    e = estimate(job)
+    assert e.time_s.optimizer == pytest.approx(job.model.params_total / 10e9 * 2.57, rel=0.01)
+
+
+def test_figure8_sweep_is_within_band_where_it_fits():
+    """Figure 8 (ZeRO-Offload on one V100, batch 512, Table 3's models): every size within -10%..+50% of the
+    bar (the model is optimistic for V100 throughout, most at the small micro-batches of 11-13B), and the
+    host step never above 1% of the step."""
+    for b, (*_, paper) in papers.TABLE3_FIG8.items():
+        e = estimate(papers.figure8_job(b))
+        assert 0.9 * paper <= e.model_tflops_per_gpu <= 1.5 * paper, b
+        assert e.time_s.optimizer < 0.01 * e.step_time_s, b
+
+
+def test_delayed_update_speedup_matches_figure9():
+    """Figure 9 (batch 8, one V100): the one-step delayed parameter update speeds 2B-10B up by x1.10 to x1.25
+    (bars read off the figure); here x1.20 to x1.26: CPU Adam at Table 4's rate against the V100's step,
+    hidden behind the next step's GPU work. Each within 0.15 of the paper's ratio, and DPU never slower."""
+    for b, (wo, w) in papers.FIG9_DPU.items():
+        off, on, e = papers.dpu_figures(b)
+        assert e.fits and on >= off
+        assert abs(on / off - w / wo) <= 0.15, b
 
 
 def test_zero_infinity_fits_a_trillion_parameters_on_one_dgx2_with_nvme_only():

@@ -50,7 +50,7 @@ def plan(model: str | dict[str, Any], gpu: str, gpus: int, seq_len: int, global_
 def describe(e: Estimate) -> str:
     """A ranked plan in the CLI's compact form, as `train plan`'s ``plan`` column prints it
     (``tp8 pp4 v2 dp2 z1 mb1 interleaved rc=selective sp``)."""
-    from shardwise.train.plan_report import plan_label
+    from shardwise.train.plan_label import plan_label
     from shardwise.train.planner import searched_fields
 
     return plan_label(searched_fields(e))

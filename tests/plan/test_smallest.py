@@ -84,3 +84,35 @@ def test_smallest_in_time_equals_brute_force():
     assert fast[0] == brute[0] is not None
     assert fast[1].step_time_s == brute[1].step_time_s
     assert fast[1].step_time_s * training.tokens / training.tokens_per_step <= 86400
+
+
+def test_smallest_fit_refuses_counts_whose_offload_overflows_host_dram():
+    """Llama-3.1-8B with the optimizer offloaded (ZeRO-Offload: 16 B a parameter, 128 GB, on the hosts) on H100
+    nodes given 64 GiB of DRAM each (57.6 usable): a node holds at most 57.6 GiB of the 8B model's host states,
+    so counts within one node (every GPU of it offloads at once) cannot run, however little the GPUs hold; with
+    the catalog's 2 TB DGX host the smallest count is smaller. The count chosen fits host memory by the exact
+    estimate, and every count the search turned down for host memory overflows it there too."""
+    from shardwise.specs.hardware import HostSpec
+
+    model, training = load_model("llama-3.1-8b"), TrainingSpec(seq_len=1024, global_batch=32)
+    fixed = {"offload": "optimizer", "zero": 2}
+    roomy, _ = smallest_fit(model, "h100", training, max_gpus=64, fixed=fixed)
+    small = HostSpec(dram_gib=64)
+    n, verdicts = smallest_fit(model, "h100", training, max_gpus=64, fixed=fixed, host=small)
+    assert roomy is not None and n is not None and n > roomy
+    assert n > 8  # one node's host cannot hold 8.03e9 x 16 B = 120 GiB
+    cluster = make_cluster("h100", n, host=small)
+    cands = enumerate_plans(model, cluster, training, fixed=fixed)
+    s = screen(cands, model, cluster, training, offload="optimizer")
+    assert s["host_ok"].any()
+    best = estimate(job_from_plan(model, cluster, training, cands.plan_dict(int(
+        (s["memory_bytes"] + (~s["host_ok"]) * 1e30).argmin())), {"offload": "optimizer"}))
+    assert best.fits and best.host_memory["dram_used_gib"] <= best.host_memory["dram_available_gib"]
+    host_refused = [v for v in verdicts if "host memory" in v.reason]
+    assert host_refused
+    for v in host_refused:
+        c = make_cluster("h100", v.gpus, host=small)
+        cands = enumerate_plans(model, c, training, fixed=fixed)
+        leanest = int(screen(cands, model, c, training, offload="optimizer")["memory_bytes"].argmin())
+        e = estimate(job_from_plan(model, c, training, cands.plan_dict(leanest), {"offload": "optimizer"}))
+        assert not e.fits and e.misfit.startswith("host memory")

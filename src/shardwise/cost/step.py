@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.cost.numeric import maximum, minimum, where
 from shardwise.cost.constants import Constants
 from shardwise.cost.memory import ModelStateBytes, model_state_bytes
+from shardwise.cost.numeric import Num, maximum, minimum, where
+from shardwise.cost.offload_step import cpu_adam_s, offloaded_step_s
 from shardwise.specs.hardware import DEFAULT_HOST_LINK_GBYTE_S, GPU, Cluster
 
 GIB = 2**30
@@ -41,8 +42,8 @@ def host_link_gbyte_s(hw: GPU | Cluster) -> float:
     return hw.host_link_gbyte_s or DEFAULT_HOST_LINK_GBYTE_S
 
 
-def model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, weight_bytes, grad_bytes,
-                 optimizer_bytes, offload: str = "none") -> ModelStateBytes:
+def model_states(p_dense: Num, p_exp: Num, dense_group: Num, expert_group: Num, zero: int | np.ndarray, shard: Num,
+                 weight_bytes: Num, grad_bytes: Num, optimizer_bytes: Num, offload: str = "none") -> ModelStateBytes:
     """Bytes of model states on one GPU: dense parameters sharded over `shard` ranks of their
     data-parallel group, expert parameters over their whole (expert) data-parallel group."""
     dense_shard = minimum(shard, dense_group)
@@ -71,12 +72,12 @@ HOST_MEMORY_RESERVE = 0.10
 class HostBytes:
     """Bytes one GPU keeps below its HBM: in host DRAM and on the node's NVMe (numbers or arrays)."""
 
-    dram: object
-    nvme: object
+    dram: Num
+    nvme: Num
 
 
-def host_state_bytes(opt_params, weight_shard_params, offload: str, device: str, weight_bytes, grad_bytes,
-                     optimizer_bytes) -> HostBytes:
+def host_state_bytes(opt_params: Num, weight_shard_params: Num, offload: str, device: str, weight_bytes: Num,
+                     grad_bytes: Num, optimizer_bytes: Num) -> HostBytes:
     """What one GPU's offload puts below HBM. `opt_params`: the parameters its optimizer updates (its
     shard); `weight_shard_params`: the 16-bit weights it would hold (its shard under ZeRO-3).
     CPU (ZeRO-Offload, Ren et al. 2021 Sec. 4): fp32 master + Adam moments (`optimizer_bytes`) and the
@@ -95,7 +96,8 @@ def host_state_bytes(opt_params, weight_shard_params, offload: str, device: str,
     return HostBytes(staging, states + params)
 
 
-def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_params, weight_bytes):
+def fixed_memory_bytes(consts: Constants, zero: int | np.ndarray, dense_group: Num, largest_layer_params: Num,
+                       weight_bytes: Num) -> Num:
     """Runtime memory outside states and activations; `largest_layer_params`: of one layer on this GPU."""
     mc = consts.memory
     fixed = (mc.cuda_context_gib + mc.comm_buffers_gib) * GIB
@@ -103,29 +105,37 @@ def fixed_memory_bytes(consts: Constants, zero, dense_group, largest_layer_param
     return fixed + where(zero >= 3, 2 * largest_layer_params * weight_bytes, buckets)
 
 
-def optimizer_step_s(consts: Constants, params_local, hbm_rate, offload: str = "none",
+def optimizer_step_s(consts: Constants, params_local: Num, hbm_rate: float, offload: str = "none",
                      host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
                      weight_bytes: float = 2.0, grad_bytes: float = 4.0, gpus_per_host: int = 1,
-                     device: str = "cpu", nvme_gbyte_s: tuple[float, float] | None = None, state_bytes: float = 12.0):
+                     device: str = "cpu", nvme_gbyte_s: tuple[float, float] | None = None, state_bytes: float = 12.0,
+                     bwd_s: Num | None = None, microbatches: Num = 1, zero: int | np.ndarray = 2,
+                     cpu_adam_gparams_s: float | None = None) -> Num:
     """Seconds of the optimizer step over the `params_local` parameters this GPU updates. Offloaded, the
     step runs on the host's CPUs, which the `gpus_per_host` GPUs of a node share (every one updates its
-    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), after the gradients cross the GPU's own host link
-    of `host_gbyte_s` (:func:`host_link_gbyte_s`). With `device` nvme the `state_bytes` per parameter are
+    shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), at the host's CPU-Adam rate `cpu_adam_gparams_s`
+    when known; the gradients cross the GPU's own host link of `host_gbyte_s` (:func:`host_link_gbyte_s`)
+    during the backward (`bwd_s` per micro-batch), the parameters come back during CPU Adam
+    (:func:`shardwise.cost.offload_step.offloaded_step_s`). With `device` nvme the `state_bytes` per parameter are
     read from and written back to the node's drives (`nvme_gbyte_s`: read, write GB/s per node, shared by
     its GPUs), overlapped with CPU Adam (ZeRO-Infinity, overlap-centric design): the slower of the two counts."""
     if offload == "none":
         return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
     link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
-    transfers = params_local * (grad_bytes + weight_bytes) / link
-    adam = params_local * gpus_per_host * consts.step.optimizer_bytes_per_param / consts.step.host_adam_bytes_s
+    adam = cpu_adam_s(params_local * gpus_per_host, cpu_adam_gparams_s, consts.step.host_adam_bytes_s,
+                      consts.step.optimizer_bytes_per_param)
     if device == "nvme" and nvme_gbyte_s is not None:
         read, write = nvme_gbyte_s
         adam = maximum(adam, params_local * gpus_per_host * state_bytes * (1.0 / read + 1.0 / write) / 1e9)
-    return transfers + adam
+    # With the parameters offloaded too, the updated 16-bit weights stay on the host: the next forward fetches
+    # them layer by layer (:func:`offload_params_s`), so the step copies none back.
+    back = 0.0 if offload == "optimizer+params" else weight_bytes
+    return offloaded_step_s(params_local, grad_bytes=grad_bytes, weight_bytes=back, link_bytes_s=link, adam_s=adam,
+                            bwd_s=bwd_s, microbatches=microbatches, zero=zero)
 
 
-def offload_params_s(consts: Constants, params_per_layer_pass, host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
-                     weight_bytes: float = 2.0, nvme_read_gbyte_s_per_gpu: float | None = None):
+def offload_params_s(consts: Constants, params_per_layer_pass: Num, host_gbyte_s: float = DEFAULT_HOST_LINK_GBYTE_S,
+                     weight_bytes: float = 2.0, nvme_read_gbyte_s_per_gpu: float | None = None) -> Num:
     """Host-to-device copy of offloaded parameters for one pass over one layer (ZeRO-Infinity style), over
     a host link of `host_gbyte_s` (:func:`host_link_gbyte_s`); from NVMe, streamed through host memory at
     the slower of the link and the GPU's share of the drives' read bandwidth (ZeRO-Infinity, overlap-centric design: prefetched through pinned host buffers)."""
@@ -142,7 +152,7 @@ def host_overhead_s(consts: Constants, host_step_overhead: bool) -> float:
     return consts.step.step_overhead_s if host_step_overhead else 0.0
 
 
-def straggler_factor(n_nodes, cv: float):
+def straggler_factor(n_nodes: int | np.ndarray, cv: float) -> Num:
     """Expected slowest-of-N-nodes over mean for per-node jitter cv (module docstring)."""
     if not isinstance(n_nodes, np.ndarray):
         return 1.0 + cv * math.sqrt(2.0 * math.log(max(n_nodes, 1)))

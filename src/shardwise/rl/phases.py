@@ -132,6 +132,56 @@ def run_rollout(job: ServeJob, requests: Requests) -> Rollout:
                    int(requests.output_len.sum()), int(requests.input_len.sum()), drain, sim)
 
 
+def rollout_lower_bound_s(job: ServeJob, requests: Requests) -> float | None:
+    """A proven lower bound on the rollout's makespan without simulating it (None where it does not apply:
+    a deployment the simulator would reject, or an engine this argument does not cover).
+
+    Every simulated iteration of a plain engine (:meth:`shardwise.serve.timing.StepTimer.iteration_s`) costs at
+    least its GPU time; a decode iteration (one that samples) at least the weights' and the LM head's read
+    floors plus the fixed communication and kernel costs, g = (lin_bytes + head_bytes) / mem_rate + comm fixed +
+    kernels, plus C per context token its decoders read
+    (C = decode_attn_s_per_token; every other term is non-negative). A response of o tokens needs o - 1 decode
+    iterations after its prefill, the j-th reading at least i + j - 1 context tokens (prompt i), so an engine
+    runs N >= max(max(o - 1), sum(o - 1) / max_num_seqs) iterations and is busy at least N g + C sum(ctx) over
+    its own requests. The makespan is at least the busiest engine's busy time. Requests go to the engines
+    round-robin in batch order (:func:`shardwise.serve.simulate.run_pool`: request r on engine r mod E), so
+    each engine's share is known; under another router the mean over the E engines of sum g (o - 1) /
+    max_num_seqs + C sum(ctx) is used (derived; preemption, scheduling gaps and output lag only add)."""
+    from shardwise.serve.constants import serving_constants
+    from shardwise.serve.simulate import build_pools
+    from shardwise.serve.timing import StepTimer
+
+    if job.deployment.kind != "colocated":
+        return None
+    try:
+        pools = build_pools(job, serving_constants())
+        if len(pools) != 1:
+            return None
+        pools[0].check_requests(requests.input_len, requests.output_len)
+    except ShardwiseError:
+        return None  # the simulation would fail: let it say why
+    pool = pools[0]
+    timer = pool.timer
+    if type(timer) is not StepTimer or pool.adapters is not None or pool.dp != 1 or pool.pp != 1 or timer.dp != 1:
+        return None
+    g = (timer.lin_bytes + timer.head_bytes) / timer.mem_rate + timer.comm_coeffs[0] + timer.kernels_s
+    c = float(timer.decode_attn_s_per_token)
+    seqs, engines = pool.sim_engine.max_num_seqs, pool.engines
+    o = np.maximum(requests.output_len.astype(np.float64) - 1.0, 0.0)  # decode iterations per response
+    ctx = o * requests.input_len.astype(np.float64) + o * np.maximum(o - 1.0, 0.0) / 2.0
+    if not len(o):
+        return 0.0
+    if engines > 1 and job.deployment.router != "round_robin":
+        chain = float(np.max(g * o + c * ctx))
+        return max(chain, (g * float(o.sum()) / seqs + c * float(ctx.sum())) / engines)
+    busiest = 0.0
+    for k in range(min(engines, len(o))):
+        mine_o, mine_ctx = o[k::engines], ctx[k::engines]
+        n = max(float(mine_o.max()), float(mine_o.sum()) / seqs)
+        busiest = max(busiest, n * g + c * float(mine_ctx.sum()))
+    return busiest
+
+
 # --- training-side passes -------------------------------------------------------------------------
 
 

@@ -16,6 +16,13 @@ those of the modes the job allows (``algorithm.max_staleness``: 0 is on-policy, 
 adds one-step-off and async): the price of stale responses (AReaL, Fu et al. 2025 Sec. 5, needs a decoupled
 PPO objective to learn from them) is the user's, set by that limit, and the ranking within it is samples/s alone.
 The notes give what the fastest off-policy candidate gains over the best on-policy one.
+
+Pruning (exact): every candidate is first priced without its rollout, with a proven lower bound on the rollout's
+makespan (:func:`shardwise.rl.phases.rollout_lower_bound_s`) in each mode's period formula (non-decreasing in R:
+:func:`shardwise.rl.step.estimate_rl` with ``bound_only``); the serving simulator then runs only for the candidates
+whose bound leaves them a chance to change a reported figure (the `top` ranked, the best on-policy one, the async
+windows' pool sizes and their best rollout TP), ties included. The report equals the unpruned search's
+(``prune=False``); the unsimulated feasible candidates are counted in ``bounded``.
 """
 
 from __future__ import annotations
@@ -28,10 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.errors import ShardwiseError
-from shardwise.rl.batch import draw_batch, train_batch
 from shardwise.rl.phases import pool_cluster
 from shardwise.rl.spec import PlacementSpec, RLJob
-from shardwise.rl.step import RLEstimate, estimate_rl
+from shardwise.rl.step import PeriodBound, RLEstimate, estimate_rl, iteration_batches
 from shardwise.serve.memory import weight_bytes_per_gpu
 from shardwise.serve.precision import Precision
 from shardwise.specs.training import TrainingSpec, TrainPlan
@@ -53,6 +59,15 @@ class RLPlanResult:
     considered: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: feasible candidates left unsimulated: a lower bound on their period shows they miss every figure reported
+    bounded: int = 0
+    #: the ranked candidates the search made exact (its `top`); a report of more would miss bounded ones
+    top: int | None = None
+
+    @property
+    def feasible(self) -> int:
+        """Candidates that run (simulated, and bounded without simulating)."""
+        return len(self.ranked) + self.bounded
 
     @property
     def best(self) -> RLEstimate:
@@ -62,12 +77,15 @@ class RLPlanResult:
         return dict(Counter(_reason_kind(r) for _, r in self.rejected).most_common())
 
     def to_dict(self, top: int = 5) -> dict[str, Any]:
+        if self.bounded and self.top is not None and top > self.top:
+            raise ShardwiseError(f"the plan searched for the top {self.top} candidates; plan again with top >= {top} to report {top}")
         return {
             "chosen": self.best.to_dict() if self.ranked else None,
             "placement_block": placement_block(self.best) if self.ranked else None,
             "ranked": [summary(e) for e in self.ranked[:top]],
             "considered": self.considered,
-            "feasible": len(self.ranked),
+            "feasible": self.feasible,
+            "bounded_not_simulated": self.bounded,
             "rejected_by_reason": self.rejected_by_reason(),
             "rejected": [{"candidate": c, "reason": r} for c, r in self.rejected],
             "seconds": self.seconds,
@@ -132,9 +150,8 @@ def _train_plans(job: RLJob, gpus: int, cap_gib: float, cache: dict) -> list[Tra
     key = (gpus, round(cap_gib, 1))
     if key in cache:
         return cache[key]
-    a, r, t = job.algorithm, job.rollout, job.training
-    batch = train_batch(draw_batch(r.input_len, r.output_len, a.prompts_per_step, a.group_size, r.seed, job.engine.max_model_len),
-                        t.packing, t.pack_len)
+    a, t = job.algorithm, job.training
+    _, batch = iteration_batches(job)
     rows = math.ceil(batch.rows / a.mini_batches)
     rows = math.ceil(rows / gpus) * gpus
     training = TrainingSpec(seq_len=batch.seq_len, global_batch=rows, precision=t.precision, framework=t.framework, compile=t.compile)
@@ -160,8 +177,11 @@ def _others_gib(job: RLJob, gpus: int, engine_tp: int | None) -> float:
     return total / GIB
 
 
-def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None) -> RLPlanResult:
-    """Search the placements of `job` (module docstring)."""
+def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None, prune: bool = True) -> RLPlanResult:
+    """Search the placements of `job` (module docstring). `prune`: simulate a candidate's rollout only where a
+    lower bound on its period (:func:`shardwise.rl.step.estimate_rl` with ``bound_only``) leaves it a chance to
+    change a reported figure: the `top` ranked, the best on-policy candidate, the async windows' pool sizes;
+    the rest count as feasible (``bounded``) and drop from ``ranked``. prune=False simulates every candidate."""
     t0 = time.perf_counter()
     cluster, a = job.cluster, job.algorithm
     n = cluster.num_gpus
@@ -191,26 +211,34 @@ def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None) -> RLPla
                     candidates.append((f"split {g}+{n - g} tp{tp} {mode}", spec, tp, None, False))
     total = len(candidates)
     considered = total
+    entries: list[_Entry] = []  # the feasible candidates, in candidate order: simulated, or only bounded
     for k, (label, spec, tp, offload, keep) in enumerate(candidates):
         if progress is not None:
             progress(label, k / total)
+        probe = _probe(job, spec, tp, offload, keep, usable_gib, plans_cache) if prune else None
+        if isinstance(probe, str):
+            rejected.append((label, probe))
+            continue
+        if probe is not None:
+            entries.append(_Entry(spec, tp, probe[0], probe[1]))
+            continue
         est = _evaluate(job, label, spec, tp, offload, keep, usable_gib, plans_cache, rejected)
         if est is not None:
-            ranked.append(est)
+            entries.append(_Entry(spec, tp, None, None, est))
+    _resolve_smallest(job, entries, lambda e: True, top)  # the ranked candidates shown
+    _resolve_smallest(job, entries, lambda e: e.staleness == 0, 1)  # the best on-policy one (the notes)
     # Async at the staleness limit, where it can win: its period lies between max(R (1 - idle), C + I + T) + S
     # and one-step-off's, R (1 - idle) being the batch's generation with its drain removed (every sequence
     # slot busy to the end: an optimistic bound, as a fuller batch decodes each step slower); when the
     # rollout already hides under the training side the two are equal, so no window is simulated.
     skipped = 0
+    ranked: list[RLEstimate] = []
     if a.max_staleness >= 1:
-        best = min((e.period_s for e in ranked), default=math.inf)
-        per_size: dict[int, RLEstimate] = {}  # the best rollout TP of each pool size, by one-step-off period
-        for e in ranked:
-            if e.placement["mode"] == "one_step_off":
-                g = e.pools["rollout"]
-                if g not in per_size or e.period_s < per_size[g].period_s:
-                    per_size[g] = e
-        for e in sorted(per_size.values(), key=lambda e: e.period_s)[:MAX_ASYNC_WINDOWS]:
+        best = min((e.est.period_s for e in entries if e.est is not None), default=math.inf)
+        # the best rollout TP of each of the pool sizes whose one-step-off period is shortest
+        windows = _resolve_sizes(job, entries, MAX_ASYNC_WINDOWS)
+        ranked = [e.est for e in entries if e.est is not None]
+        for e in windows:
             side = e.period_s - e.phases_s["weight sync"]
             train_side = sum(v for k, v in e.phases_s.items() if k not in ("rollout", "weight sync"))
             g, tp = e.pools["rollout"], e.placement["rollout_tp"]
@@ -225,6 +253,9 @@ def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None) -> RLPla
             if est is not None:
                 ranked.append(est)
                 best = min(best, est.period_s)
+    else:
+        ranked = [e.est for e in entries if e.est is not None]
+    bounded = sum(e.est is None for e in entries)
     ranked.sort(key=lambda e: (-e.samples_per_s, e.gpus))
     notes: list[str] = []
     on = [e for e in ranked if e.placement["staleness"] == 0]
@@ -240,7 +271,118 @@ def plan_rl(job: RLJob, top: int = 5, progress: Progress | None = None) -> RLPla
              f"{', '.join(str(g) for g in split_sizes(n, cluster.gpus_per_node)) or 'none (one node)'} rollout GPUs"]
     if not ranked:
         raise ShardwiseError("no placement runs: " + "; ".join(f"{c}: {r}" for c, r in rejected[:4]))
-    return RLPlanResult(ranked, rejected, considered, time.perf_counter() - t0, notes)
+    return RLPlanResult(ranked, rejected, considered, time.perf_counter() - t0, notes, bounded, top)
+
+
+@dataclass
+class _Entry:
+    """A feasible candidate: its estimate once simulated, else the training plan it runs and a lower bound on its period."""
+
+    spec: PlacementSpec
+    tp: int
+    plan: TrainPlan | None
+    bound: PeriodBound | None
+    est: RLEstimate | None = None
+
+    @property
+    def staleness(self) -> int:
+        return 1 if self.spec.kind == "split" and self.spec.mode == "one_step_off" else 0
+
+    @property
+    def low(self) -> float:
+        """The period, or its lower bound while not simulated."""
+        return self.est.period_s if self.est is not None else self.bound.period_s  # type: ignore[union-attr]
+
+
+def _simulate(job: RLJob, e: _Entry) -> None:
+    """Estimate a bounded candidate in full (the plan :func:`_evaluate` would reach: the same checks passed)."""
+    est = estimate_rl(job.with_placement(e.spec, plan=e.plan, tp=e.tp))
+    assert isinstance(est, RLEstimate) and e.bound is not None
+    if est.period_s < e.bound.period_s * (1 - 1e-12) or not est.fits:
+        raise ShardwiseError(f"internal: the period bound {e.bound.period_s:.3f} s exceeds the estimate {est.period_s:.3f} s; "
+                             "report this job")
+    e.est = est
+
+
+def _resolve_smallest(job: RLJob, entries: list[_Entry], pick: Callable[[_Entry], bool], k: int) -> None:
+    """Simulate the picked candidates until the k shortest periods among them are known exactly: every bounded
+    one whose bound is at most the k-th shortest simulated period (ties included, as the order breaks them)."""
+    while True:
+        exact = sorted(e.est.period_s for e in entries if e.est is not None and pick(e))
+        cut = exact[k - 1] if len(exact) >= k else math.inf
+        open_ = [e for e in entries if e.est is None and pick(e) and e.low <= cut]
+        if not open_:
+            return
+        _simulate(job, min(open_, key=lambda e: e.low))
+
+
+def _resolve_sizes(job: RLJob, entries: list[_Entry], k: int) -> list[RLEstimate]:
+    """The one-step-off candidate of shortest period (the first on ties) of each of the k pool sizes whose
+    shortest one-step-off period is smallest (sizes tied in period in candidate order), simulating the bounded
+    candidates that could change them."""
+    while True:
+        sizes: dict[int, list[_Entry]] = {}
+        for e in entries:
+            if e.spec.kind == "split" and e.spec.mode == "one_step_off":
+                sizes.setdefault(int(e.spec.rollout_gpus or 0), []).append(e)
+        rows = []
+        for order, group in enumerate(sizes.values()):
+            m = min((e.est.period_s for e in group if e.est is not None), default=math.inf)
+            open_ = [e for e in group if e.est is None and e.low <= m]
+            rows.append((min([m] + [e.low for e in open_]), order, group, open_))
+        rows.sort(key=lambda r: (r[0], r[1]))
+        todo = next((r[3] for r in rows[:k] if r[3]), None)
+        if todo is None and len(rows) > k:
+            todo = next((r[3] for r in rows[k:] if r[3] and r[0] <= rows[k - 1][0]), None)
+        if todo is None:
+            out = []
+            for _, _, group, _ in rows[:k]:
+                best = None
+                for e in group:
+                    if e.est is not None and (best is None or e.est.period_s < best.period_s):
+                        best = e.est
+                assert best is not None
+                out.append(best)
+            return out
+        _simulate(job, min(todo, key=lambda e: e.low))
+
+
+def _probe(job: RLJob, spec: PlacementSpec, tp: int, offload: str | None, keep: bool, usable_gib: float,
+           plans_cache: dict) -> tuple[TrainPlan, PeriodBound] | str | None:
+    """What :func:`_evaluate` would reach, without simulating the rollout: the training plan it settles on and a
+    lower bound on the candidate's period, or its rejection reason (each plan failing before the rollout, or on
+    the memory checks, the rollout then known to run); None where that cannot be decided so (the candidate is
+    then evaluated in full)."""
+    n = job.cluster.num_gpus
+    g_train = n if spec.kind == "colocated" else n - int(spec.rollout_gpus or 0)
+    cap = usable_gib - (_others_gib(job, g_train, tp if keep else None) if (keep or spec.kind == "split") else 0.0)
+    plans = _train_plans(job, g_train, max(cap, 1.0), plans_cache)
+    if isinstance(plans, str):
+        return plans
+    reason = ""
+    for plan in plans:
+        try:
+            b = estimate_rl(job.with_placement(spec, plan=plan, tp=tp), bound_only=True)
+        except ShardwiseError as exc:
+            reason = str(exc)  # raised before the rollout: the full estimate raises it too
+            continue
+        if not isinstance(b, PeriodBound):
+            return None
+        if not b.fits:
+            reason = _memory_reason(b.train_memory)
+            continue
+        if offload == "none" and b.offload:
+            reason = OFFLOAD_REASON
+            continue
+        return plan, b
+    return reason or "no training plan fits"
+
+
+OFFLOAD_REASON = "offload none: the training states leave the engine too little memory"
+
+
+def _memory_reason(m: dict[str, Any]) -> str:
+    return f"training phase memory: {m['need_gib']:.1f} GiB per GPU of {m['usable_gib']:.1f} usable ({m['peak_model']})"
 
 
 def _evaluate(job: RLJob, label: str, spec: PlacementSpec, tp: int, offload: str | None, keep: bool, usable_gib: float,
@@ -261,11 +403,10 @@ def _evaluate(job: RLJob, label: str, spec: PlacementSpec, tp: int, offload: str
             reason = str(exc)
             continue
         if not est.fits:
-            m = est.memory["train"]
-            reason = f"training phase memory: {m['need_gib']:.1f} GiB per GPU of {m['usable_gib']:.1f} usable ({m['peak_model']})"
+            reason = _memory_reason(est.memory["train"])
             continue
         if offload == "none" and est.memory["offload"]:
-            reason = "offload none: the training states leave the engine too little memory"
+            reason = OFFLOAD_REASON
             continue
         return est
     rejected.append((label, reason or "no training plan fits"))

@@ -50,6 +50,7 @@ from shardwise.rl.phases import (
     host_copy_s,
     nodes_ok,
     pool_cluster,
+    rollout_lower_bound_s,
     rollout_serve_job,
     run_rollout,
     state_bytes,
@@ -244,8 +245,22 @@ def _train_memory(side: TrainSide, usable: float, offload: bool, engine_weights:
             "resident_gib": {k: gib(v) for k, v in side.resident.items()} if not offload else {}}
 
 
-def estimate_rl(job: RLJob) -> RLEstimate:
-    """Estimate one iteration of `job` under its placement and mode (module docstring)."""
+@dataclass(frozen=True)
+class PeriodBound:
+    """What :func:`estimate_rl` with ``bound_only`` returns: a lower bound on the iteration time, and the memory
+    verdict the full estimate would reach (both before any simulation)."""
+
+    period_s: float
+    fits: bool
+    offload: bool
+    train_memory: dict[str, Any] = field(default_factory=dict, compare=False)  # the estimate's memory["train"]
+
+
+def estimate_rl(job: RLJob, bound_only: bool = False) -> RLEstimate | PeriodBound | None:
+    """Estimate one iteration of `job` under its placement and mode (module docstring). `bound_only`: do not
+    simulate the rollout; return a :class:`PeriodBound` from :func:`shardwise.rl.phases.rollout_lower_bound_s`
+    and the other phases (each period formula is non-decreasing in R), or None where no bound applies (offload
+    auto, async windows, a rollout the bound does not cover); errors before the rollout are raised as usual."""
     cluster, p, a, r = job.cluster, job.placement, job.algorithm, job.rollout
     n_all = cluster.num_gpus
     if p.kind == "split":
@@ -262,8 +277,7 @@ def estimate_rl(job: RLJob) -> RLEstimate:
         g_r = g_t = n_all
         train_cluster, rollout_cluster = cluster, None
         pools = {"all": n_all}
-    requests = draw_batch(r.input_len, r.output_len, a.prompts_per_step, a.group_size, r.seed, job.engine.max_model_len)
-    batch = train_batch(requests, job.training.packing, job.training.pack_len)
+    requests, batch = iteration_batches(job)
     side = train_side(job, train_cluster, batch)
     usable = cluster.usable_memory_bytes
     hbm = cluster.gpu.memory_bytes
@@ -295,6 +309,8 @@ def estimate_rl(job: RLJob) -> RLEstimate:
         serve = rollout_serve_job(job.policy, cluster.gpu.name, g_r, r.tp, r.pp, r.precision, knobs, price, job.name)
         key = (job.policy, cluster.gpu.name, g_r, r.tp, r.pp, r.precision, tuple(sorted(knobs.items())), price,
                r.input_len.model_dump_json(), r.output_len.model_dump_json(), r.seed, a.prompts_per_step, a.group_size)
+        if bound_only:
+            return _period_bound(job, memory, offload, choices, serve, requests, side, train_cluster, rollout_cluster, g_r)
         try:
             rollout = _rollout(key, serve, requests)
         except ShardwiseError:
@@ -418,6 +434,46 @@ def stream_schedule(finish_s: np.ndarray, requests: Requests, model: ModelSpec, 
 
 
 _ROLLOUTS: dict[tuple, Rollout] = {}
+_BATCHES: dict[tuple, tuple[Requests, TrainBatch]] = {}
+
+
+def iteration_batches(job: RLJob) -> tuple[Requests, TrainBatch]:
+    """The iteration's requests and packed training batch (drawn once per job: every candidate of a plan shares them)."""
+    r, a, t = job.rollout, job.algorithm, job.training
+    key = (r.input_len.model_dump_json(), r.output_len.model_dump_json(), a.prompts_per_step, a.group_size, r.seed,
+           job.engine.max_model_len, t.packing, t.pack_len)
+    if key not in _BATCHES:
+        if len(_BATCHES) > 64:
+            _BATCHES.clear()
+        requests = draw_batch(r.input_len, r.output_len, a.prompts_per_step, a.group_size, r.seed, job.engine.max_model_len)
+        _BATCHES[key] = (requests, train_batch(requests, t.packing, t.pack_len))
+    return _BATCHES[key]
+
+
+def _period_bound(job: RLJob, memory: dict[str, Any], offload: bool, choices: list[bool], serve: ServeJob, requests: Requests,
+                  side: TrainSide, train_cluster: Cluster, rollout_cluster: Cluster | None, g_r: int) -> PeriodBound | None:
+    """A lower bound on the period from R >= the rollout's lower bound (module docstring's formulas: colocated and
+    split sync R + C + I + T + S (+ W); stream at least max(R, C + I + T) + S, as its last update ends after R and
+    after all of C + I + T ran, and at least R + T + S when the updates wait for the last forward; one-step-off
+    max(R, C + I + T) + S)."""
+    p, r = job.placement, job.rollout
+    if len(choices) > 1 or (p.kind == "split" and p.mode == "async"):
+        return None
+    lower = rollout_lower_bound_s(serve, requests)
+    if lower is None:
+        return None
+    replicas = g_r // (r.tp * r.pp)
+    s = weight_sync_s(job.policy, 2.0, train_cluster, _plan(side), rollout_cluster, r.tp, r.pp, replicas)["total_s"]
+    reward_cpu = math.ceil(requests.output_len.size / job.spec.reward.cpu_workers) * job.spec.reward.cpu_s_per_sample
+    work = reward_cpu + sum(side.forward_s.values()) + sum(side.train_s.values())
+    if p.kind == "colocated" or p.mode == "sync":
+        period = lower + work + s + (host_copy_s(side.moved, job.cluster) if offload else 0.0)
+    elif p.mode == "stream" and (job.algorithm.recompute_logprobs or job.critic is not None or job.algorithm.epochs > 1):
+        # the updates follow the last forward, which starts once the last group is done (at R)
+        period = max(lower + sum(side.train_s.values()), work) + s
+    else:
+        period = max(lower, work) + s
+    return PeriodBound(period, bool(memory["train"]["fits"]), offload, memory["train"])
 
 
 def _rollout(key: tuple, serve: ServeJob, requests: Requests) -> Rollout:

@@ -85,6 +85,7 @@ class GPU(BaseModel):
     nvme_tb: float | None = Field(default=None, gt=0, description="NVMe capacity per node, TB (10^12 B)")
     nvme_read_gbyte_s: float | None = Field(default=None, gt=0, description="NVMe read bandwidth per node (all drives), GB/s")
     nvme_write_gbyte_s: float | None = Field(default=None, gt=0, description="NVMe write bandwidth per node (all drives), GB/s")
+    cpu_adam_gparams_s: float | None = Field(default=None, gt=0, description="measured CPU-Adam rate of the node's CPUs, 1e9 parameters/s")
     sources: dict[str, str] = {}
 
     @property
@@ -149,7 +150,7 @@ def _catalog() -> dict[str, GPU]:
             intra_node_topology=link["topology"], nvls=link["nvls"], **net, **fields,
             host_link=host["link"], host_link_gbyte_s=host["gbyte_s"], host_dram_gib=host.get("dram_gib"),
             nvme_tb=host.get("nvme_tb"), nvme_read_gbyte_s=host.get("nvme_read_gbyte_s"),
-            nvme_write_gbyte_s=host.get("nvme_write_gbyte_s"),
+            nvme_write_gbyte_s=host.get("nvme_write_gbyte_s"), cpu_adam_gparams_s=host.get("cpu_adam_gparams_s"),
         )
     return out
 
@@ -214,6 +215,9 @@ class HostSpec(BaseModel):
                                             "(all drives together), GB/s")
     nvme_write_gbyte_s: float | None = Field(default=None, gt=0, le=10_000, description="NVMe write bandwidth per node "
                                              "(all drives together), GB/s")
+    cpu_adam_gparams_s: float | None = Field(default=None, gt=0, le=1e4, description="CPU Adam rate of a node's CPUs, "
+                                             "10^9 parameters per second (DGX-2: 3.9, ZeRO-Offload Table 4); unset: the "
+                                             "fitted host rate")
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,7 @@ class HostTiers:
     nvme_tb: float | None  # per node
     nvme_read_gbyte_s: float | None  # per node
     nvme_write_gbyte_s: float | None  # per node
+    cpu_adam_gparams_s: float | None = None  # per node, 1e9 parameters/s; None: the fitted host rate
 
     @classmethod
     def of(cls, gpu: GPU, spec: HostSpec | None = None) -> HostTiers:
@@ -236,14 +241,14 @@ class HostTiers:
         if last[0] is gpu and last[1] is spec:  # an estimate asks for its cluster's tiers once per rank and more
             return last[2]
         tiers = _host_tiers(gpu.host_link_gbyte_s, gpu.host_link, gpu.host_dram_gib, gpu.nvme_tb, gpu.nvme_read_gbyte_s,
-                           gpu.nvme_write_gbyte_s, spec)
+                           gpu.nvme_write_gbyte_s, gpu.cpu_adam_gparams_s, spec)
         _LAST_HOST = (gpu, spec, tiers)
         return tiers
 
 
 @lru_cache(maxsize=64)
 def _host_tiers(link_gbyte_s: float | None, link: str, dram_gib: float | None, nvme_tb: float | None,
-                nvme_read: float | None, nvme_write: float | None, spec: HostSpec | None) -> HostTiers:
+                nvme_read: float | None, nvme_write: float | None, cpu_adam: float | None, spec: HostSpec | None) -> HostTiers:
     """:meth:`HostTiers.of` from the GPU's catalog figures (cached: a pure function of a few numbers; an
     estimate asks for its cluster's tiers once per pipeline rank and more)."""
     spec = spec or _NO_HOST_SPEC
@@ -254,6 +259,7 @@ def _host_tiers(link_gbyte_s: float | None, link: str, dram_gib: float | None, n
         dram_gib=pick(spec.dram_gib, dram_gib), nvme_tb=pick(spec.nvme_tb, nvme_tb),
         nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, nvme_read),
         nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, nvme_write),
+        cpu_adam_gparams_s=pick(spec.cpu_adam_gparams_s, cpu_adam),
     )
 
 
@@ -456,6 +462,8 @@ class GroupSpec(BaseModel):
     network: NetworkSpec | None = Field(default=None, description="other network fields (NVLink, SHARP) as in cluster.network")
     price_usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="$ per GPU-hour; default: the GPU's list price")
     power_limit_w: float | None = Field(default=None, gt=0, le=1e5, description="enforced power limit per GPU, W")
+    host: HostSpec | None = Field(default=None, description="this group's memory tiers below HBM that differ from its GPU's "
+                                  "catalog system, as cluster.host (docs/offload.md)")
 
 
 class GroupsSpec(BaseModel):
@@ -533,7 +541,7 @@ def group_cluster(spec: GroupSpec, where: str, memory_headroom: float | None = N
     per_node = spec.gpus_per_node or gpu.gpus_per_node
     try:
         return make_cluster(gpu, spec.nodes * per_node, per_node, None, spec.price_usd_per_gpu_hour, net or None, spec.power_limit_w,
-                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom)
+                            gpu_field=f"{where}.gpu", memory_headroom=memory_headroom, host=spec.host)
     except ShardwiseError as exc:  # the flat form's messages name `cluster.<field>`: name the group instead
         msg = str(exc)
         raise ShardwiseError(where + msg[len("cluster"):] if msg.startswith("cluster") else f"{where}: {msg}") from None

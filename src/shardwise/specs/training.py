@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shardwise.errors import ShardwiseError
 from shardwise.limits import MAX_CLUSTER_GPUS, MAX_PIPELINE_RANKS, MAX_PIPELINE_STAGES, MAX_SEQUENCE_TOKENS
 from shardwise.specs.layer import Linear
+from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec
 
 Precision = Literal["bf16", "fp16", "fp8", "fp4", "fp32"]
@@ -294,10 +295,7 @@ class TrainPlan(BaseModel):
     def degrees(self) -> dict[str, int]:
         return {"tp": self.tp, "cp": self.cp, "dp": self.dp or 0, "pp": self.pp, "vpp": self.vpp, "ep": self.ep}
 
-    # Rank layout (TP innermost, then CP, DP, PP): the stride of each group in the global rank order. The
-    # expert layers re-split the tp*cp*dp ranks of a stage as etp (innermost), ep, expert-dp (MoE Parallel
-    # Folding; Megatron-Core's expert order tp-ep-dp-pp).
     def stride(self, dim: str) -> int:
-        dp = self.dp or 1
-        return {"tp": 1, "cp": self.tp, "dp": self.tp * self.cp, "pp": self.tp * self.cp * dp,
-                "etp": 1, "ep": self.expert_tp, "edp": self.expert_tp * self.ep}[dim]
+        """Stride of a `dim` group in the global rank order (:meth:`shardwise.specs.layout.Layout.stride`:
+        TP innermost, then CP, DP, PP; the expert layers re-split a stage's ranks as etp, ep, expert-dp)."""
+        return int(Layout.of(self).stride(dim))

@@ -5,9 +5,10 @@ The levers (each one change, the rest of the job as asked):
 - offload the optimizer states, or the optimizer states and the parameters, to host memory (ZeRO-Offload,
   Ren et al. 2021; ZeRO-Infinity, Rajbhandari et al. 2021): the same GPUs, a slower step; its slowdown is
   the step time over that of the same plan without offload (were memory no object);
-- offload the activations to host memory (parallel.offload_activations 1, PipeOffload: Wan et al. 2025;
-  :mod:`shardwise.cost.act_offload`), where the job did not set a share: the same GPUs, its slowdown priced
-  the same way (the fallback search when nothing fits stays with the model-state offloads);
+- offload the activations to host memory (parallel.offload_activations at the planner's shares, 0.5 and 1,
+  the faster that fits; PipeOffload: Wan et al. 2025; :mod:`shardwise.cost.act_offload`), where the job did
+  not set a share: the same GPUs, its slowdown priced the same way; the fallback search when nothing fits
+  retries with it where it is the fastest offload lever (:func:`offload_fallback`);
 - full recompute, micro-batch 1, or the job's other fixed plan fields freed (only where the job fixed them);
 - more GPUs of the same type: the smallest count that fits (:func:`shardwise.train.smallest.smallest_fit`);
 - another GPU type with more memory, at the same count;
@@ -29,8 +30,8 @@ from shardwise.specs.hardware import Cluster, get_gpu, gpu_names, make_cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
-from shardwise.train.plan_report import plan_label
-from shardwise.train.planner import NothingFits, job_from_plan, plan_search, usd_per_million_tokens
+from shardwise.train.plan_label import plan_label
+from shardwise.train.planner import ACT_OFFLOAD_SHARES, NothingFits, job_from_plan, plan_search, usd_per_million_tokens
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.search_space import EVERY_PLAN
 from shardwise.train.smallest import _breakdown, memory_floor_bytes, smallest_fit
@@ -87,8 +88,8 @@ class Advice:
                 "closest": self.closest, "levers": [lv.to_dict() for lv in self.levers]}
 
     def best_offload(self) -> Lever | None:
-        """The fastest offload lever that fits on the same GPUs, if any."""
-        offloads = [lv for lv in self.levers if lv.fits and lv.name.startswith("offload")]
+        """The fastest offload lever that fits on the same GPUs (model states or activations), if any."""
+        offloads = [lv for lv in self.levers if lv.fits and (lv.name.startswith("offload") or lv.name == "activation offload")]
         return min(offloads, key=lambda lv: lv.best.step_time_s) if offloads else None
 
 
@@ -138,10 +139,14 @@ def what_to_change(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fi
                 lever.note = (f"{lever.slowdown:.0%} slower than the same plan without offload "
                               f"(which would need {plain.peak_memory_gib:.1f} GiB)")
             levers.append(lever)
-    if not fixed.get("offload_activations"):  # activation offload (cost/act_offload.py): every share, the planner's best
-        best = _fastest(model, cluster, training, fixed | {"offload_activations": 1.0}, schedules, constants)
-        lever = Lever("activation offload", "offload the activations to host memory (parallel.offload_activations 1; "
-                      "PipeOffload)", SAME_JOB, best, cluster.num_gpus, usd_per_mtok=_price(best, cluster))
+    if not fixed.get("offload_activations"):  # activation offload (cost/act_offload.py): the planner's shares, the fastest
+        tries = [_fastest(model, cluster, training, fixed | {"offload_activations": x}, schedules, constants)
+                 for x in ACT_OFFLOAD_SHARES]
+        fitting = [e for e in tries if e is not None]
+        best = min(fitting, key=lambda e: e.step_time_s) if fitting else None
+        share = best.plan["offload_activations"] if best is not None else ACT_OFFLOAD_SHARES[-1]
+        lever = Lever("activation offload", f"offload the activations to host memory (parallel.offload_activations "
+                      f"{share:g}; PipeOffload)", SAME_JOB, best, cluster.num_gpus, usd_per_mtok=_price(best, cluster))
         if best is not None:
             plain = estimate(job_from_plan(model, cluster, training, {**best.plan, "offload_activations": 0.0}), constants)
             lever.slowdown = best.step_time_s / plain.step_time_s - 1
@@ -173,10 +178,11 @@ def what_to_change(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fi
 def _more_gpus(model: ModelSpec, cluster: Cluster, training: TrainingSpec, fixed: dict[str, Any], schedules: Schedules,
                constants: Constants | None, max_gpus: int) -> Lever:
     gpu = cluster.gpu.name
-    n, _ = smallest_fit(model, gpu, training, max_gpus, cluster.memory_headroom, schedules, constants, fixed)
+    n, _ = smallest_fit(model, gpu, training, max_gpus, cluster.memory_headroom, schedules, constants, fixed,
+                        host=cluster.host_spec)
     if n is None:
         return Lever("more GPUs", f"no count of {gpu} up to {max_gpus:,} fits", HARDWARE)
-    bigger = make_cluster(gpu, n, memory_headroom=cluster.memory_headroom)
+    bigger = make_cluster(gpu, n, memory_headroom=cluster.memory_headroom, host=cluster.host_spec)
     best = _fastest(model, bigger, training, fixed, schedules, constants)
     return Lever("more GPUs", f"{n} x {gpu} (the smallest count that fits; {n - cluster.num_gpus:+d} GPUs)", HARDWARE, best, n,
                  usd_per_mtok=_price(best, bigger))
@@ -233,10 +239,13 @@ class NoPlanFits(ShardwiseError):
 def offload_fallback(model: ModelSpec, training: TrainingSpec, nf: NothingFits, fixed: dict[str, Any] | None = None,
                      schedules: tuple[str, ...] | None = None, constants: Constants | None = None,
                      max_gpus: int = 4096) -> tuple[dict[str, str], Advice]:
-    """When nothing fits: (the offload fields the search should retry with: offload and offload_device, the
-    advice); raises :class:`NoPlanFits` when the job fixed its offload or no offload fits these GPUs."""
+    """When nothing fits: (the offload fields the search should retry with: offload and offload_device, or
+    offload_activations where offloading the activations is the fastest lever that fits; the advice); raises
+    :class:`NoPlanFits` when the job fixed its offload or no offload fits these GPUs."""
     advice = what_to_change(model, training, nf, fixed, schedules, constants, max_gpus)
     lever = advice.best_offload()
     if lever is None or (fixed or {}).get("offload", "none") != "none":
         raise NoPlanFits(advice)
+    if lever.name == "activation offload":
+        return {"offload_activations": lever.best.plan["offload_activations"]}, advice
     return {"offload": lever.best.plan["offload"], "offload_device": lever.best.plan.get("offload_device", "cpu")}, advice

@@ -11,21 +11,39 @@ against the schedule's forward-to-backward gaps (:func:`shardwise.train.pipeline
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from shardwise.cost.act_offload import activation_offload
-from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note, paged_optimizer
-from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.lowp import job_device
-from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
+from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note
 from shardwise.cost.allocator import fragmentation_share, runtime_bytes
+from shardwise.cost.constants import Constants, default_constants
+from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
+from shardwise.cost.lowp import job_device
 from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile, tp_overlap_mode
-from shardwise.cost.step import HOST_MEMORY_RESERVE, host_link_gbyte_s, host_overhead_s, straggler_factor
+from shardwise.cost.step import HOST_MEMORY_RESERVE, host_link_gbyte_s
 from shardwise.pipeline import schedule_info
+from shardwise.specs.hardware import Cluster
 from shardwise.specs.job import TrainJob
-from shardwise.train.assembly import blocks, boundary_p2p_s, layer_groups, plan_rank_tail, stage_work
+from shardwise.specs.layout import Layout
+from shardwise.train.assembly import (
+    Costing,
+    RankTail,
+    activation_room,
+    blocks,
+    boundary_p2p_s,
+    rank_contents,
+    rank_loads,
+    rank_memory,
+    rank_tails,
+    stage_work,
+    stages_of_rank,
+    step_parts,
+    time_breakdown,
+)
 from shardwise.train.error_band import error_band
 from shardwise.train.pipeline_timing import check_group, forward_backward_gaps, pipeline_timing, plan_stages_per_rank
-from shardwise.train.result import GIB, Estimate, MemoryBreakdown, TimeBreakdown
-from shardwise.train.stages import stage_contents, stage_params
+from shardwise.train.result import GIB, Estimate
+from shardwise.train.stages import stage_contents
 
 
 def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool = True) -> Estimate:
@@ -34,99 +52,60 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     same step time, for ranking)."""
     consts = constants or default_constants()
     model, cluster, training, plan = job.model, job.cluster, job.training, job.plan
-    plan = plan.model_copy(update={"vpp": plan_stages_per_rank(plan)})  # V-shaped schedules hold two
+    vpp = plan_stages_per_rank(plan)  # V-shaped schedules hold two
     gpu = cluster.gpu
-    tp, pp, vpp, cp, ep, dp = plan.tp, plan.pp, plan.vpp, plan.cp, plan.ep, plan.dp or 1
     m = job.microbatches
-    check_group(plan, m)
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
-    dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
-    seq, sp, rc, flash = training.seq_len, plan.sp, plan.recompute, plan.flash_attention
-    groups = layer_groups(cluster, tp, cp, ep, plan.expert_tp, plan.cp_comm, plan.cp_a2a)
     tpo = tp_overlap_mode(plan, stack)
-    plan = plan.model_copy(update={"tp_overlap": tpo})  # reported as resolved
-    b = blocks(model, training, cluster, dev, stack, tp, cp, ep, sp, rc, flash, plan.micro_batch, lowp, groups, consts.moe, tpo)
+    plan = plan.model_copy(update={"vpp": vpp, "tp_overlap": tpo})  # reported as resolved
+    check_group(plan, m)
+    dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
+    seq, rc, flash = training.seq_len, plan.recompute, plan.flash_attention
+    layout = Layout.of(plan)
+    tp, pp, ep = layout.tp, layout.pp, layout.ep
+    ctx = Costing(model, training, cluster, consts, stack, dev, lowp)
+    b = blocks(ctx, layout, flash, tpo)
 
     stages = stage_contents(model, pp * vpp)
-    f_s, i_s, w_s, acts, exposed = [], [], [], [], []
-    for st in stages:
-        f, i, w, parts, act = stage_work(b, st)
-        f_s.append(f)
-        i_s.append(i)
-        w_s.append(w)
-        exposed.append(parts)
-        acts.append(act)
+    work = [stage_work(b, st) for st in stages]
+    f_s, i_s, w_s, acts = [x.f for x in work], [x.i for x in work], [x.w for x in work], [x.act for x in work]
 
-    # Model states, fixed memory, DP communication and the optimizer step per pipeline rank.
+    # What each pipeline rank holds; its model states, fixed memory, DP communication and optimizer step.
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
-    mine = [[s for s in range(pp * vpp) if s2r[s] == r] for r in range(pp)]
-    mem_const, step_const = consts.memory, consts.step
+    mine = stages_of_rank(s2r, pp)
+    loads = rank_loads(rank_contents(model, stages, mine, tp, ep), work, mine)
     keep = keeps_unsharded(plan, stack)
-    frag = fragmentation_share(mem_const, expandable_segments(training, stack))
-    runtime = runtime_bytes(mem_const)
-    tails, known = [], {}
-    for r in range(pp):
-        p_dense = p_exp = 0.0
-        for s in mine[r]:
-            d, e = stage_params(model, stages[s], tp, ep)
-            p_dense, p_exp = p_dense + d, p_exp + e
-        fwd_s, bwd_s = sum(f_s[s] for s in mine[r]), sum(i_s[s] + w_s[s] for s in mine[r])
-        layers = sum(stages[s].layers for s in mine[r])
-        key = (p_dense, p_exp, fwd_s, bwd_s, layers)  # ranks holding the same stages share one tail
-        if key not in known:
-            known[key] = plan_rank_tail(
-                model, training, cluster, consts, stack, dev, tp=tp, cp=cp, ep=ep, dp=dp, zero=plan.zero,
-                dp_shard=plan.dp_shard or dp * cp, offload=plan.offload, overlap_grad_reduce=plan.overlap_grad_reduce,
-                microbatches=m, p_dense=p_dense, p_exp=p_exp, fwd_s=fwd_s, bwd_s=bwd_s, layers=layers, lowp=lowp,
-                etp=plan.expert_tp, keep_unsharded=keep, unsharded_grads=keep and pp > 1, offload_device=plan.offload_device,
-            )
-        tails.append(known[key])
-    extra_act = [b.act_recompute] * pp
-    extra_act[s2r[-1]] += b.act_output
+    tails = rank_tails(ctx, layout, loads, microbatches=m, offload=plan.offload, offload_device=plan.offload_device,
+                       overlap_grad_reduce=plan.overlap_grad_reduce, keep_unsharded=keep, unsharded_grads=keep and pp > 1)
+    frag = fragmentation_share(consts.memory, expandable_segments(training, stack))
+    runtime = runtime_bytes(consts.memory)
+    extra_act = [b.act.extra(r == s2r[-1]) for r in range(pp)]
     lora = training.adapter
     paged = lora is not None and bool(lora.paged_optimizer)
-    cap = min((cluster.usable_memory_bytes - t.states.total + (t.states.optimizer if paged else 0.0) - t.fixed_bytes)
-              / (1 + frag) - extra_act[r] for r, t in enumerate(tails))
-    p2p_s = boundary_p2p_s(cluster, model, training, plan.micro_batch, tp, cp, plan.stride("pp")) if pp > 1 else 0.0
+    cap = min(activation_room(ctx, t, extra_act[r], frag, paged) for r, t in enumerate(tails))
+    p2p_s = boundary_p2p_s(cluster, model, training, layout) if pp > 1 else 0.0
     timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, p2p_s, acts, b.w_retained, max(cap, max(acts)), split_p2p,
                              plan.microbatch_group)
 
     # Activation offload (cost/act_offload.py): the peak falls by the share, the copies hide in the schedule's gaps.
     share = plan.offload_activations
     gaps = forward_backward_gaps(timing.inputs) if share > 0 else None
+    link = host_link_gbyte_s(cluster)
     offloaded = [activation_offload(share, timing.peak_activation[r], [acts[s] for s in mine[r]],
-                                    [gaps[s] for s in mine[r]] if gaps else [[] for _ in mine[r]], host_link_gbyte_s(cluster),
+                                    [gaps[s] for s in mine[r]] if gaps else [[] for _ in mine[r]], link,
                                     m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]]) for r in range(pp)]
     act_offload_s = max(o.exposed_s for o in offloaded)
 
-    ranks, paged_gib = [], 0.0
-    for r, t in enumerate(tails):
-        activations = offloaded[r].peak_bytes + extra_act[r]
-        optimizer, paging_s = float(t.states.optimizer), 0.0
-        if paged:
-            _, resident, paging = paged_optimizer(t.states, t.fixed_bytes, activations * (1 + frag),
-                                                  cluster.usable_memory_bytes, consts, host_link_gbyte_s(cluster))
-            paged_gib = max(paged_gib, (optimizer - float(resident)) / GIB)
-            optimizer, paging_s = float(resident), float(paging)
-        mem = MemoryBreakdown(float(t.states.weights), float(t.states.grads), optimizer, activations,
-                              float(t.fixed_bytes) - runtime, frag * activations, runtime)
-        ranks.append((mem, float(t.dp_s), float(t.optimizer_s) + paging_s))
-
-    peak_rank = max(range(pp), key=lambda r: ranks[r][0].total)
-    dp_s = max(x[1] for x in ranks)
-    optimizer_s = max(x[2] for x in ranks)
-    crit = timing.critical_rank
-    comp = sum(exposed[s][0] for s in mine[crit]) * m
-    e_tp, e_cp, e_ep = (sum(exposed[s][k] for s in mine[crit]) * m for k in (1, 2, 3))
-    overhead = host_overhead_s(consts, stack.host_step_overhead)
+    mems = [rank_memory(ctx, t, offloaded[r].peak_bytes + extra_act[r], frag, paged) for r, t in enumerate(tails)]
+    paged_gib = (max(float(t.states.optimizer) - float(mem.states.optimizer) for t, mem in zip(tails, mems, strict=True)) / GIB
+                 if paged else 0.0)
+    ranks = [mem.breakdown(runtime) for mem in mems]
+    peak_rank = max(range(pp), key=lambda r: ranks[r].total)
+    parts = step_parts(ctx, timing.step_s, cluster.nodes, max(float(t.dp_s) for t in tails),
+                       max(float(t.optimizer_s) + float(mem.paging_s) for t, mem in zip(tails, mems, strict=True)), act_offload_s)
+    step = parts.total
+    times = time_breakdown(timing, work, mine, m, parts)
     n = cluster.num_gpus
-    straggler = timing.step_s * (float(straggler_factor(cluster.nodes, step_const.straggler_cv)) - 1.0)
-    step = timing.step_s + straggler + dp_s + optimizer_s + overhead + act_offload_s
-    times = TimeBreakdown(
-        compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
-        bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler,
-        act_offload=act_offload_s,
-    )
     tokens_step = training.tokens_per_step
     peak = gpu.peak_flops("bf16" if training.low_precision else training.precision)  # MFU of fp8/fp4 runs: vs the BF16 peak
     mf = model_flops_per_token(model, seq) * tokens_step
@@ -152,10 +131,10 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
                      "exposed (the rest hidden behind the forward-to-backward gaps)")
     if model.is_moe:
         notes.append(f"MoE routing: {training.moe.assumption()}; {training.moe.dispatcher} dispatch over ep {ep}, "
-                     f"expert all-to-all {e_ep:.3g} s per step (exposed)")
+                     f"expert all-to-all {times.ep_comm:.3g} s per step (exposed)")
         if plan.expert_tp != tp:
             notes.append(f"etp {plan.expert_tp} != tp {tp} (MoE Parallel Folding): experts split over etp x ep = "
-                         f"{plan.expert_tp * ep}, their data-parallel group {dp * cp * tp // (ep * plan.expert_tp)}")
+                         f"{plan.expert_tp * ep}, their data-parallel group {layout.group('edp')}")
     if training.low_precision:
         notes.append(f"MFU and HFU are against the BF16 peak ({peak / 1e12:.0f} TFLOP/s); {lowp.recipe} {training.precision} "
                      "GEMMs run the block linears, attention and the LM head stay in BF16")
@@ -176,9 +155,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         microbatches=m,
         step_time_s=step,
         time_s=times,
-        memory=ranks[peak_rank][0],
+        memory=ranks[peak_rank],
         peak_memory_rank=peak_rank,
-        memory_per_rank_gib=tuple(x[0].total / GIB for x in ranks),
+        memory_per_rank_gib=tuple(x.total / GIB for x in ranks),
         gpu_memory_gib=gpu.memory_gib,
         usable_memory_gib=cluster.usable_memory_bytes / GIB,
         tokens_per_s_per_gpu=tokens_step / step / n,
@@ -198,7 +177,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         stack=stack.knobs(),
         error_band=error_band(gpu.name, training.framework,
                               "moe" if model.is_moe else "fp8" if training.low_precision else "dense"),
-        memory_per_rank=tuple(x[0] for x in ranks),
+        memory_per_rank=tuple(ranks),
         pipeline_inputs=timing.inputs,
         fp8_recipe=lowp.recipe if lowp.active else None,
         moe_dispatcher=training.moe.dispatcher if model.is_moe else None,
@@ -206,7 +185,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     )
 
 
-def host_memory(cluster, tails, offload: str, device: str, notes: list[str],
+def host_memory(cluster: Cluster, tails: Sequence[RankTail], offload: str, device: str, notes: list[str],
                 activations: list[float] | None = None) -> dict | None:
     """Host DRAM and NVMe a node's offload uses against what it has (None: nothing offloaded). Every GPU of
     a node offloads at once: the node holds `gpus on the node` x the largest rank's bytes (an upper bound

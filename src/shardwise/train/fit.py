@@ -47,7 +47,7 @@ class FitSearch:
     fronts: list
     advice: Advice | None = None
     fallback: str | None = None  # the offload searched with ("optimizer+params on nvme" when on NVMe)
-    fallback_fields: dict[str, str] | None = None  # offload and offload_device
+    fallback_fields: dict[str, Any] | None = None  # offload and offload_device, or offload_activations
 
 
 def search_fitting(inputs: PlanInputs, search: Callable[[PlanInputs], tuple], schedules: Any = None, max_gpus: int = 4096,
@@ -63,7 +63,10 @@ def search_fitting(inputs: PlanInputs, search: Callable[[PlanInputs], tuple], sc
         fallback, advice = offload_fallback(inputs.model, inputs.training, nf, inputs.fixed, tuple(split_list(schedules)) or None,
                                             max_gpus=max_gpus)
         inputs = replace(inputs, fixed={**inputs.fixed, **fallback})
-        label = fallback["offload"] + (f" on {fallback['offload_device']}" if fallback["offload_device"] != "cpu" else "")
+        if "offload_activations" in fallback:
+            label = f"activations (share {fallback['offload_activations']:g})"
+        else:
+            label = fallback["offload"] + (f" on {fallback['offload_device']}" if fallback["offload_device"] != "cpu" else "")
         return FitSearch(inputs, *search(inputs), advice, label, fallback)
 
 
@@ -73,7 +76,8 @@ def fit_json(found: FitSearch, sized: list[SizedCluster] | None, days: float | N
     if found.advice is not None:
         fields = found.fallback_fields or {}
         out["what_to_change"] = found.advice.to_dict() | {"searched_with_offload": fields.get("offload"),
-                                                          "searched_with_offload_device": fields.get("offload_device")}
+                                                          "searched_with_offload_device": fields.get("offload_device"),
+                                                          "searched_with_offload_activations": fields.get("offload_activations")}
     if sized is not None:
         out["smallest_gpus"] = {"gpus": sized[0].gpus, "counts": [v.to_dict() for v in sized[0].verdicts]}
         out["smallest_clusters"] = smallest_json(sized, found.results, found.inputs.clusters, days)

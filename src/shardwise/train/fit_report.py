@@ -11,7 +11,7 @@ from rich.text import Text
 
 from shardwise.specs.hardware import Cluster
 from shardwise.train.advice import Advice
-from shardwise.train.plan_report import plan_label
+from shardwise.train.plan_label import plan_label
 from shardwise.train.planner import PlanResult, usd_per_million_tokens
 from shardwise.train.smallest import SizedCluster
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,18 +35,36 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile, tp_overlap_mode
-from shardwise.cost.step import host_link_gbyte_s, host_overhead_s, model_states, optimizer_step_s, straggler_factor
+from shardwise.cost.step import host_link_gbyte_s, model_states, optimizer_step_s
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
 from shardwise.specs.hardware import Cluster, HeteroCluster, group_shape
 from shardwise.specs.hetero import HeteroJob, HeteroLayout
-from shardwise.specs.model import ModelSpec
+from shardwise.specs.layout import Layout
 from shardwise.specs.training import TrainPlan
-from shardwise.train.assembly import Blocks, RankTail, blocks, boundary_p2p_s, rank_tail, stage_work
+from shardwise.train.assembly import (
+    Blocks,
+    Costing,
+    RankLoad,
+    RankTail,
+    StageWork,
+    activation_room,
+    blocks,
+    boundary_p2p_s,
+    rank_contents,
+    rank_loads,
+    rank_memory,
+    rank_tail,
+    rank_tails,
+    stage_work,
+    stages_of_rank,
+    step_parts,
+    time_breakdown,
+)
 from shardwise.train.hetero_result import HeteroEstimate, RankReport
 from shardwise.train.hetero_split import balanced_layer_split, batch_splits, refine_split, state_shares
 from shardwise.train.pipeline_timing import PipelineTiming, pipeline_timing, plan_stages_per_rank
-from shardwise.train.result import GIB, MemoryBreakdown, TimeBreakdown
+from shardwise.train.result import GIB, TimeBreakdown
 from shardwise.train.stages import StageContent, stage_contents, stage_params
 
 #: Pipelines up to this many ranks get their layer split refined on the simulation (each move costs one).
@@ -54,29 +73,38 @@ REFINE_MAX_RANKS = 8
 
 @dataclass(frozen=True)
 class GroupCost:
-    """One GPU group under a plan: its cluster, device, software stack and per-block costs."""
+    """One GPU group under a plan: its costing (cluster, device, software stack) and per-block costs."""
 
     name: str
-    cluster: Cluster
-    dev: Device
-    stack: StackProfile
+    ctx: Costing
     blocks: Blocks
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.ctx.cluster
+
+    @property
+    def dev(self) -> Device:
+        return self.ctx.dev
+
+    @property
+    def stack(self) -> StackProfile:
+        return self.ctx.stack
 
     @property
     def layer_s(self) -> float:
         """F + I + W of one micro-batch through one dense layer (TP/CP communication included)."""
-        f, i, w, _, _ = stage_work(self.blocks, StageContent(0, 1, 0, False, False))
-        return f + i + w
+        w = stage_work(self.blocks, StageContent(0, 1, 0, False, False))
+        return w.f + w.i + w.w
 
 
 def group_cost(job: HeteroJob, name: str, plan: TrainPlan, consts: Constants) -> GroupCost:
-    """The cost model of group `name` at the plan's (tp, cp, sp, recompute, micro-batch)."""
+    """The cost model of group `name` at the plan's layout (tp, cp and its scheme, sp, recompute, micro-batch)."""
     cluster, training = job.cluster.group(name).cluster, job.training
     stack = stack_profile(training.framework, cluster.gpu.arch, training.compile, consts)
     dev = Device.of(cluster.gpu, training.precision, consts.compute_for(cluster.gpu.name), attention_kernel(training, stack))
-    b = blocks(job.model, training, cluster, dev, stack, plan.tp, plan.cp, plan.ep, plan.sp, plan.recompute,
-               plan.flash_attention, plan.micro_batch, tp_overlap=tp_overlap_mode(plan, stack))
-    return GroupCost(name, cluster, dev, stack, b)
+    ctx = Costing(job.model, training, cluster, consts, stack, dev)
+    return GroupCost(name, ctx, blocks(ctx, Layout.of(plan), plan.flash_attention, tp_overlap_mode(plan, stack)))
 
 
 def spanning_cluster(cluster: HeteroCluster, names: list[str], crossing_gpus: int) -> Cluster:
@@ -126,16 +154,14 @@ def layer_caps(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost], s2r: tup
     caps = []
     for r, c in enumerate(costs):
         units = float(np.asarray(schedule_info(plan.schedule).inflight(pp, vpp, np.array([m]), r)).ravel()[0])
-        tail = rank_tail(model, job.training, c.cluster, consts, c.stack, c.dev, tp=plan.tp, cp=plan.cp, ep=plan.ep,
-                         dp=dp_group // plan.cp, zero=plan.zero, dp_shard=dp_group, offload="none",
-                         overlap_grad_reduce=plan.overlap_grad_reduce, microbatches=m, p_dense=0.0, p_exp=0.0,
-                         fwd_s=0.0, bwd_s=0.0)
+        tail = rank_tail(c.ctx, Layout.of(plan), RankLoad(0.0, 0.0, 0.0, 0.0), microbatches=m,
+                         overlap_grad_reduce=plan.overlap_grad_reduce)
         ends = [s for s in (0, len(s2r) - 1) if s2r[s] == r]
         extra_params = sum(stage_params(model, StageContent(s, 0, 0, s == 0, s == len(s2r) - 1), plan.tp, plan.ep)[0] for s in ends)
         extra = (float(tail.fixed_bytes) + extra_params * (wb + gb + ob) / (dp_group if plan.zero >= 1 else 1)
-                 + (1 + frag) * (c.blocks.act_recompute + (c.blocks.act_output if len(s2r) - 1 in ends else 0.0)
-                                 + (units * c.blocks.act_embedding / vpp if 0 in ends else 0.0)))
-        per_layer = per_layer_states + (1 + frag) * units / vpp * c.blocks.act_dense
+                 + (1 + frag) * (c.blocks.act.recompute + (c.blocks.act.output if len(s2r) - 1 in ends else 0.0)
+                                 + (units * c.blocks.act.embedding / vpp if 0 in ends else 0.0)))
+        per_layer = per_layer_states + (1 + frag) * units / vpp * c.blocks.act.dense
         caps.append(max(0, int((c.cluster.usable_memory_bytes - extra) // per_layer)))
     return caps
 
@@ -148,8 +174,8 @@ def default_layer_split(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost],
         e = 0.0
         for s, head in ((0, False), (len(s2r) - 1, True)):
             if s2r[s] == r:
-                f, i, w, _, _ = stage_work(c.blocks, StageContent(s, 0, 0, not head, head))
-                e += f + i + w
+                w = stage_work(c.blocks, StageContent(s, 0, 0, not head, head))
+                e += w.f + w.i + w.w
         fixed.append(e)
     cap = layer_caps(job, plan, costs, s2r, m, (plan.dp or 1) * plan.cp, consts)
     try:
@@ -158,71 +184,14 @@ def default_layer_split(job: HeteroJob, plan: TrainPlan, costs: list[GroupCost],
         return balanced_layer_split(job.model.layers, [c.layer_s for c in costs], fixed)
 
 
-@dataclass
-class _Pipeline:
-    """One pipeline's costed stages and its timing."""
-
-    f: list[float]
-    i: list[float]
-    w: list[float]
-    parts: list[tuple]
-    acts: list[float]
-    mine: list[list[int]]
-    contents: list[StageContent]
-    timing: PipelineTiming | None = None
-
-
-def _stages(model: ModelSpec, plan: TrainPlan, costs: list[GroupCost], contents: list[StageContent],
-            s2r: tuple[int, ...]) -> _Pipeline:
-    pipe = _Pipeline([], [], [], [], [], [[s for s in range(len(s2r)) if s2r[s] == r] for r in range(plan.pp)], contents)
-    for s, st in enumerate(contents):
-        c = costs[s2r[s]]
-        f, i, w, parts, act = stage_work(c.blocks, st)
-        pipe.f.append(f)
-        pipe.i.append(i)
-        pipe.w.append(w)
-        pipe.parts.append(parts)
-        pipe.acts.append(act)
-    return pipe
-
-
-def _tail(job: HeteroJob, plan: TrainPlan, c: GroupCost, cluster: Cluster, pipe: _Pipeline, r: int, dp: int, m: int,
-          consts: Constants, pad: float = 1.0) -> tuple[RankTail, float, float]:
-    """rank_tail of pipeline rank r on `cluster` (its group's, or the groups' spanning one), with the
-    parameters scaled by `pad` (uneven shards padded to the largest)."""
-    p_dense = p_exp = 0.0
-    for s in pipe.mine[r]:
-        d, e = stage_params(job.model, pipe.contents[s], plan.tp, plan.ep)
-        p_dense, p_exp = p_dense + d, p_exp + e
-    tail = rank_tail(job.model, job.training, cluster, consts, c.stack, c.dev, tp=plan.tp, cp=plan.cp, ep=plan.ep, dp=dp,
-                     zero=plan.zero, dp_shard=dp * plan.cp, offload="none", overlap_grad_reduce=plan.overlap_grad_reduce,
-                     microbatches=m, p_dense=p_dense * pad, p_exp=p_exp * pad, fwd_s=sum(pipe.f[s] for s in pipe.mine[r]),
-                     bwd_s=sum(pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
-                     layers=sum(pipe.contents[s].layers for s in pipe.mine[r]))
-    return tail, p_dense, p_exp
-
-
-def _time(timing: PipelineTiming, pipe: _Pipeline, m: int, straggler: float, dp_s: float, optimizer_s: float,
-          overhead: float) -> tuple[TimeBreakdown, float]:
-    """The critical rank's breakdown and the step, summed as :func:`shardwise.train.estimate.estimate` does
-    (same order, so one GPU type gives the same float)."""
-    crit = timing.critical_rank
-    comp = sum(pipe.parts[s][0] for s in pipe.mine[crit]) * m
-    e_tp, e_cp, e_ep = (sum(pipe.parts[s][k] for s in pipe.mine[crit]) * m for k in (1, 2, 3))
-    times = TimeBreakdown(compute=comp, tp_comm=e_tp, pp_comm=timing.pp_comm_s, dp_comm=dp_s, cp_comm=e_cp, ep_comm=e_ep,
-                          bubble=timing.bubble_s, optimizer=optimizer_s, overhead=overhead, straggler=straggler)
-    return times, timing.step_s + straggler + dp_s + optimizer_s + overhead
+def _work(costs: list[GroupCost], contents: list[StageContent], s2r: tuple[int, ...]) -> list[StageWork]:
+    """Each virtual stage's work on the GPU of the rank that holds it."""
+    return [stage_work(costs[s2r[s]].blocks, st) for s, st in enumerate(contents)]
 
 
 def _frag(job: HeteroJob, cost: GroupCost, consts: Constants) -> float:
     """The caching allocator's fragmentation share on a group's stack (:mod:`shardwise.cost.allocator`)."""
     return fragmentation_share(consts.memory, expandable_segments(job.training, cost.stack))
-
-
-def _memory(states: ModelStateBytes, fixed: float, activations: float, frag: float, consts: Constants) -> MemoryBreakdown:
-    runtime = runtime_bytes(consts.memory)
-    return MemoryBreakdown(float(states.weights), float(states.grads), float(states.optimizer), activations,
-                           fixed - runtime, frag * activations, runtime)
 
 
 def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
@@ -249,45 +218,50 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
         return start if best == start.layout.layer_split or not math.isfinite(best_s) else \
             pipeline_estimate(job, constants, split_p2p, layer_split=best)
     plan = _plan(layout)
-    pp, vpp, tp, cp, dp = plan.pp, plan.vpp, plan.tp, plan.cp, plan.dp or 1
+    grid = Layout.of(plan)
+    pp, vpp, tp, cp, dp = grid.pp, grid.vpp, grid.tp, grid.cp, grid.dp
     m = training.global_batch // (plan.micro_batch * dp)
     by_name = {g: group_cost(job, g, plan, consts) for g in dict.fromkeys(layout.stage_groups)}
     costs = [by_name[g] for g in layout.stage_groups]
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
+    mine = stages_of_rank(s2r, pp)
     split = layer_split or layout.layer_split or default_layer_split(job, plan, costs, s2r, m, consts)
-    pipe = _stages(model, plan, costs, stage_contents(model, pp * vpp, virtual_counts(split, s2r)), s2r)
-    tails = [_tail(job, plan, c, c.cluster, pipe, r, dp, m, consts)[0] for r, c in enumerate(costs)]
-    extra_act = [c.blocks.act_recompute for c in costs]
-    extra_act[s2r[-1]] += costs[s2r[-1]].blocks.act_output
-    cap = min((c.cluster.usable_memory_bytes - t.states.total - t.fixed_bytes) / (1 + _frag(job, c, consts)) - extra_act[r]
-              for r, (c, t) in enumerate(zip(costs, tails, strict=True)))
+    contents = stage_contents(model, pp * vpp, virtual_counts(split, s2r))
+    work = _work(costs, contents, s2r)
+    loads = rank_loads(rank_contents(model, contents, mine, tp, grid.ep), work, mine)
+    tails = rank_tails([c.ctx for c in costs], grid, loads, memo=False, microbatches=m,
+                       overlap_grad_reduce=plan.overlap_grad_reduce)
+    frags = [_frag(job, c, consts) for c in costs]
+    extra_act = [c.blocks.act.extra(r == s2r[-1]) for r, c in enumerate(costs)]
+    cap = min(activation_room(c.ctx, t, extra_act[r], frags[r], False) for r, (c, t) in enumerate(zip(costs, tails, strict=True)))
     hops = []
     for s in range(pp * vpp - 1):
         a, b = layout.stage_groups[s2r[s]], layout.stage_groups[s2r[s + 1]]
         net = by_name[a].cluster if a == b else spanning_cluster(hc, [a, b], tp * cp * dp)
-        stride = tp * cp * dp if a == b else net.network.nvlink_domain  # across groups: never inside one domain
-        hops.append(boundary_p2p_s(net, model, training, plan.micro_batch, tp, cp, stride) if s2r[s] != s2r[s + 1] else 0.0)
+        stride = grid.stride("pp") if a == b else net.network.nvlink_domain  # across groups: never inside one domain
+        hops.append(boundary_p2p_s(net, model, training, grid, stride) if s2r[s] != s2r[s + 1] else 0.0)
     w_retained = max(c.blocks.w_retained for c in costs)
-    timing = pipeline_timing(plan.schedule, pp, vpp, m, pipe.f, pipe.i, pipe.w, tuple(hops), pipe.acts, w_retained,
-                             max(cap, max(pipe.acts)), split_p2p)
-    pipe.timing = timing
+    f_s, i_s, w_s, acts = [x.f for x in work], [x.i for x in work], [x.w for x in work], [x.act for x in work]
+    timing = pipeline_timing(plan.schedule, pp, vpp, m, f_s, i_s, w_s, tuple(hops), acts, w_retained,
+                             max(cap, max(acts)), split_p2p)
+    runtime = runtime_bytes(consts.memory)
     ranks = []
     for r, (c, t) in enumerate(zip(costs, tails, strict=True)):
-        acts = timing.peak_activation[r] + extra_act[r]
+        memory = rank_memory(c.ctx, t, timing.peak_activation[r] + extra_act[r], frags[r], False)
         ranks.append(RankReport(layout.stage_groups[r], c.cluster.gpu.name, r, dp * cp, split[r], m,
-                                m * sum(pipe.f[s] + pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
-                                _memory(t.states, float(t.fixed_bytes), acts, _frag(job, c, consts), consts),
+                                m * sum(work[s].f + work[s].i + work[s].w for s in mine[r]), memory.breakdown(runtime),
                                 c.cluster.usable_memory_bytes / GIB, 1.0 / (dp * cp) if plan.zero >= 1 else 1.0))
-    dp_s = max(float(t.dp_s) for t in tails)
-    optimizer_s = max(float(t.optimizer_s) for t in tails)
-    gpus = layout.gpus_per_group()
-    nodes = sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in gpus.items())
-    straggler = timing.step_s * (float(straggler_factor(nodes, consts.step.straggler_cv)) - 1.0)
-    times, step = _time(timing, pipe, m, straggler, dp_s, optimizer_s,
-                        host_overhead_s(consts, costs[timing.critical_rank].stack.host_step_overhead))
+    crit = timing.critical_rank
+    parts = step_parts(costs[crit].ctx, timing.step_s, _nodes(hc, layout), max(float(t.dp_s) for t in tails),
+                       max(float(t.optimizer_s) for t in tails))
     resolved = replace(layout, layer_split=tuple(split))
-    crit_group = layout.stage_groups[timing.critical_rank]
-    return _result(job, resolved, times, step, crit_group, tuple(ranks), timing.bubble_fraction, {"pipeline": timing.inputs})
+    return _result(job, resolved, time_breakdown(timing, work, mine, m, parts), parts.total, layout.stage_groups[crit],
+                   tuple(ranks), timing.bubble_fraction, {"pipeline": timing.inputs})
+
+
+def _nodes(hc: HeteroCluster, layout: HeteroLayout) -> int:
+    """Nodes the layout uses, over every group (the straggler wait's N)."""
+    return sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in layout.gpus_per_group().items())
 
 
 def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p: bool = True,
@@ -298,25 +272,29 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
     consts = constants or default_constants()
     model, hc, training, layout = job.model, job.cluster, job.training, job.layout
     plan = _plan(layout)
-    pp, vpp, tp, cp, dp = plan.pp, plan.vpp, plan.tp, plan.cp, plan.dp or 1
+    grid = Layout.of(plan)
+    pp, vpp, tp, cp = grid.pp, grid.vpp, grid.tp, grid.cp
     names = [g for g, _ in layout.replicas]
     reps = [d for _, d in layout.replicas]
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
+    mine = stages_of_rank(s2r, pp)
     contents = stage_contents(model, pp * vpp)
+    held = rank_contents(model, contents, mine, tp, grid.ep)
     costs = {g: group_cost(job, g, plan, consts) for g in names}
-    pipes = {g: _stages(model, plan, [costs[g]] * pp, contents, s2r) for g in names}
-    hop = {g: boundary_p2p_s(costs[g].cluster, model, training, plan.micro_batch, tp, cp, tp * cp * d) if pp > 1 else 0.0
+    work = {g: _work([costs[g]] * pp, contents, s2r) for g in names}
+    hop = {g: boundary_p2p_s(costs[g].cluster, model, training, replace(grid, dp=d)) if pp > 1 else 0.0
            for g, d in zip(names, reps, strict=True)}
     total_mb = training.global_batch // plan.micro_batch
     w_retained = max(c.blocks.w_retained for c in costs.values())
 
     def timings(split: tuple[int, ...]) -> dict[str, PipelineTiming]:
-        return {g: pipeline_timing(plan.schedule, pp, vpp, mg, pipes[g].f, pipes[g].i, pipes[g].w, hop[g], pipes[g].acts,
-                                   w_retained, None, split_p2p) for g, mg in zip(names, split, strict=True)}
+        return {g: pipeline_timing(plan.schedule, pp, vpp, mg, [x.f for x in work[g]], [x.i for x in work[g]],
+                                   [x.w for x in work[g]], hop[g], [x.act for x in work[g]], w_retained, None, split_p2p)
+                for g, mg in zip(names, split, strict=True)}
 
     split = batch_split or layout.batch_split
     if split is None:
-        busy = [[sum(pipes[g].f[s] + pipes[g].i[s] + pipes[g].w[s] for s in pipes[g].mine[r]) for r in range(pp)] for g in names]
+        busy = [[sum(work[g][s].f + work[g][s].i + work[g][s].w for s in mine[r]) for r in range(pp)] for g in names]
         per_mb = [max(b) for b in busy]
         fill = [sum(b) - max(b) for b in busy]  # fill and drain of a classic schedule: the other stages once
         options = batch_splits(total_mb, reps, per_mb, fill, keep=batch_options)
@@ -327,54 +305,64 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
         split = min(options, key=lambda sp: max(t.step_s for t in timings(sp).values()))
     timed = timings(split)
     crit = max(names, key=lambda g: timed[g].step_s)
-    crossing_k = group_shape(dp, tp * cp, min(costs[g].cluster.network.nvlink_domain for g in names))[0]
+    crossing_k = group_shape(grid.dp, tp * cp, min(costs[g].cluster.network.nvlink_domain for g in names))[0]
     span = spanning_cluster(hc, names, tp * cp * pp * int(crossing_k))
     wb, gb, ob = _bytes_per_param(job)
     n_ranks = [d * cp for d in reps]
+    runtime = runtime_bytes(consts.memory)
+    loads = {g: rank_loads(held, work[g], mine) for g in names}
     ranks, dp_times, opt_times = [], [], []
     for r in range(pp):
         own, caps, full_rep = [], [], []
+        p_dense, p_exp = held[r].p_dense, held[r].p_exp
         for g, mg in zip(names, split, strict=True):
-            tail, p_dense, p_exp = _tail(job, plan, costs[g], costs[g].cluster, pipes[g], r, dp, mg, consts)
+            tail = rank_tail(costs[g].ctx, grid, loads[g][r], microbatches=mg, overlap_grad_reduce=plan.overlap_grad_reduce)
             full = model_states(p_dense, p_exp, 1, 1, plan.zero, 1, wb, gb, ob)
             kept = model_states(p_dense, p_exp, 1e30, 1e30, plan.zero, 1e30, wb, gb, ob)  # the unsharded part
-            extra = costs[g].blocks.act_recompute + (costs[g].blocks.act_output if s2r[-1] == r else 0.0)
-            acts = timed[g].peak_activation[r] + extra
+            acts = timed[g].peak_activation[r] + costs[g].blocks.act.extra(s2r[-1] == r)
             own.append(kept.total + float(tail.fixed_bytes) + (1 + _frag(job, costs[g], consts)) * acts)
             caps.append(costs[g].cluster.usable_memory_bytes)
-            full_rep.append((tail, p_dense, p_exp, full, kept, acts))
-        sharded = full_rep[0][3].total - full_rep[0][4].total
+            full_rep.append(_ReplicaRank(tail, full, kept, acts))
+        sharded = full_rep[0].full.total - full_rep[0].kept.total
         shares = (state_shares(caps, own, sharded, n_ranks) if layout.state_split == "memory" and plan.zero >= 1
                   else [1.0 / sum(n_ranks)] * len(names))
         even = max(shares) - min(shares) <= 1e-12 * max(shares)  # even shards: the homogeneous rule as it is
         pad = 1.0 if even else max(shares) * sum(n_ranks)
         for k, (g, mg) in enumerate(zip(names, split, strict=True)):
-            tail, p_dense, p_exp, full, kept, acts = full_rep[k]
+            tail, full, kept, acts = full_rep[k]
             share = shares[k] if plan.zero >= 1 else 1.0
-            if even:
-                states, opt_s = tail.states, float(tail.optimizer_s)
-            else:
-                states = type(full)(*(kv + share * (fv - kv) for fv, kv in ((full.weights, kept.weights), (full.grads, kept.grads),
-                                                                              (full.optimizer, kept.optimizer))))
+            if not even:  # uneven shards: each group's share of the sharded states, its optimizer over that share
+                states = ModelStateBytes(*(kv + share * (fv - kv) for fv, kv in ((full.weights, kept.weights),
+                                                                                (full.grads, kept.grads),
+                                                                                (full.optimizer, kept.optimizer))))
                 opt_s = float(optimizer_step_s(consts, (p_dense + p_exp) * share, costs[g].dev.hbm_rate, "none",
                                                host_link_gbyte_s(costs[g].cluster), wb, gb))
-            span_tail, _, _ = _tail(job, plan, costs[g], span, pipes[g], r, dp, mg, consts, pad)
+                tail = replace(tail, states=states, optimizer_s=opt_s)
+            span_load = rank_loads(held, work[g], mine, pad)[r]
+            span_tail = rank_tail(replace(costs[g].ctx, cluster=span), grid, span_load, microbatches=mg,
+                                  overlap_grad_reduce=plan.overlap_grad_reduce)
             dp_times.append(float(span_tail.dp_s))
-            opt_times.append(opt_s)
-            pipe = pipes[g]
-            ranks.append(RankReport(g, costs[g].cluster.gpu.name, r, n_ranks[k], sum(contents[s].layers for s in pipe.mine[r]),
-                                    mg, mg * sum(pipe.f[s] + pipe.i[s] + pipe.w[s] for s in pipe.mine[r]),
-                                    _memory(states, float(tail.fixed_bytes), acts, _frag(job, costs[g], consts), consts),
-                                    costs[g].cluster.usable_memory_bytes / GIB, share if plan.zero >= 1 else 1.0 / sum(n_ranks)))
-    gpus = layout.gpus_per_group()
-    nodes = sum(-(-n // hc.group(g).cluster.gpus_per_node) for g, n in gpus.items())
-    step_pipe = timed[crit].step_s
-    straggler = step_pipe * (float(straggler_factor(nodes, consts.step.straggler_cv)) - 1.0)
-    times, step = _time(timed[crit], pipes[crit], split[names.index(crit)], straggler, max(dp_times), max(opt_times),
-                  host_overhead_s(consts, costs[crit].stack.host_step_overhead))
+            opt_times.append(float(tail.optimizer_s))
+            memory = rank_memory(costs[g].ctx, tail, acts, _frag(job, costs[g], consts), False)
+            ranks.append(RankReport(g, costs[g].cluster.gpu.name, r, n_ranks[k], held[r].layers, mg,
+                                    mg * sum(work[g][s].f + work[g][s].i + work[g][s].w for s in mine[r]),
+                                    memory.breakdown(runtime), costs[g].cluster.usable_memory_bytes / GIB,
+                                    share if plan.zero >= 1 else 1.0 / sum(n_ranks)))
+    m_crit = split[names.index(crit)]
+    parts = step_parts(costs[crit].ctx, timed[crit].step_s, _nodes(hc, layout), max(dp_times), max(opt_times))
     resolved = replace(layout, batch_split=tuple(split))
-    return _result(job, resolved, times, step, crit, tuple(ranks), timed[crit].bubble_fraction,
-                   {g: timed[g].inputs for g in names})
+    return _result(job, resolved, time_breakdown(timed[crit], work[crit], mine, m_crit, parts), parts.total, crit,
+                   tuple(ranks), timed[crit].bubble_fraction, {g: timed[g].inputs for g in names})
+
+
+class _ReplicaRank(NamedTuple):
+    """Pipeline rank r of one group's replicas: its tail, its model states unsharded (`full`) and the part no
+    sharding removes (`kept`), and its peak activations."""
+
+    tail: RankTail
+    full: ModelStateBytes
+    kept: ModelStateBytes
+    acts: float
 
 
 def _result(job: HeteroJob, layout: HeteroLayout, times: TimeBreakdown, step: float, crit: str, ranks: tuple[RankReport, ...],

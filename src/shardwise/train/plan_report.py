@@ -17,6 +17,7 @@ from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec, TrainPlan
+from shardwise.train.plan_label import plan_label
 from shardwise.train.planner import PlanResult, searched_fields
 from shardwise.train.result import GIB, MFU_LABELS, Estimate
 from shardwise.train.search_space import group_rejections
@@ -115,39 +116,6 @@ def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fr
                                                        getattr(inputs, "resilience", None)),
             "pareto_front": fronts, "searches": [r.to_dict() | {"top": None, "pareto_front": None} for r in results],
             "notes": [note] if note else []}
-
-
-def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
-    """A plan in one line (`recipe`: the low-precision recipe, or the plan's `fp8_recipe`; a dispatcher
-    other than alltoall is named)."""
-    parts = [f"tp{p['tp']}", f"pp{p['pp']}"]
-    if p["vpp"] > 1:
-        parts.append(f"v{p['vpp']}")
-    parts.append(f"dp{p['dp']}")
-    if p["cp"] > 1:
-        parts.append(f"cp{p['cp']}" + (f"/{p['cp_comm']}" if p.get("cp_comm", "p2p") != "p2p" else "")
-                     + (f" u{p['ulysses']}" if p.get("ulysses") else ""))
-    if p["ep"] > 1:
-        parts.append(f"ep{p['ep']}")
-    if p.get("etp") is not None and p["etp"] != p["tp"]:
-        parts.append(f"etp{p['etp']}")
-    recipe = recipe or p.get("fp8_recipe")
-    if recipe:
-        parts.append(recipe)
-    if p.get("moe_dispatcher", "alltoall") != "alltoall":
-        parts.append(p["moe_dispatcher"])
-    parts += [f"z{p['zero']}", f"mb{p['micro_batch']}", p["schedule"]]
-    if p["recompute"] != "none":
-        parts.append(f"rc={p['recompute']}")
-    if p["sequence_parallel"] and p["tp"] > 1:
-        parts.append("sp")
-    if p.get("tp_overlap", "none") not in ("none", "auto") and p["tp"] > 1:
-        parts.append(f"tpo={p['tp_overlap']}")
-    if p.get("microbatch_group"):
-        parts.append(f"N{p['microbatch_group']}")
-    if p.get("offload", "none") != "none":
-        parts.append(f"offload={p['offload']}")
-    return " ".join(parts)
 
 
 def top_table(results: list[PlanResult], top: list[Estimate], objective: str, runs_on: list[str] | None = None) -> Table:

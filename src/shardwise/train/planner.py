@@ -14,6 +14,15 @@ Three stages (deterministic: ties break on enumeration order):
    heuristic (a plan whose approximation errs by more than 10% could be skipped); tests compare it with
    estimating every plan that fits on small cases. For the memory objective the screen's memory orders
    the exact evaluations.
+
+Activation offload as a plan choice: when the job leaves `parallel.offload_activations` free and the best
+plan recomputes, plans without recompute that miss GPU memory only by their activations (pipelined: with a
+single micro-batch in flight offloading saves nothing, :mod:`shardwise.cost.act_offload`) are screened again
+with ACT_OFFLOAD_SHARES of their activations offloaded, and the fastest few that then fit are estimated
+exactly (the copies priced on the schedule's timeline); one that beats a ranked plan joins the ranking, and
+a note says what it bought. Only the plans whose lower bound beats the best plan are re-screened, so the
+search costs little where offload cannot help. When nothing fits at all, the fallback
+(:func:`shardwise.train.advice.offload_fallback`) weighs activation offload beside the model-state offloads.
 """
 
 from __future__ import annotations
@@ -37,9 +46,10 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.goodput import effective_step_s, ettr_bound, ettr_of, with_goodput
 from shardwise.train.pareto import pareto_front
+from shardwise.train.plan_label import plan_label
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import dominated, drop_dominated_recipes, layer_table, screen
-from shardwise.train.search_space import EVERY_PLAN, REASONS, Candidates, enumerate_plans, group_rejections
+from shardwise.train.screen import LayerTable, dominated, drop_dominated_recipes, layer_table, screen
+from shardwise.train.search_space import EVERY_PLAN, REASONS, RECOMPUTE, Candidates, enumerate_plans, group_rejections
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
@@ -51,6 +61,10 @@ OBJECTIVES = ("throughput", "cost", "memory", "goodput")
 # a few schedules at short pipelines (V-Min, m < p) are under-estimated by more, which only makes the
 # search evaluate them exactly sooner.
 APPROX_TRUST = 0.9
+#: Shares of the activations offloaded when the search tries activation offload (module docstring), and the
+#: exact estimates it spends on each share at most.
+ACT_OFFLOAD_SHARES = (0.5, 1.0)
+ACT_OFFLOAD_EXACT = 4
 # A progress report: what the search is doing and the fraction done (0..1).
 Progress = Callable[[str, float], None]
 
@@ -171,6 +185,7 @@ def plan_search(
     host_ok = scr.pop("host_ok")
     gpu_fits = scr["memory_bytes"] <= capacity
     fits = gpu_fits & host_ok
+    spare = _act_offload_spare(cands, table.subset(faster), scr["step_lb_s"], ~gpu_fits & host_ok, fixed, runnable_on, objective)
     if not fits.any():
         closest = _leanest_distinct(cands, scr["memory_bytes"])
         cands.keep(gpu_fits, "memory")
@@ -190,6 +205,10 @@ def plan_search(
     order = np.lexsort((np.arange(feasible), order_key))
     top, evaluated, notes = _exact_top(cands, scr, order, objective, top_k, max_exact, model, cluster, training, extra, constants,
                                        progress, resilience or Resilience())
+    if spare is not None and top[0].plan["recompute"] != "none":
+        top, bought = _with_act_offload(spare, top, objective, top_k, model, cluster, training, extra, constants, flash,
+                                        resilience or Resilience())
+        notes += bought
     t3 = time.perf_counter()
     front = _front(cands, scr, training, cluster.num_gpus, top, cluster.price_usd_per_gpu_hour)
     t4 = time.perf_counter()
@@ -209,6 +228,72 @@ def plan_search(
         notes=notes,
         screened={"step_s": scr["step_s"], "memory_bytes": scr["memory_bytes"]},
     )
+
+
+def _act_offload_spare(cands: Candidates, table: LayerTable, lb: np.ndarray, over: np.ndarray, fixed: dict[str, Any],
+                       runnable_on: tuple[str, ...], objective: str) -> tuple[Candidates, LayerTable, np.ndarray] | None:
+    """The plans activation offload could make fit and faster (module docstring): without recompute, pipelined,
+    over GPU memory but not over host memory; None where the job fixes the share, an engine is asked for (the
+    engines' own offload rules are narrower: shardwise.engines.table) or the objective is memory."""
+    if "offload_activations" in fixed or runnable_on or objective == "memory":
+        return None
+    mask = over & (cands["rc"] == RECOMPUTE.index("none")) & (cands["pp"] > 1)
+    if not mask.any():
+        return None
+    sub = Candidates({k: v[mask] for k, v in cands.arrays.items()}, cands.schedules, int(mask.sum()),
+                     recipes=cands.recipes, dispatchers=cands.dispatchers)
+    return sub, table.subset(mask), lb[mask]
+
+
+def _with_act_offload(spare: tuple[Candidates, LayerTable, np.ndarray], top: list[Estimate], objective: str, top_k: int,
+                      model: ModelSpec, cluster: Cluster, training: TrainingSpec, extra: dict[str, Any],
+                      constants: Constants | None, flash: bool, resilience: Resilience) -> tuple[list[Estimate], list[str]]:
+    """(the ranking with the plans activation offload makes fit and faster, notes saying what it bought)."""
+    sub, table, lb = spare
+    best = top[0]
+    promising = lb < best.step_time_s
+    if not promising.any():
+        return top, []
+    sub.keep(promising)
+    table = table.subset(promising)
+    # Memory falls with the share, so the plans that fit at a share fit at every larger one: screen all at the
+    # largest, then only those again at each smaller share; each plan runs at the smallest share that fits it.
+    largest = ACT_OFFLOAD_SHARES[-1]
+    scr = screen(sub, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table,
+                 extra.get("dp_shard"), extra.get("offload", "none"), extra.get("offload_device", "cpu"), largest)
+    ok = (scr["memory_bytes"] <= cluster.usable_memory_bytes) & scr["host_ok"] & (scr["step_lb_s"] < best.step_time_s)
+    rows = np.nonzero(ok)[0]
+    rows = rows[np.argsort(scr["step_s"][rows], kind="stable")][:ACT_OFFLOAD_EXACT]
+    share = np.full(len(rows), largest)
+    if len(rows):
+        few = Candidates({k: v[rows] for k, v in sub.arrays.items()}, sub.schedules, len(rows), recipes=sub.recipes,
+                         dispatchers=sub.dispatchers)
+        for smaller in reversed(ACT_OFFLOAD_SHARES[:-1]):
+            m = screen(few, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True),
+                       table.subset(rows), extra.get("dp_shard"), extra.get("offload", "none"),
+                       extra.get("offload_device", "cpu"), smaller)
+            share = np.where((m["memory_bytes"] <= cluster.usable_memory_bytes) & m["host_ok"], smaller, share)
+    found: list[Estimate] = []
+    for i, x in zip(rows.tolist(), share.tolist(), strict=True):
+        job = job_from_plan(model, cluster, training, sub.plan_dict(i), extra | {"offload_activations": x}, resilience)
+        try:
+            e = estimate(job, constants)
+        except ShardwiseError:
+            continue
+        if e.fits:
+            found.append(with_goodput(job, e))
+    if not found:
+        return top, []
+    winner = min(found, key=lambda e: _score(e, objective))
+    if _score(winner, objective) >= _score(top[-1], objective) and len(top) >= top_k:
+        return top, []
+    ranked = sorted(top + found, key=lambda e: _score(e, objective))[:top_k]
+    gain = 1.0 - _score(winner, objective)[0] / _score(best, objective)[0]
+    what = (f"{gain:.1%} faster than the best plan without it ({plan_label(best.plan)})" if gain > 0
+            else f"ranked beside the plans without it (the best without: {plan_label(best.plan)})")
+    return ranked, [f"activation offload: {plan_label(winner.plan)} offloads {winner.plan['offload_activations']:.0%} of "
+                    f"its activations to host memory instead of recomputing them ({winner.time_s.act_offload:.3f} s of "
+                    f"copies exposed): {what}"]
 
 
 def _exact_top(cands: Candidates, scr: dict[str, np.ndarray], order: np.ndarray, objective: str, top_k: int, max_exact: int,

@@ -21,30 +21,48 @@ their sources in :mod:`shardwise.pipeline.registry`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
 
 from shardwise.cost.act_offload import offloaded_peak
-from shardwise.cost.adapters import paged_optimizer
-from shardwise.cost.memory import ModelStateBytes
-from shardwise.cost.constants import Constants, default_constants
-from shardwise.cost.lowp import device, job_device, low_precision
-from shardwise.cost.layer import TP_OVERLAP_MODES, PassCost
-from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.allocator import fragmentation_share
-from shardwise.cost.stack import attention_kernel, expandable_segments, stack_profile
-from shardwise.cost.step import GIB, HOST_MEMORY_RESERVE, host_link_gbyte_s, host_overhead_s, straggler_factor
+from shardwise.cost.constants import Constants, default_constants
+from shardwise.cost.device import Device
+from shardwise.cost.layer import TP_OVERLAP_MODES, Groups, PassCost
+from shardwise.cost.lowp import LowPrecision, device, job_device, low_precision
+from shardwise.cost.memory import ModelStateBytes
+from shardwise.cost.numeric import Num
+from shardwise.cost.overlap import exposed_layer_comm
+from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile
+from shardwise.cost.step import GIB, HOST_MEMORY_RESERVE
 from shardwise.pipeline import schedule_info
 from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
+from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
-from shardwise.train.assembly import layer_passes, blocks, boundary_p2p_s, layer_groups, rank_tail
+from shardwise.train.assembly import (
+    BlockActivations,
+    Blocks,
+    Costing,
+    RankLoad,
+    RankTail,
+    blocks,
+    boundary_p2p_s,
+    layer_groups,
+    layer_passes,
+    peak_bytes,
+    rank_contents,
+    rank_memory,
+    rank_tail,
+    stages_of_rank,
+    step_parts,
+)
 from shardwise.train.search_space import CP_COMMS, RECOMPUTE, Candidates, unique_rows
-from shardwise.train.stages import stage_contents, stage_params
+from shardwise.train.stages import stage_contents
 
 FIELDS = [f for f in PassCost.__dataclass_fields__]
 # (rank kind, plan) rows per rank_tail call: enough to amortise numpy's per-call cost, small enough for the
@@ -56,23 +74,33 @@ def _stack(costs: list[PassCost]) -> SimpleNamespace:
     return SimpleNamespace(**{f: np.array([getattr(c, f) for c in costs]) for f in FIELDS})
 
 
+@dataclass(frozen=True)
+class PipelineRanks:
+    """What the pipeline ranks of one (pp, vpp, schedule, tp, ep) hold, as arrays for the screen: `counts`
+    (pp x (dense layers, MoE layers, embedding, LM head)), `params` (pp x (dense, expert) parameters after
+    TP/EP), `first` (the first pp stages' counts, in forward order: ranks 0..pp-1 hold stages 0..pp-1 in
+    every placement) and `last_rank` (the rank holding the last stage)."""
+
+    counts: np.ndarray
+    params: np.ndarray
+    first: np.ndarray
+    last_rank: int
+
+
 @lru_cache(maxsize=256)
-def rank_layout(model: ModelSpec, pp: int, vpp: int, schedule: str, tp: int, ep: int):
-    """Per rank: (dense layers, MoE layers, embedding, LM head, dense params, expert params) and per
-    stage forward order info for the first pp stages (ranks 0..pp-1 hold stages 0..pp-1 in every
-    placement)."""
+def pipeline_ranks(model: ModelSpec, pp: int, vpp: int, schedule: str, tp: int, ep: int) -> PipelineRanks:
+    """The ranks' contents (:func:`shardwise.train.assembly.rank_contents`) of one pipeline shape."""
     stages = stage_contents(model, pp * vpp)
     s2r = schedule_info(schedule).stage_to_rank(pp, vpp)
-    counts = np.zeros((pp, 4))
-    params = np.zeros((pp, 2))
-    for st, r in zip(stages, s2r, strict=True):
-        counts[r] += (st.dense_layers, st.moe_layers, st.embedding, st.lm_head)
-        params[r] += stage_params(model, st, tp, ep)
+    contents = rank_contents(model, stages, stages_of_rank(s2r, pp), tp, ep)
+    counts = np.array([(c.dense_layers, c.moe_layers, c.embedding, c.lm_head) for c in contents], dtype=float)
+    params = np.array([(c.p_dense, c.p_exp) for c in contents])
     first = np.array([(st.dense_layers, st.moe_layers, st.embedding, st.lm_head) for st in stages[:pp]], dtype=float)
-    return counts, params, first, s2r[-1]
+    return PipelineRanks(counts, params, first, s2r[-1])
 
 
-def _stack_and_devices(c: Candidates, cluster: Cluster, training: TrainingSpec, consts: Constants):
+def _stack_and_devices(c: Candidates, cluster: Cluster, training: TrainingSpec,
+                       consts: Constants) -> tuple[StackProfile, list[tuple[Device, LowPrecision]]]:
     """The job's software stack and, per searched recipe, its (device model, LowPrecision)."""
     gpu = cluster.gpu
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
@@ -91,14 +119,14 @@ LAYER_KEY = ("tp", "cp", "cpc", "uly", "ep", "etp", "sp", "rc", "mb", "rcp", "di
 class LayerTable:
     """Per-block costs of every distinct layer key of a candidate set: `keys` (one row per key, fields
     LAYER_KEY), `inv` (each plan's key), `fiw` ((4 blocks: dense, MoE, embedding, LM head) x (F, I, W)
-    exposed seconds x keys), `act` (keys x (dense, MoE, embedding, output, recompute) bytes) and `tail`
+    exposed seconds x keys), `act` (the blocks' activation bytes, one array element per key) and `tail`
     (keys x what the recipe adds to a rank's step and memory: per-step weight-cast bytes and kernels per
     element, ZeRO-3 gather bytes and kept low-precision copy bytes per weight)."""
 
     keys: np.ndarray
     inv: np.ndarray
     fiw: np.ndarray
-    act: np.ndarray
+    act: BlockActivations
     tail: np.ndarray
     modes: np.ndarray  # per key: the TP overlap mode chosen (index into TP_OVERLAP_MODES)
 
@@ -120,10 +148,11 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
     uniq, inv = unique_rows([sp if k == "sp" else c[k] for k in LAYER_KEY])
 
     @lru_cache(maxsize=None)
-    def groups_of(tp, cp, cpc, uly, ep, etp):
-        return layer_groups(cluster, tp, cp, ep, etp, CP_COMMS[cpc], uly)  # uly: TrainPlan.cp_a2a
+    def groups_of(tp: int, cp: int, cpc: int, uly: int, ep: int, etp: int) -> Groups:
+        return layer_groups(cluster, Layout(tp=tp, cp=cp, ep=ep, etp=etp, cp_comm=CP_COMMS[cpc], ulysses=uly))
 
     routed = [training.model_copy(update={"moe": training.moe.model_copy(update={"dispatcher": d})}) for d in c.dispatchers]
+    costings = [[Costing(model, job, cluster, consts, stack, dev, lowp) for job in (routed or [training])] for dev, lowp in recipes]
 
     modes = (tp_overlap,) if tp_overlap and tp_overlap != "auto" else stack.tp_overlap_modes
     if engines:
@@ -132,26 +161,27 @@ def layer_table(c: Candidates, model: ModelSpec, cluster: Cluster, training: Tra
         modes = tuple(m for m in modes if all(m in ENGINE_TP_OVERLAP.get(e, ("none",)) for e in engines)) or ("none",)
     counts = np.array([model.layers - model.moe_layers, model.moe_layers], dtype=float)
 
-    def key_blocks(tp, cp, cpc, uly, ep, etp, sp_, rc, mb, rcp, disp):
-        dev, lowp = recipes[rcp]
+    def key_blocks(tp: int, cp: int, cpc: int, uly: int, ep: int, etp: int, sp_: int, rc: int, mb: int, rcp: int,
+                   disp: int) -> tuple[int, Blocks]:
+        ctx = costings[rcp][disp if routed else 0]
+        layout = Layout(tp=tp, cp=cp, ep=ep, etp=etp, sp=bool(sp_), recompute=RECOMPUTE[rc], micro_batch=mb,
+                        cp_comm=CP_COMMS[cpc], ulysses=uly)
         groups = groups_of(tp, cp, cpc, uly, ep, etp)
-        job = routed[disp] if routed else training
         best = None
         for mode in (modes if tp > 1 and sp_ else ("none",)):  # the layers only: the rest of a block is the same
-            passes = layer_passes(model, job, dev, stack, mb * job.seq_len / cp, bool(sp_), RECOMPUTE[rc],
-                                  flash_attention, lowp, groups, consts.moe, mode)
+            passes = layer_passes(ctx, layout, flash_attention, groups, mode)
             busy = sum(n * sum(exposed_layer_comm(x)[:3]) for n, x in zip(counts, passes, strict=True))
             if best is None or busy < best[0]:
                 best = (busy, mode, passes)
         _, mode, passes = best
-        return TP_OVERLAP_MODES.index(mode), blocks(model, job, cluster, dev, stack, tp, cp, ep, bool(sp_), RECOMPUTE[rc],
-                                                    flash_attention, mb, lowp, groups, consts.moe, mode, passes)
+        return TP_OVERLAP_MODES.index(mode), blocks(ctx, layout, flash_attention, mode, groups, passes)
 
     chosen = [key_blocks(*k) for k in uniq.tolist()]
     per_key = [b for _, b in chosen]
     parts = ([b.dense for b in per_key], [b.moe for b in per_key], [b.embedding for b in per_key], [b.head for b in per_key])
     fiw = np.stack([np.stack(exposed_layer_comm(_stack(x))[:3]) for x in parts]) if per_key else np.zeros((4, 3, 0))
-    act = np.array([(b.act_dense, b.act_moe, b.act_embedding, b.act_output, b.act_recompute) for b in per_key]).reshape(-1, 5)
+    act = BlockActivations(**{f.name: np.array([getattr(b.act, f.name) for b in per_key], dtype=float)
+                              for f in fields(BlockActivations)})
     tails = np.array([(lp.cast_bytes * lp.weights_per_step, lp.cast_kernels * lp.weights_per_step, lp.gather_bytes,
                        lp.weight_copy_bytes) for _, lp in recipes])
     return LayerTable(uniq, inv, fiw, act, tails[uniq[:, LAYER_KEY.index("rcp")]].reshape(-1, 4),
@@ -171,7 +201,8 @@ def dominated(c: Candidates, table: LayerTable) -> np.ndarray:
     keys = table.keys
     tp, etp = keys[:, LAYER_KEY.index("tp")], keys[:, LAYER_KEY.index("etp")]
     held = (tp / etp)[:, None]  # a rank's expert states grow as tp / etp (assembly.rank_tail)
-    cost = np.hstack([table.fiw.reshape(12, -1).T, table.act, table.tail, held])
+    act = np.column_stack([getattr(table.act, f.name) for f in fields(BlockActivations)])
+    cost = np.hstack([table.fiw.reshape(12, -1).T, act, table.tail, held])
     cols = [LAYER_KEY.index(k) for k in CHOICES]
     bases, base_of = unique_rows([keys[:, j] for j in range(len(LAYER_KEY)) if j not in cols])
     choice = keys[:, cols]
@@ -250,65 +281,65 @@ def screen(
     c.arrays["tpo"] = table.modes[table.inv]  # each plan's TP overlap mode: the fastest for its layers (layer_table)
     n = len(c)
     fiw = [f[:, table.inv] for f in table.fiw]  # 4 x (3, n)
-    act = table.act[table.inv]  # (n, 5)
+    act = BlockActivations(**{f.name: getattr(table.act, f.name)[table.inv] for f in fields(BlockActivations)})
 
     lb, approx, mem = np.zeros(n), np.zeros(n), np.zeros(n)
     host_dram, host_nvme, act_host = np.zeros(n), np.zeros(n), np.zeros(n)
     per_node = min(cluster.gpus_per_node, cluster.num_gpus)
     paged = training.adapter is not None and bool(training.adapter.paged_optimizer)
     frag = fragmentation_share(consts.memory, expandable_segments(training, stack))
-    straggle = float(straggler_factor(cluster.nodes, consts.step.straggler_cv))
-    p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c["mb"], c["tp"], c["cp"], c["tp"] * c["cp"] * c["dp"]), 0.0)
+    costings = [Costing(model, training, cluster, consts, stack, dev, lowp) for dev, lowp in recipes]
+    p2p = np.where(c["pp"] > 1, boundary_p2p_s(cluster, model, training, c.layout()), 0.0)
     gk, ginv = unique_rows([c[k] for k in ("rcp", "pp", "vpp", "sched", "tp", "ep")])
     by_group = np.argsort(ginv, kind="stable")
     bounds = np.searchsorted(ginv[by_group], np.arange(len(gk) + 1))
 
-    def finish(batch: list) -> None:
+    def finish(batch: list[_Group], ctx: Costing) -> None:
         """Data parallelism, optimizer and memory of every (rank kind, plan) of `batch`'s groups at once."""
-        r = {k: np.concatenate([grp[6][k] for grp in batch]) for k in batch[0][6]}
-        cp, dp = r["cp"], r["dp"]
-        dev, lowp = recipes[batch[0][7]]
-        tail = rank_tail(model, training, cluster, consts, stack, dev, tp=r["tp"], cp=cp, ep=r["ep"], dp=dp, zero=r["zero"],
-                         dp_shard=dp * cp if dp_shard is None else dp_shard, offload=offload, overlap_grad_reduce=overlap_grad_reduce, microbatches=r["m"],
-                         p_dense=r["p_dense"], p_exp=r["p_exp"], fwd_s=r["fwd"], bwd_s=r["bwd"], layers=r["layers"], lowp=lowp,
-                         etp=r["etp"], keep_unsharded=r["keep"], unsharded_grads=r["keep"], offload_device=offload_device)
-        rows_total = len(cp)
-        states = np.broadcast_to(tail.states.total + tail.fixed_bytes, (rows_total,))
-        dp_s, opt_s = np.broadcast_to(tail.dp_s, (rows_total,)), np.broadcast_to(tail.optimizer_s, (rows_total,))
+        rows = np.concatenate([np.tile(g.idx, g.kinds) for g in batch])
+        layout = c.layout(rows, dp_shard)
+        load = RankLoad(*(np.concatenate([getattr(g.load, f) for g in batch]) for f in RankLoad._fields))
+        keep = (layout.zero == 3) & (layout.pp > 1) & stack.fsdp_unsharded_with_pp  # cost/stack.py keeps_unsharded
+        tail = rank_tail(ctx, layout, load, microbatches=c["m"][rows], offload=offload, offload_device=offload_device,
+                         overlap_grad_reduce=overlap_grad_reduce, keep_unsharded=keep, unsharded_grads=keep)
         offset = 0
-        for idx, shape, rank_kind, pipe_lb, pipe, activations, _, _ in batch:
-            rows = slice(offset, offset + shape[0] * shape[1])
-            offset = rows.stop
-            total = states[rows].reshape(shape)[rank_kind] + activations * (1 + frag)
-            opt_rest = opt_s[rows].reshape(shape).max(axis=0)
+        for g in batch:
+            shape = (g.kinds, len(g.idx))
+            part = slice(offset, offset + shape[0] * shape[1])
+            offset = part.stop
+
+            def by_kind(x: Num, part: slice = part, shape: tuple[int, int] = shape) -> np.ndarray:
+                """(rank kind, plan) array of one of the tail's terms for this group."""
+                return np.broadcast_to(x, (len(rows),))[part].reshape(shape)
+
             if paged:  # adapter jobs: the optimizer states take what room is left (cost/adapters.py)
-                per_rank = [np.broadcast_to(x, (rows_total,))[rows].reshape(shape)[rank_kind]
-                            for x in (tail.states.weights + tail.states.grads, tail.states.optimizer, tail.fixed_bytes)]
-                total, _resident, paging_s = paged_optimizer(ModelStateBytes(per_rank[0], 0.0, per_rank[1]), per_rank[2],
-                                                             activations * (1 + frag),
-                                                             cluster.usable_memory_bytes, consts, host_link_gbyte_s(cluster))
-                opt_rest = (opt_s[rows].reshape(shape)[rank_kind] + paging_s).max(axis=0)
-            rest = dp_s[rows].reshape(shape).max(axis=0) + opt_rest + host_overhead_s(consts, stack.host_step_overhead)
-            lb[idx] = pipe_lb * straggle + rest
-            approx[idx] = pipe * straggle + rest
-            mem[idx] = np.max(total, axis=0)
+                states = ModelStateBytes(*(by_kind(x)[g.rank_kind] for x in (tail.states.weights, tail.states.grads,
+                                                                            tail.states.optimizer)))
+                per_rank = RankTail(states, by_kind(tail.fixed_bytes)[g.rank_kind], 0.0, by_kind(tail.optimizer_s)[g.rank_kind])
+                memory = rank_memory(ctx, per_rank, g.activations, frag, paged)
+                total, optimizer_s = memory.total, (per_rank.optimizer_s + memory.paging_s).max(axis=0)
+            else:
+                total, optimizer_s = peak_bytes(by_kind(tail.held_bytes)[g.rank_kind], g.activations, frag), by_kind(tail.optimizer_s).max(axis=0)
+            dp_s = by_kind(tail.dp_s).max(axis=0)
+            lb[g.idx] = step_parts(ctx, g.pipe_lb, cluster.nodes, dp_s, optimizer_s).total
+            approx[g.idx] = step_parts(ctx, g.pipe, cluster.nodes, dp_s, optimizer_s).total
+            mem[g.idx] = np.max(total, axis=0)
             if tail.host is not None:
-                host_dram[idx] = per_node * np.broadcast_to(tail.host.dram, (rows_total,))[rows].reshape(shape).max(axis=0)
-                host_nvme[idx] = per_node * np.broadcast_to(tail.host.nvme, (rows_total,))[rows].reshape(shape).max(axis=0)
+                host_dram[g.idx] = per_node * by_kind(tail.host.dram).max(axis=0)
+                host_nvme[g.idx] = per_node * by_kind(tail.host.nvme).max(axis=0)
 
     groups, pending = [], 0
-    for g, (rcp, pp, vpp, si, tp, ep) in enumerate(gk.tolist()):
-        idx = by_group[bounds[g]:bounds[g + 1]]
+    for gi, (rcp, pp, vpp, si, tp, ep) in enumerate(gk.tolist()):
+        idx = by_group[bounds[gi]:bounds[gi + 1]]
         name = c.schedules[si]
         info = schedule_info(name)
-        counts, params, first, last_rank = rank_layout(model, pp, vpp, name, tp, ep)
-        per = [f[:, idx] for f in fiw]  # each (3, k)
+        ranks = pipeline_ranks(model, pp, vpp, name, tp, ep)
         # Per rank per micro-batch F, I, W: counts (pp, 4) against per-block costs (4, 3, k).
-        block_fiw = np.stack(per)  # (4, 3, k)
-        rank_fiw = np.einsum("rb,bjk->rjk", counts, block_fiw)  # (pp, 3, k)
+        block_fiw = np.stack([f[:, idx] for f in fiw])  # (4, 3, k)
+        rank_fiw = np.einsum("rb,bjk->rjk", ranks.counts, block_fiw)  # (pp, 3, k)
         busy = rank_fiw.sum(axis=1)  # (pp, k)
         m = c["m"][idx]
-        fwd_first = np.einsum("sb,bk->sk", first, block_fiw[:, 0, :])  # (pp, k) forward of stages 0..pp-1
+        fwd_first = np.einsum("sb,bk->sk", ranks.first, block_fiw[:, 0, :])  # (pp, k) forward of stages 0..pp-1
         start = np.vstack([np.zeros((1, len(idx))), np.cumsum(fwd_first, axis=0)[:-1]])
         if info.step_time is StepTime.RANK_SPAN:
             pipe_lb = (m * busy).max(axis=0)
@@ -318,33 +349,27 @@ def screen(
         stage_f, stage_i, stage_w = (rank_fiw[crit, j, np.arange(len(idx))] / vpp for j in range(3))
         bubble = info.bubble_units(pp, vpp, m) * (stage_f + stage_i + stage_w) if pp > 1 else 0.0
         pipe = np.maximum(pipe_lb, m * busy.max(axis=0) + bubble) + 2 * (pp - 1) * p2p[idx]
-        stage_act = (counts[:, :1] * act[idx, 0] + counts[:, 1:2] * act[idx, 1] + counts[:, 2:3] * act[idx, 2]) / vpp
+        counts = ranks.counts
+        stage_act = (counts[:, :1] * act.dense[idx] + counts[:, 1:2] * act.moe[idx] + counts[:, 2:3] * act.embedding[idx]) / vpp
         units = np.stack([info.inflight(pp, vpp, m, r) for r in range(pp)])
         activations = units * stage_act
         if offload_activations > 0:
             kept = offloaded_peak(offload_activations, activations, stage_act)
             act_host[idx] = per_node * (activations - kept).max(axis=0)
             activations = kept
-        activations = activations + act[idx, 4]
-        activations[last_rank] += act[idx, 3]
+        holds_output = (np.arange(pp) == ranks.last_rank)[:, None]
+        activations = activations + BlockActivations(*(getattr(act, f.name)[idx] for f in fields(BlockActivations))).extra(holds_output)
         # Ranks that hold the same layers share model states, DP time and optimizer step: one row each.
-        kinds, rank_kind = np.unique(np.hstack([counts, params]), axis=0, return_inverse=True)
+        kinds, rank_kind = np.unique(np.hstack([counts, ranks.params]), axis=0, return_inverse=True)
         kind_fiw = np.einsum("rb,bjk->rjk", kinds[:, :4], block_fiw)  # (kinds, 3, k)
         shape = (len(kinds), len(idx))
-        ranks = {  # per (rank kind, plan) of this group, flattened: one rank_tail call serves a batch of groups
-            "tp": np.full(shape, tp), "ep": np.full(shape, ep), "etp": np.broadcast_to(c["etp"][idx], shape),
-            "cp": np.broadcast_to(c["cp"][idx], shape),
-            "dp": np.broadcast_to(c["dp"][idx], shape), "zero": np.broadcast_to(c["zero"][idx], shape),
-            "m": np.broadcast_to(m, shape), "p_dense": np.broadcast_to(kinds[:, 4:5], shape),
-            "p_exp": np.broadcast_to(kinds[:, 5:6], shape), "fwd": kind_fiw[:, 0], "bwd": kind_fiw[:, 1] + kind_fiw[:, 2],
-            "layers": np.broadcast_to(kinds[:, :2].sum(axis=1, keepdims=True), shape),
-            # ZeRO-3 under PP on stacks that keep the stage gathered (cost/stack.py keeps_unsharded)
-            "keep": np.broadcast_to((c["zero"][idx] == 3) & (pp > 1) & stack.fsdp_unsharded_with_pp, shape),
-        }
-        groups.append((idx, shape, rank_kind.ravel(), pipe_lb, pipe, activations, {k: np.ravel(v) for k, v in ranks.items()}, rcp))
+        load = RankLoad(np.broadcast_to(kinds[:, 4:5], shape).ravel(), np.broadcast_to(kinds[:, 5:6], shape).ravel(),
+                        kind_fiw[:, 0].ravel(), (kind_fiw[:, 1] + kind_fiw[:, 2]).ravel(),
+                        np.broadcast_to(kinds[:, :2].sum(axis=1, keepdims=True), shape).ravel())
+        groups.append(_Group(idx, len(kinds), rank_kind.ravel(), pipe_lb, pipe, activations, load))
         pending += shape[0] * shape[1]
-        if pending >= BATCH_ROWS or g == len(gk) - 1 or gk[g + 1, 0] != rcp:  # one rank_tail call per recipe
-            finish(groups)
+        if pending >= BATCH_ROWS or gi == len(gk) - 1 or gk[gi + 1, 0] != rcp:  # one rank_tail call per recipe
+            finish(groups, costings[rcp])
             groups, pending = [], 0
     tiers = cluster.host
     host_ok = np.ones(n, dtype=bool)
@@ -353,3 +378,19 @@ def screen(
     if offload_device == "nvme" and tiers.nvme_tb is not None:
         host_ok &= host_nvme <= tiers.nvme_tb * 1e12
     return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem, "host_ok": host_ok}
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The plans of one (recipe, pp, vpp, schedule, tp, ep) awaiting their ranks' tails: `idx` (the plans),
+    `kinds` (ranks holding the same layers share a tail: one row per kind and plan), `rank_kind` (each
+    pipeline rank's kind), the pipeline's lower bound and approximation, each rank's peak activations
+    (pp x plans) and the load of each (kind, plan), kind-major."""
+
+    idx: np.ndarray
+    kinds: int
+    rank_kind: np.ndarray
+    pipe_lb: np.ndarray
+    pipe: np.ndarray
+    activations: np.ndarray
+    load: RankLoad

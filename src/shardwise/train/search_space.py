@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,11 +32,17 @@ from shardwise.limits import MAX_PIPELINE_STAGES
 from shardwise.pipeline import resolve, schedule_info
 from shardwise.pipeline.registry import planner_schedules
 from shardwise.specs.hardware import Cluster
-from shardwise.specs.plan_check import a2a_splits_heads
+from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec
+from shardwise.specs.plan_check import a2a_splits_heads
 from shardwise.specs.training import FP4_RECIPES, FP8_RECIPES, RECIPE_ARCHS, Dispatcher, TrainingSpec, TrainPlan
 
+if TYPE_CHECKING:
+    from shardwise.engines.plan_view import PlanView
+
 RECOMPUTE = ("none", "selective", "full")
+#: the arrays a plan's :class:`~shardwise.specs.layout.Layout` is read from (:meth:`Candidates.layout`)
+_LAYOUT_ARRAYS = ("tp", "cp", "ep", "etp", "dp", "pp", "vpp", "zero", "sp", "rc", "mb", "cpc", "uly")
 #: context-parallel schemes the planner searches (a2a+p2p with each Ulysses size, the `uly` axis)
 CP_COMMS = ("p2p", "allgather", "a2a", "a2a+p2p")
 VPP_CHOICES = (1, 2, 3, 4, 6, 8)
@@ -141,6 +147,14 @@ class Candidates:
         if dropped and reason:
             self.rejected[REASONS.get(reason, reason)] += dropped
         self.arrays = {k: v[mask] for k, v in self.arrays.items()}
+
+    def layout(self, rows: np.ndarray | None = None, dp_shard: int | None = None) -> Layout:
+        """The rank layouts of the plans at `rows` (all plans: None), one array element per plan; `dp_shard`:
+        the plans' TrainPlan field (None: shard over all of dp*cp)."""
+        a = self.arrays if rows is None else {k: self.arrays[k][rows] for k in _LAYOUT_ARRAYS}
+        return Layout(tp=a["tp"], cp=a["cp"], ep=a["ep"], etp=a["etp"], dp=a["dp"], pp=a["pp"], vpp=a["vpp"], zero=a["zero"],
+                      sp=(a["sp"] == 1) & (a["tp"] > 1), recompute=np.asarray(RECOMPUTE)[a["rc"]], micro_batch=a["mb"],
+                      cp_comm=np.asarray(CP_COMMS)[a["cpc"]], ulysses=a["uly"], dp_shard=dp_shard)
 
     def plan_dict(self, i: int) -> dict[str, Any]:
         """The plan's job-file fields; with a recipe search, also `fp8_recipe`, and for an MoE model
@@ -394,7 +408,7 @@ def _grid(axes: dict[str, list[int]]) -> dict[str, np.ndarray]:
 
 
 def engine_view(c: Candidates, model: ModelSpec, training: TrainingSpec, flash_attention: bool = True,
-                fixed: dict[str, Any] | None = None):
+                fixed: dict[str, Any] | None = None) -> PlanView:
     """The candidates as a :class:`~shardwise.engines.support.PlanView` (arrays, no copy); `fixed`: the
     job's plan fields every candidate carries (offload, dp_shard, reshard_after_forward, microbatch_group,
     tp_overlap)."""

@@ -31,11 +31,11 @@ from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.cost.memory import optimizer_bytes_per_param
 from shardwise.errors import ShardwiseError
-from shardwise.specs.hardware import Cluster, make_cluster
+from shardwise.specs.hardware import Cluster, HostSpec, make_cluster
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
-from shardwise.train.plan_report import plan_label
+from shardwise.train.plan_label import plan_label
 from shardwise.train.planner import job_from_plan, plan_search
 from shardwise.train.result import GIB, Estimate
 from shardwise.train.screen import screen
@@ -124,15 +124,26 @@ def count_verdict(model: ModelSpec, cluster: Cluster, training: TrainingSpec, sc
     """Whether some plan of the job fits on `cluster`: the leanest plan by the screen decides (the screen's
     peak is an upper bound; where it is over, the exact estimate of the leanest plan decides)."""
     n = cluster.num_gpus
-    offload = (fixed or {}).get("offload", "none")
+    fixed = fixed or {}
+    offload = fixed.get("offload", "none")
     cands = enumerate_plans(model, cluster, training, schedules, fixed)
     if not len(cands):
         why = "; ".join(f"{reason} ({count:,})" for reason, count in cands.rejected.most_common(2))
         return CountVerdict(n, False, f"no plan can run: {why}")
-    mem = screen(cands, model, cluster, training, constants, offload=offload)["memory_bytes"]
+    screened = screen(cands, model, cluster, training, constants, offload=offload,
+                      offload_device=fixed.get("offload_device", "cpu"),
+                      offload_activations=float(fixed.get("offload_activations", 0.0)))
+    # A plan whose offloaded bytes overflow the node's host DRAM (or NVMe) cannot run, however lean on the GPU:
+    # the leanest is taken among those the host can hold (the estimate's host-memory check, docs/offload.md).
+    host_ok = screened["host_ok"]
+    if not host_ok.any():
+        tiers = cluster.host
+        return CountVerdict(n, False, f"every plan offloads more than a node's host memory holds ({tiers.dram_gib:,.0f} GiB "
+                                      f"DRAM per node; cluster.host)")
+    mem = np.where(host_ok, screened["memory_bytes"], np.inf)
     i = int(np.argmin(mem))
     usable = cluster.usable_memory_bytes / GIB
-    extra = {k: v for k, v in (fixed or {}).items() if k == "offload"}
+    extra = {k: v for k, v in fixed.items() if k in ("offload", "offload_device", "offload_activations")}
     job = job_from_plan(model, cluster, training, cands.plan_dict(i), extra)
     if mem[i] <= cluster.usable_memory_bytes:
         label = plan_label(job.plan.model_dump())
@@ -146,8 +157,8 @@ def count_verdict(model: ModelSpec, cluster: Cluster, training: TrainingSpec, sc
                                   f"({_breakdown(e)} GiB)", label, e.peak_memory_gib)
 
 
-def _cluster(gpu: str, n: int, memory_headroom: float | None) -> Cluster:
-    return make_cluster(gpu, n, memory_headroom=memory_headroom)
+def _cluster(gpu: str, n: int, memory_headroom: float | None, host: HostSpec | None = None) -> Cluster:
+    return make_cluster(gpu, n, memory_headroom=memory_headroom, host=host)
 
 
 def _check_max(max_gpus: int) -> None:
@@ -166,9 +177,10 @@ def _skipped(verdicts: list[CountVerdict], n: int, reason: str) -> None:
 def smallest_fit(model: ModelSpec, gpu: str, training: TrainingSpec, max_gpus: int = 1024,
                  memory_headroom: float | None = None, schedules: tuple[str, ...] | None = None,
                  constants: Constants | None = None, fixed: dict[str, Any] | None = None,
-                 exhaustive: bool = False) -> tuple[int | None, list[CountVerdict]]:
-    """(smallest GPU count up to `max_gpus` with a plan that fits, or None; a verdict per count tried, the
-    counts the memory bound rules out merged into ranges)."""
+                 exhaustive: bool = False, host: HostSpec | None = None) -> tuple[int | None, list[CountVerdict]]:
+    """(smallest GPU count up to `max_gpus` with a plan that fits, GPU and host memory both, or None; a verdict
+    per count tried, the counts the memory bound rules out merged into ranges). `host`: the job's
+    `cluster.host` overrides of the catalog's memory tiers."""
     _check_max(max_gpus)
     probe = _cluster(gpu, 1, memory_headroom)
     offload = (fixed or {}).get("offload", "none")
@@ -179,7 +191,7 @@ def smallest_fit(model: ModelSpec, gpu: str, training: TrainingSpec, max_gpus: i
             _skipped(verdicts, n, f"the model states alone, sharded over every GPU, need more than "
                                   f"{probe.usable_memory_bytes / GIB:.1f} GiB usable per GPU")
             continue
-        v = count_verdict(model, _cluster(gpu, n, memory_headroom), training, schedules, constants, fixed)
+        v = count_verdict(model, _cluster(gpu, n, memory_headroom, host), training, schedules, constants, fixed)
         verdicts.append(v)
         if v.fits:
             return n, verdicts
@@ -190,7 +202,8 @@ def smallest_in_time(model: ModelSpec, gpu: str, training: TrainingSpec, days: f
                      memory_headroom: float | None = None, schedules: tuple[str, ...] | None = None,
                      constants: Constants | None = None, fixed: dict[str, Any] | None = None,
                      exhaustive: bool = False, max_exact: int = 16,
-                     search: Callable[..., Any] = plan_search) -> tuple[int | None, Estimate | None, list[CountVerdict]]:
+                     search: Callable[..., Any] = plan_search,
+                     host: HostSpec | None = None) -> tuple[int | None, Estimate | None, list[CountVerdict]]:
     """(smallest GPU count whose fastest plan trains `training.tokens` within `days`, that plan's estimate,
     a verdict per count tried) over :func:`candidate_counts` (coarse above EVERY_NODE_UP_TO nodes unless
     `exhaustive`); counts the bounds rule out are merged into ranges."""
@@ -208,7 +221,7 @@ def smallest_in_time(model: ModelSpec, gpu: str, training: TrainingSpec, days: f
         if not exhaustive and memory_floor_bytes(model, training, n, offload, constants) > probe.usable_memory_bytes:
             _skipped(verdicts, n, "the model states alone, sharded over every GPU, exceed the usable memory")
             continue
-        cluster = _cluster(gpu, n, memory_headroom)
+        cluster = _cluster(gpu, n, memory_headroom, host)
         floor_days = step_floor_s(model, training, cluster) * steps / 86400
         if not exhaustive and floor_days > days:
             _skipped(verdicts, n, f"even at 100% MFU training takes more than {days:g} days")
@@ -248,17 +261,18 @@ class SizedCluster:
 
 def smallest_clusters(model: ModelSpec, gpus: list[str], training: TrainingSpec, days: float | None = None,
                       max_gpus: int = 1024, memory_headroom: float | None = None, schedules: tuple[str, ...] | None = None,
-                      constants: Constants | None = None, fixed: dict[str, Any] | None = None) -> list[SizedCluster]:
+                      constants: Constants | None = None, fixed: dict[str, Any] | None = None,
+                      host: HostSpec | None = None) -> list[SizedCluster]:
     """For each GPU type, the smallest count that fits (:func:`smallest_fit`), or with `days` the smallest
     that trains `training.tokens` in time (:func:`smallest_in_time`)."""
     out = []
     for gpu in gpus:
         name = _cluster(gpu, 1, memory_headroom).gpu.name
         if days is None:
-            n, verdicts = smallest_fit(model, gpu, training, max_gpus, memory_headroom, schedules, constants, fixed)
+            n, verdicts = smallest_fit(model, gpu, training, max_gpus, memory_headroom, schedules, constants, fixed, host=host)
             out.append(SizedCluster(name, n, verdicts))
         else:
             n, best, verdicts = smallest_in_time(model, gpu, training, days, max_gpus, memory_headroom, schedules, constants,
-                                                 fixed)
+                                                 fixed, host=host)
             out.append(SizedCluster(name, n, verdicts, best))
     return out

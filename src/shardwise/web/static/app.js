@@ -507,7 +507,8 @@ function fitPanel(out) {
   const a = out.what_to_change;
   if (a) {
     parts.push(el("h3", { text: `No plan fits ${a.gpus} × ${a.gpu} (${fmt.num(a.usable_gib, 1)} GiB usable)` +
-      (a.searched_with_offload ? ` without offloading: the plans below offload ${a.searched_with_offload}` + (a.searched_with_offload_device === "nvme" ? " to NVMe" : "") : "") }));
+      (a.searched_with_offload ? ` without offloading: the plans below offload ${a.searched_with_offload}` + (a.searched_with_offload_device === "nvme" ? " to NVMe" : "") : "") +
+      (a.searched_with_offload_activations ? ` without offloading: the plans below offload ${fmt.num(100 * a.searched_with_offload_activations, 0)}% of their activations to host memory` : "") }));
     parts.push(el("table", { class: "data", id: "train-closest" },
       el("thead", {}, el("tr", {}, ["closest plan", "peak GiB", "misses by GiB", "where the memory goes (GiB)"].map((h) => el("th", { text: h })))),
       el("tbody", {}, a.closest.map((c) => el("tr", {}, el("td", { class: "l", text: c.plan }), el("td", { text: fmt.num(c.peak_memory_gib, 1) }),
