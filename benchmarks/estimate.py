@@ -9,8 +9,11 @@ the schedule simulation cached: the assembly cost; then with the per-rank tails 
 after the first pass, and (c) the same stream cold: every cache keyed on the job (layer costs, per-rank
 tails, pipeline timings) cleared before each estimate, so each one runs a full schedule simulation. What
 stays warm in (c) is what a new job of a running process finds there: the model and GPU catalogs, the
-fitted constants and the generated schedule structures (IR and visit order, keyed by schedule, pp, vpp
-and micro-batch count, never by durations); (d) clears those structures too.
+fitted constants and what is built from them alone (software-stack profiles and device models, keyed by
+the constants and GPU objects, precision and stack; a GPU's host tiers; the even layer split of a layer
+count over a stage count) and the generated schedule structures (IR and visit order, keyed by schedule,
+pp, vpp and micro-batch count, never by durations); a job's own network rates are computed once per job
+(keyed by its network object); (d) clears the schedule structures too.
 
 llm-analysis (Li et al., github.com/cli99/llm-analysis, `llm_analysis.analysis.train`) is timed on the
 same 384 plans (its ZeRO stage, tp, pp, recompute NONE/SELECTIVE/FULL and micro-batch from the plan,

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.memo import quick_init
+
 
 def offloaded_peak(share, peak_bytes, one_bytes):
     """A rank's peak activation memory with `share` offloaded: ``(1 - x) P + x min(a, P)`` (one micro-batch's
@@ -36,6 +38,7 @@ def offloaded_peak(share, peak_bytes, one_bytes):
     return (1.0 - share) * peak_bytes + share * np.minimum(one_bytes, peak_bytes)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ActivationOffload:
     """What offloading a share of the activations does to one pipeline rank."""

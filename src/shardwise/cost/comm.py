@@ -77,6 +77,7 @@ import numpy as np
 
 from shardwise.cost.constants import NVLS_ARCH_FACTOR, NetworkConstants, fitted_network_constants
 from shardwise.cost.numeric import Num
+from shardwise.memo import IdentityMemo
 from shardwise.specs.hardware import Cluster, CommGroup, Network, group_shape
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "broadcast")
@@ -144,8 +145,25 @@ class _Rates(NamedTuple):
     lat_peer: float  # per remote peer of an all-to-all
 
 
-@lru_cache(maxsize=256)
 def _rates(net: Network, c: NetworkConstants) -> _Rates:
+    """:func:`_network_rates`, by the identity of the two objects (a job's network is asked for on every
+    collective; hashing its fields each time cost more than the formulas): the last pair asked for, then
+    a small cache (shardwise/memo.py)."""
+    global _LAST_RATES
+    last = _LAST_RATES
+    if last[0] is net and last[1] is c:
+        return last[2]
+    r = _RATES(_network_rates, (net, c))
+    _LAST_RATES = (net, c, r)
+    return r
+
+
+_RATES = IdentityMemo(256)
+_LAST_RATES: tuple = (None, None, None)
+
+
+@lru_cache(maxsize=256)
+def _network_rates(net: Network, c: NetworkConstants) -> _Rates:
     """The network's rates and latencies under the constants (cached: a handful of networks per run)."""
     link = net.nvlink_gbyte_s * 0.5e9
     mesh = max(net.nvlink_domain - 1, 1) if net.topology == "mesh" else 0

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from shardwise.cost.attention import AttentionShape, fitted_attention_shapes, fused_attention_s
 from shardwise.cost.constants import ComputeConstants
-from shardwise.cost.numeric import Num
+from shardwise.cost.numeric import Num, maximum
+from shardwise.memo import cached_hash, dataclass_getstate
 from shardwise.specs.hardware import GPU
 
 # FlashAttention-1 reached 25-40% of A100 peak where FlashAttention-2 reaches 50-73% (Dao 2023, Sec. 1):
@@ -38,6 +37,9 @@ FA3_ARCHS = frozenset({"hopper", "blackwell"})  # FlashAttention-3 / cuDNN fused
 @dataclass(frozen=True)
 class Device:
     """What op timing needs of one GPU at one precision (flat and hashable: on the hot path)."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     peak_flops: float  # dense tensor FLOP/s of 16-bit GEMMs (TF32 for fp32 jobs)
     attention_peak_flops: float  # attention runs in 16-bit even in fp8 recipes
@@ -97,7 +99,7 @@ class Device:
         else:
             compute = flops / (self.peak_flops * self.gemm_efficiency)
             memory = (m * k + k * n + m * n) * bytes_per_element / self.hbm_rate
-        return count * (np.maximum(compute, memory) + self.gemm_overhead_s)
+        return count * (maximum(compute, memory) + self.gemm_overhead_s)
 
     def attention_s(self, bh: float, s_q: float, s_k: float, d: float, causal: bool = True, backward: bool = False,
                     bytes_moved: float = 0.0) -> float:

@@ -32,6 +32,7 @@ from shardwise.cost.device import Device
 from shardwise.cost.flops import linear_shapes
 from shardwise.cost.lowp import NO_LOWP, LowPrecision, cast_s
 from shardwise.cost.stack import StackProfile
+from shardwise.memo import cached_hash, dataclass_getstate, quick_init
 from shardwise.specs.hardware import CommGroup
 from shardwise.specs.layer import mlp_values
 from shardwise.specs.model import ModelSpec
@@ -41,6 +42,7 @@ DEFAULT_MOE = MoeSpec()
 DEFAULT_MOE_CONSTANTS = MoeConstants()
 
 
+@quick_init
 @dataclass(frozen=True)
 class PassCost:
     """Seconds of one layer-like block for one micro-batch (raw, before overlap)."""
@@ -57,19 +59,28 @@ class PassCost:
     ep_bwd_s: float = 0.0
 
     def __add__(self, other: PassCost) -> PassCost:
-        return PassCost(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
+        # field by field, written out: this sits on every estimate's hot path (stage_work)
+        return PassCost(self.f_s + other.f_s, self.i_s + other.i_s, self.w_s + other.w_s,
+                        self.recompute_s + other.recompute_s, self.tp_fwd_s + other.tp_fwd_s,
+                        self.tp_bwd_s + other.tp_bwd_s, self.cp_fwd_s + other.cp_fwd_s, self.cp_bwd_s + other.cp_bwd_s,
+                        self.ep_fwd_s + other.ep_fwd_s, self.ep_bwd_s + other.ep_bwd_s)
 
     def scaled(self, k: float) -> PassCost:
-        return PassCost(*(k * a for a in self.astuple()))
+        return PassCost(k * self.f_s, k * self.i_s, k * self.w_s, k * self.recompute_s, k * self.tp_fwd_s,
+                        k * self.tp_bwd_s, k * self.cp_fwd_s, k * self.cp_bwd_s, k * self.ep_fwd_s, k * self.ep_bwd_s)
 
     def astuple(self) -> tuple[float, ...]:
         return (self.f_s, self.i_s, self.w_s, self.recompute_s, self.tp_fwd_s, self.tp_bwd_s,
                 self.cp_fwd_s, self.cp_bwd_s, self.ep_fwd_s, self.ep_bwd_s)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Groups:
     """Sizes and network placements (:meth:`Cluster.tier_for`) of the groups a layer talks over."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     tp: int
     cp: int
@@ -245,6 +256,7 @@ def elementwise_bytes_per_token(model: ModelSpec, moe_layer: bool, tp: int, sp: 
     return norms_and_adds + act_bytes * values
 
 
+@quick_init
 @dataclass(frozen=True)
 class _LayerCore:
     """The parts of one layer pass that no TP overlap mode changes (:func:`transformer_layer` applies the mode)."""
@@ -347,13 +359,16 @@ def _layer_core(model: ModelSpec, moe_layer: bool, tokens: float, seq_kv: int, s
         dispatch = dispatch_s(model, tokens / tp, groups, moe, act_bytes, lowp.active, moe_consts.dispatch_overhead_s)
     else:
         linears += [(tokens, n, k, 1, 1.0) for n, k in linear_shapes(model, model.ffn, tp)[2:]]
-    gemm = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in linears) + router
+    gemms = [_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in linears]  # each linear once
+    gemm = sum(gemms) + router
     # --- low-precision casts: GEMM inputs in the forward, output gradients in the backward ----------
     n_lin = sum(c for _, _, _, c, _ in linears)
-    cast_f = float(cast_s(dev, lowp, sum(m * k * c for m, _, k, c, _ in linears), len(linears)))
-    cast_b = float(cast_s(dev, lowp, sum(m * n * c for m, n, _, c, _ in linears), len(linears)))
-    if not lowp.weights_per_step:  # weights cast at every forward
-        cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
+    cast_f = cast_b = 0.0  # cast_s is 0 for 16-bit jobs
+    if lowp.active:
+        cast_f = float(cast_s(dev, lowp, sum(m * k * c for m, _, k, c, _ in linears), len(linears)))
+        cast_b = float(cast_s(dev, lowp, sum(m * n * c for m, n, _, c, _ in linears), len(linears)))
+        if not lowp.weights_per_step:  # weights cast at every forward
+            cast_f += float(cast_s(dev, lowp, sum(n * k * c for _, n, k, c, _ in linears), n_lin))
     # --- attention core ---------------------------------------------------------------------------
     d_qk, d_v = model.attention_core.d_qk, model.attention_core.d_v
     merge_f = merge_b = 0.0
@@ -385,7 +400,7 @@ def _layer_core(model: ModelSpec, moe_layer: bool, tokens: float, seq_kv: int, s
     # The GEMMs next to the TP collectives (the attention projections, and the MLP's unless the dispatcher
     # carries its tokens) are what an overlap hides them under; split in tp chunks they run at chunk shapes.
     tp_linears = linears[:2] if dispatched else linears[:2] + linears[2:4]
-    gemm_tp = sum(_gemm(dev, m, n, k, c, lowp.active) / speed for m, n, k, c, speed in tp_linears)
+    gemm_tp = sum(gemms[:len(tp_linears)])  # tp_linears are the first of `linears`
     # Dispatch + combine; under all-to-all overlap (Megatron-Core's 1F1B A2A overlap, DualPipe) they run beside
     # another micro-batch's compute of the layer, so only what that compute cannot cover stays exposed.
     ep_pass = 2 * dispatch

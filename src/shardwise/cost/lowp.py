@@ -36,10 +36,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardwise.cost.constants import Constants
+from shardwise.cost.constants import ComputeConstants, Constants
 from shardwise.cost.device import Device
 from shardwise.cost.numeric import Num
 from shardwise.cost.stack import StackProfile
+from shardwise.memo import IdentityMemo, cached_hash, dataclass_getstate
 from shardwise.specs.hardware import GPU
 from shardwise.specs.training import FP4_RECIPES, RECIPE_ARCHS, TrainingSpec
 
@@ -57,6 +58,9 @@ MX_RECIPES = ("mxfp8", "mxfp4")
 @dataclass(frozen=True)
 class LowPrecision:
     """What a job's recipe changes in the cost of a layer and a step ("none": 16-bit GEMMs)."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     recipe: str = "none"
     operand_bytes: float = 2.0  # bytes per element of a low-precision GEMM operand
@@ -92,7 +96,7 @@ def low_precision(training: TrainingSpec, stack: StackProfile, gpu: GPU, recipe:
     """The :class:`LowPrecision` of a job (`recipe` overrides the job's, for the planner's search)."""
     recipe = recipe or resolve_recipe(training, stack, gpu)
     if recipe == "none":
-        return LowPrecision()
+        return NO_LOWP  # one shared value (its hash is computed once)
     operand = OPERAND_BYTES["fp4" if recipe in FP4_RECIPES else "fp8"]
     fp8_gather = recipe in stack.fp8_all_gather
     cast_bytes, cast_kernels = CAST_BYTES[recipe], CAST_KERNELS[recipe]
@@ -121,13 +125,23 @@ def device(gpu: GPU, training: TrainingSpec, constants: Constants, stack: StackP
            lowp: LowPrecision) -> Device:
     """The device model of a job: 16-bit GEMMs, attention and memory-bound kernels as
     :meth:`Device.of`, plus the achieved rate of the recipe's low-precision GEMMs."""
-    compute = constants.compute_for(gpu.name)
+    compute = _COMPUTE(Constants.compute_for, (constants,), gpu.name)
     if not lowp.active:
-        return Device.of(gpu, training.precision, compute, attention_kernel)
+        return _DEVICES(_device_of, (gpu, compute), training.precision, attention_kernel, 0.0, 2.0)
     dtype = "fp4" if lowp.recipe in FP4_RECIPES else "fp8"
     eff = compute.fp4_gemm_efficiency if dtype == "fp4" else compute.fp8_gemm_efficiency
     rate = gpu.peak_flops(dtype) * eff * recipe_gemm_ratio(lowp.recipe, constants)
-    return Device.of(gpu, training.precision, compute, attention_kernel, lowp_flops=rate, lowp_bytes=lowp.operand_bytes)
+    return _DEVICES(_device_of, (gpu, compute), training.precision, attention_kernel, rate, lowp.operand_bytes)
+
+
+#: A run's few device models, by (the catalog's GPU object, precision, the constants' object, kernel, low-precision
+#: rate and operand bytes), and its per-GPU compute constants (shardwise/memo.py): each is a pure function of those.
+_COMPUTE = IdentityMemo(64)
+_DEVICES = IdentityMemo(256)
+
+
+def _device_of(gpu: GPU, compute: ComputeConstants, precision: str, kernel: str, rate: float, operand_bytes: float) -> Device:
+    return Device.of(gpu, precision, compute, kernel, lowp_flops=rate, lowp_bytes=operand_bytes)
 
 
 def job_device(gpu: GPU, training: TrainingSpec, constants: Constants, stack: StackProfile,

@@ -16,6 +16,7 @@ from enum import Enum
 import numpy as np
 
 from shardwise.cost.numeric import Num, where
+from shardwise.memo import quick_init
 
 
 class Placement(Enum):
@@ -27,12 +28,15 @@ class Placement(Enum):
 # The ZeRO stage from which each state is sharded over the data-parallel group, and how.
 SHARDED_FROM = {"weights": (3, Placement.GATHERED_ON_USE), "grads": (2, Placement.SHARDED), "optimizer": (1, Placement.SHARDED)}
 
+_FROM_W, _FROM_G, _FROM_O = (SHARDED_FROM[s][0] for s in ("weights", "grads", "optimizer"))
+
 
 def zero_placements(zero: int) -> dict[str, Placement]:
     """Placement of each model state over the data-parallel group for a ZeRO stage (3 = FSDP)."""
     return {state: how if zero >= stage else Placement.REPLICATED for state, (stage, how) in SHARDED_FROM.items()}
 
 
+@quick_init
 @dataclass(frozen=True)
 class ModelStateBytes:  # bytes per GPU of each model state (arrays: one plan per element)
     weights: Num
@@ -60,6 +64,11 @@ def model_state_bytes(
     ZeRO paper example (Fig. 1, Psi = 7.5B, N_d = 64): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB for stages 0-3.
     `params`, `dp_group` and `zero` may be numpy arrays (one plan per element).
     """
+
+    if not isinstance(zero, np.ndarray):  # one plan (the exact estimate): the same arithmetic in plain Python
+        return ModelStateBytes(params * weight_bytes / (dp_group if zero >= _FROM_W else 1),
+                               params * grad_bytes / (dp_group if zero >= _FROM_G else 1),
+                               params * optimizer_bytes / (dp_group if zero >= _FROM_O else 1))
 
     def per_gpu(state: str, nbytes: float) -> Num:
         stage, _ = SHARDED_FROM[state]

@@ -75,14 +75,18 @@ def dp_exposed_s(cluster: Cluster, zero: int | np.ndarray, overlap_grad_reduce: 
     shard = minimum(shard, n_dense)
     replicas = n_dense // shard
 
+    no_experts = not isinstance(p_exp, np.ndarray) and p_exp == 0
+
     def buckets(nbytes: Num) -> Num:
         return ceil(nbytes / bucket_bytes)
 
     def both(kind: str, nbytes: Num, n_d: Num, stride_d: Num, per_layer: bool) -> Num:
         dense, expert = p_dense * nbytes, p_exp * nbytes
         calls_d, calls_e = (layers, layers) if per_layer else (buckets(dense), buckets(expert))
-        return (chunked_s(cluster, kind, dense, n_d, stride_d, calls_d)
-                + chunked_s(cluster, kind, expert, n_exp, expert_stride, calls_e))
+        on_dense = chunked_s(cluster, kind, dense, n_d, stride_d, calls_d)
+        if no_experts:  # a dense model: the expert term is 0.0, which adds nothing
+            return on_dense
+        return on_dense + chunked_s(cluster, kind, expert, n_exp, expert_stride, calls_e)
 
     across_bytes = p_dense * grad_bytes / shard
     window = where(overlap_grad_reduce, dp_overlap, 0.0)
@@ -114,7 +118,8 @@ def dp_exposed_s(cluster: Cluster, zero: int | np.ndarray, overlap_grad_reduce: 
                     + maximum(0.0, scatter + across_12 - window * bwd_s) + hidden_gather)
     if 3 in stages:
         layer_gather = both("all_gather", weight_bytes, shard, tp, True)
-        if np.any(np.asarray(frozen_bytes) > 0):  # an adapter job's frozen base: gathered, never reduced
+        frozen = np.any(frozen_bytes > 0) if isinstance(frozen_bytes, np.ndarray) else frozen_bytes > 0
+        if frozen:  # an adapter job's frozen base: gathered, never reduced
             layer_gather = layer_gather + chunked_s(cluster, "all_gather", frozen_bytes, shard, tp, layers)
         layer_scatter = both("reduce_scatter", grad_bytes, shard, tp, True)
         per_microbatch = microbatches * (maximum(0.0, layer_gather - fsdp_overlap * fwd_s)

@@ -11,6 +11,7 @@ from typing import Any
 
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.errors import ShardwiseError
+from shardwise.memo import IdentityMemo, cached_hash, dataclass_getstate
 from shardwise.specs._loading import data_path, load_yaml
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
@@ -20,6 +21,9 @@ FITTED_KNOBS = ("tp_comm_overlap", "dp_overlap", "fsdp_prefetch_overlap")
 @dataclass(frozen=True)
 class StackProfile:
     """What one software stack does to the per-op costs of a plan (see data/stacks.yaml)."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     name: str
     attention_kernel: str  # "fa3" or "fa2" on this GPU generation
@@ -47,7 +51,10 @@ class StackProfile:
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in _KNOB_NAMES}
+
+
+_KNOB_NAMES = tuple(f.name for f in fields(StackProfile))
 
 
 @lru_cache(maxsize=1)
@@ -70,10 +77,14 @@ def stack_profile(framework: str, arch: str, compile: bool | None = None, consta
     if raw is None:
         raise ShardwiseError(f"training.framework: unknown stack {framework!r}; use one of {', '.join(framework_names())}")
     consts = constants or default_constants()
-    return _profile(framework, arch, compile, consts)
+    return _PROFILES(_profile, (consts,), framework, arch, compile)
 
 
-def _profile(framework: str, arch: str, compile: bool | None, consts: Constants) -> StackProfile:
+#: Profiles by (the constants object, framework, arch, compile): a handful per run (shardwise/memo.py).
+_PROFILES = IdentityMemo(64)
+
+
+def _profile(consts: Constants, framework: str, arch: str, compile: bool | None) -> StackProfile:
     raw = _raw()[framework]
     fusion = raw["fusion"]
     if fusion != "fused" and (raw["compile"] if compile is None else compile):

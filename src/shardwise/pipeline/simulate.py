@@ -126,6 +126,8 @@ def _per_stage(value: float | Sequence[float], S: int, what: str, limit: float =
     is checked faster without numpy)."""
     if isinstance(value, int | float | np.number):
         vals = [float(value)] * S
+    elif type(value) is tuple and len(value) == S and all(type(x) is float for x in value):  # the estimate's stage costs
+        vals = list(value)
     else:
         arr = np.asarray(value, dtype=float)
         if arr.ndim == 0:

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS
+from shardwise.memo import cached_hash, dataclass_getstate, quick_init
 from shardwise.specs._loading import data_path, format_validation_error, load_yaml
 
 DTYPE_FOR_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "fp32": "tf32"}
@@ -235,22 +236,44 @@ class HostTiers:
     @classmethod
     def of(cls, gpu: GPU, spec: HostSpec | None = None) -> HostTiers:
         """The tiers of `gpu`'s catalog system with the job's `spec` overrides (module docstring)."""
-        spec = spec or HostSpec()
-        pick = lambda mine, catalog: catalog if mine is None else mine  # noqa: E731
-        return cls(
-            link_gbyte_s=pick(spec.link_gbyte_s, gpu.host_link_gbyte_s) or DEFAULT_HOST_LINK_GBYTE_S,
-            link=gpu.host_link if spec.link_gbyte_s is None else "cluster.host",
-            dram_gib=pick(spec.dram_gib, gpu.host_dram_gib), nvme_tb=pick(spec.nvme_tb, gpu.nvme_tb),
-            nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, gpu.nvme_read_gbyte_s),
-            nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, gpu.nvme_write_gbyte_s),
-            cpu_adam_gparams_s=pick(spec.cpu_adam_gparams_s, gpu.cpu_adam_gparams_s),
-        )
+        global _LAST_HOST
+        last = _LAST_HOST
+        if last[0] is gpu and last[1] is spec:  # an estimate asks for its cluster's tiers once per rank and more
+            return last[2]
+        tiers = _host_tiers(gpu.host_link_gbyte_s, gpu.host_link, gpu.host_dram_gib, gpu.nvme_tb, gpu.nvme_read_gbyte_s,
+                           gpu.nvme_write_gbyte_s, gpu.cpu_adam_gparams_s, spec)
+        _LAST_HOST = (gpu, spec, tiers)
+        return tiers
+
+
+@lru_cache(maxsize=64)
+def _host_tiers(link_gbyte_s: float | None, link: str, dram_gib: float | None, nvme_tb: float | None,
+                nvme_read: float | None, nvme_write: float | None, cpu_adam: float | None, spec: HostSpec | None) -> HostTiers:
+    """:meth:`HostTiers.of` from the GPU's catalog figures (cached: a pure function of a few numbers; an
+    estimate asks for its cluster's tiers once per pipeline rank and more)."""
+    spec = spec or _NO_HOST_SPEC
+    pick = lambda mine, catalog: catalog if mine is None else mine  # noqa: E731
+    return HostTiers(
+        link_gbyte_s=pick(spec.link_gbyte_s, link_gbyte_s) or DEFAULT_HOST_LINK_GBYTE_S,
+        link=link if spec.link_gbyte_s is None else "cluster.host",
+        dram_gib=pick(spec.dram_gib, dram_gib), nvme_tb=pick(spec.nvme_tb, nvme_tb),
+        nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, nvme_read),
+        nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, nvme_write),
+        cpu_adam_gparams_s=pick(spec.cpu_adam_gparams_s, cpu_adam),
+    )
+
+
+_NO_HOST_SPEC = HostSpec()
+_LAST_HOST: tuple = (None, None, None)  # the last (GPU, HostSpec) object pair HostTiers.of resolved, and its tiers
 
 
 @dataclass(frozen=True)
 class Network:
     """A cluster's network, resolved (by :func:`make_network`, from validated inputs): the NVLink domain
     and the scale-out NICs of each node. A plain frozen dataclass: it keys the comm model's caches."""
+
+    __hash__ = cached_hash  # keys the layer, rank and comm caches: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     gpus_per_node: int
     nvlink_domain: int  # GPUs on one NVLink/NVSwitch (or xGMI, PCIe) fabric
@@ -269,6 +292,7 @@ class Network:
         return next((f for f in ("nvlink", "xgmi", "pcie") if self.link.startswith(f)), "nvlink")
 
 
+@quick_init
 @dataclass(frozen=True)
 class CommGroup:
     """A parallel group as the network sees it: `per_domain` ranks in each of `domains` NVLink domains."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from shardwise.errors import ShardwiseError
+from shardwise.memo import quick_init
 from shardwise.pipeline import SimResult, generate_schedule, resolve, schedule_info, simulate
 from shardwise.pipeline.ir import B_CODE, F_CODE, I_CODE, Schedule
 from shardwise.pipeline.registry import stages_per_rank
@@ -22,6 +23,7 @@ from shardwise.pipeline.steady import simulate_steady
 from shardwise.specs.training import TrainPlan
 
 
+@quick_init
 @dataclass(frozen=True)
 class PipelineTiming:
     step_s: float  # pipelined forward/backward part of the step, in the sense of `bubble_definition`

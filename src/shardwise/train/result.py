@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from shardwise.errors import ShardwiseError
+from shardwise.memo import quick_init
 
 GIB = 2**30
 
@@ -23,6 +24,7 @@ FLOP_CONVENTIONS = {
 MFU_LABELS = {"mfu": "MFU (non-causal)", "mfu_causal": "MFU (causal)", "hfu": "HFU"}
 
 
+@quick_init
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes on one GPU at its peak, as the engines report them (:mod:`shardwise.cost.allocator`): tensors
@@ -54,6 +56,7 @@ class MemoryBreakdown:
         return {k: v / GIB for k, v in asdict(self).items()}
 
 
+@quick_init
 @dataclass(frozen=True)
 class TimeBreakdown:
     """Seconds of one step on the critical pipeline rank; the parts sum to the step time."""
@@ -75,6 +78,12 @@ class TimeBreakdown:
         return sum(getattr(self, f.name) for f in fields(self))
 
 
+#: the parts :meth:`Estimate.__post_init__` checks, named once (dataclasses.fields is slow on the hot path)
+_TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
+_MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
+
+
+@quick_init
 @dataclass(frozen=True)
 class Estimate:
     name: str
@@ -126,11 +135,17 @@ class Estimate:
         # Causal MFU and HFU count work the GPUs do, so neither can pass 1 (mfu_limit for fp8/fp4 runs, whose
         # MFU is against the BF16 peak); the full-attention (PaLM) MFU counts causal attention twice over
         # and may, at sequences of millions of tokens.
-        bad = [f"{k} {v:.3g}" for k, v in (("causal MFU", self.mfu_causal), ("HFU", self.hfu)) if not 0.0 <= v <= self.mfu_limit]
+        limit, time_s, memory = self.mfu_limit, self.time_s, self.memory
+        values = (self.mfu_causal, self.hfu, self.mfu, self.step_time_s, *(getattr(time_s, n) for n in _TIME_FIELDS),
+                  *(getattr(memory, n) for n in _MEMORY_FIELDS))
+        if 0.0 <= values[0] <= limit and 0.0 <= values[1] <= limit and all(0.0 <= v < math.inf for v in values[2:]) \
+                and self.step_time_s > 0:  # the common case, checked without building the message
+            return
+        bad = [f"{k} {v:.3g}" for k, v in (("causal MFU", self.mfu_causal), ("HFU", self.hfu)) if not 0.0 <= v <= limit]
         bad += [f"MFU {self.mfu:.3g}"] if not (math.isfinite(self.mfu) and self.mfu >= 0.0) else []
-        parts = {"step time": self.step_time_s, **{f"time {f.name}": getattr(self.time_s, f.name) for f in fields(self.time_s)},
-                 **{f"memory {f.name}": getattr(self.memory, f.name) for f in fields(self.memory)}}
-        bad += [f"{k} {v:.3g}" for k, v in parts.items() if not (math.isfinite(v) and v >= 0)]
+        parts = [("step time", self.step_time_s), *((f"time {n}", getattr(time_s, n)) for n in _TIME_FIELDS),
+                 *((f"memory {n}", getattr(memory, n)) for n in _MEMORY_FIELDS)]
+        bad += [f"{k} {v:.3g}" for k, v in parts if not (math.isfinite(v) and v >= 0)]
         if bad or not self.step_time_s > 0:
             raise ShardwiseError(
                 f"the estimate of {self.model} with this plan is not physical ({', '.join(bad) or 'zero step time'}): "

@@ -9,11 +9,14 @@ MoE models keep their leading dense layers first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardwise.errors import ShardwiseError
+from shardwise.memo import quick_init
 from shardwise.specs.model import ModelSpec
 
 
+@quick_init
 @dataclass(frozen=True)
 class StageContent:
     index: int
@@ -30,6 +33,12 @@ class StageContent:
 def layer_counts(layers: int, stages: int) -> list[int]:
     """Even split; the remainder goes to the stages nearest the middle. Up to two stages more than
     layers are allowed: the first and last then hold only the embedding and the LM head."""
+    return list(_layer_counts(layers, stages))
+
+
+@lru_cache(maxsize=1024)
+def _layer_counts(layers: int, stages: int) -> tuple[int, ...]:
+    """:func:`layer_counts` (cached: a pure function of two small numbers)."""
     if stages > layers + 2:
         raise ShardwiseError(f"{stages} pipeline stages for {layers} layers: at most layers + 2 stages")
     base, extra = divmod(layers, stages)
@@ -37,7 +46,7 @@ def layer_counts(layers: int, stages: int) -> list[int]:
     order = sorted(range(stages), key=lambda s: (abs(2 * s - (stages - 1)), s))
     for s in order[:extra]:
         counts[s] += 1
-    return counts
+    return tuple(counts)
 
 
 def stage_contents(model: ModelSpec, stages: int, counts: tuple[int, ...] | None = None) -> list[StageContent]:
@@ -48,7 +57,7 @@ def stage_contents(model: ModelSpec, stages: int, counts: tuple[int, ...] | None
     dense_total = model.layers - model.moe_layers
     if counts is not None and (len(counts) != stages or sum(counts) != model.layers or min(counts) < 0):
         raise ShardwiseError(f"layer split {list(counts)}: give {stages} counts >= 0 adding up to {model.layers} layers")
-    for s, n in enumerate(counts if counts is not None else layer_counts(model.layers, stages)):
+    for s, n in enumerate(counts if counts is not None else _layer_counts(model.layers, stages)):
         dense = max(0, min(first + n, dense_total) - first)
         out.append(StageContent(s, dense, n - dense, embedding=s == 0, lm_head=s == stages - 1))
         first += n
