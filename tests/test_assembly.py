@@ -35,8 +35,8 @@ def test_interleaved_and_v_placements():
     placement of ZB-V puts rank r's two chunks at stages r and 2p-1-r (Qi et al. 2024, Zero Bubble Pipeline
     Parallelism, the ZB-V schedule)."""
     pp = 4
-    assert stages_of_rank(schedule_info("interleaved").stage_to_rank(pp, 2), pp) == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert stages_of_rank(schedule_info("zbv").stage_to_rank(pp, 2), pp) == [[0, 7], [1, 6], [2, 5], [3, 4]]
+    assert stages_of_rank(schedule_info("interleaved").stage_to_rank(pp, 2), pp, 2) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert stages_of_rank(schedule_info("zbv").stage_to_rank(pp, 2), pp, 2) == [[0, 7], [1, 6], [2, 5], [3, 4]]
 
 
 @settings(max_examples=25, deadline=None)
@@ -50,7 +50,7 @@ def test_rank_contents_add_up_to_the_model(model, pp, schedule, tp, ep):
     if pp * vpp > spec.layers:
         return
     stages = stage_contents(spec, pp * vpp)
-    mine = stages_of_rank(schedule_info(schedule).stage_to_rank(pp, vpp), pp)
+    mine = stages_of_rank(schedule_info(schedule).stage_to_rank(pp, vpp), pp, vpp)
     assert sorted(s for held in mine for s in held) == list(range(pp * vpp))
     ranks = rank_contents(spec, stages, mine, tp, ep)
     assert sum(r.layers for r in ranks) == spec.layers
@@ -116,3 +116,20 @@ def test_step_is_the_sum_of_its_parts():
     assert many.straggler[1] == pytest.approx(2 * many.straggler[0], rel=1e-12) and many.straggler[0] > 0
     assert many.total.tolist() == pytest.approx([10.0 + many.straggler[0] + 0.5 + 0.25 + many.host,
                                                  20.0 + many.straggler[1] + 0.25 + many.host], rel=1e-12)
+
+
+def test_without_a_pipeline_every_schedule_runs_the_same_step():
+    """pp 1: a V-shaped schedule's placement names two stages, but the model has one; every schedule then
+    runs the same forward and backward passes back to back (regression: zbv and dualpipev raised IndexError)."""
+    from shardwise.pipeline.registry import list_schedules
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.estimate import estimate
+
+    def step_s(schedule: str) -> float:
+        return estimate(job_from_mapping({
+            "model": "llama-3.1-8b", "cluster": {"gpu": "H100-SXM", "gpus": 8},
+            "training": {"seq_len": 4096, "global_batch": 64},
+            "parallel": {"tp": 1, "pp": 1, "zero": 1, "schedule": schedule}})).step_time_s
+
+    reference = step_s("1f1b")
+    assert {s: step_s(s) for s in list_schedules()} == {s: reference for s in list_schedules()}

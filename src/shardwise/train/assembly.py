@@ -261,11 +261,12 @@ def gathered_moe_layer_params(model: ModelSpec, ep: Num, tp: Num = 1, etp: Num |
 # --- what lives on a pipeline rank -------------------------------------------------------------------------------
 
 
-def stages_of_rank(stage_to_rank: Sequence[int], pp: int) -> list[list[int]]:
+def stages_of_rank(stage_to_rank: Sequence[int], pp: int, vpp: int) -> list[list[int]]:
     """The virtual stages each of the `pp` pipeline ranks holds, in stage order (the schedule's placement
-    `stage_to_rank`: :meth:`shardwise.pipeline.schedule_info.ScheduleInfo.stage_to_rank`)."""
+    `stage_to_rank`: :meth:`shardwise.pipeline.schedule_info.ScheduleInfo.stage_to_rank`). Only the model's
+    `pp * vpp` stages count: without a pipeline (pp 1) a V-shaped schedule's placement still names two."""
     mine: list[list[int]] = [[] for _ in range(pp)]
-    for s, r in enumerate(stage_to_rank):
+    for s, r in enumerate(stage_to_rank[: pp * vpp]):
         mine[r].append(s)
     return mine
 

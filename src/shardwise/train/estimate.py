@@ -72,7 +72,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
 
     # What each pipeline rank holds; its model states, fixed memory, DP communication and optimizer step.
     s2r = schedule_info(plan.schedule).stage_to_rank(pp, vpp)
-    mine = stages_of_rank(s2r, pp)
+    mine = stages_of_rank(s2r, pp, vpp)
     loads = rank_loads(rank_contents(model, stages, mine, tp, ep), work, mine)
     keep = keeps_unsharded(plan, stack)
     tails = rank_tails(ctx, layout, loads, microbatches=m, offload=plan.offload, offload_device=plan.offload_device,

@@ -92,7 +92,7 @@ def pipeline_ranks(model: ModelSpec, pp: int, vpp: int, schedule: str, tp: int, 
     """The ranks' contents (:func:`shardwise.train.assembly.rank_contents`) of one pipeline shape."""
     stages = stage_contents(model, pp * vpp)
     s2r = schedule_info(schedule).stage_to_rank(pp, vpp)
-    contents = rank_contents(model, stages, stages_of_rank(s2r, pp), tp, ep)
+    contents = rank_contents(model, stages, stages_of_rank(s2r, pp, vpp), tp, ep)
     counts = np.array([(c.dense_layers, c.moe_layers, c.embedding, c.lm_head) for c in contents], dtype=float)
     params = np.array([(c.p_dense, c.p_exp) for c in contents])
     first = np.array([(st.dense_layers, st.moe_layers, st.embedding, st.lm_head) for st in stages[:pp]], dtype=float)
