@@ -19,7 +19,7 @@ Every argument of :func:`rank_tail` and the memory and step compositions may be 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -118,7 +118,8 @@ def layer_groups(cluster: Cluster, layout: Layout) -> Groups:
 
 def _dense_groups(groups: Groups) -> Groups:
     """Dense blocks do not talk over the expert groups: one cache entry serves every ep and etp."""
-    return replace(groups, ep=1, etp=0, ep_tier=groups.tp_tier)
+    return Groups(groups.tp, groups.cp, 1, groups.tp_tier, groups.cp_tier, groups.tp_tier, etp=0, cp_comm=groups.cp_comm,
+                  ulysses=groups.ulysses, ulysses_tier=groups.ulysses_tier, ring_tier=groups.ring_tier)  # no replace(): hot
 
 
 def _tokens(training: TrainingSpec, layout: Layout) -> float:
@@ -212,7 +213,9 @@ class StageWork(NamedTuple):
 def stage_work(b: Blocks, st: StageContent) -> StageWork:
     """One micro-batch through one virtual stage: the layer-like blocks of `st` costed by `b` (their TP
     communication as exposed)."""
-    cost = b.dense.scaled(st.dense_layers) + b.moe.scaled(st.moe_layers)
+    cost = b.dense.scaled(st.dense_layers)
+    if st.moe_layers:  # a dense model's stages add no MoE term (and build no zero PassCost for it)
+        cost = cost + b.moe.scaled(st.moe_layers)
     if st.embedding:
         cost = cost + b.embedding
     if st.lm_head:
@@ -384,7 +387,7 @@ def rank_tail(ctx: Costing, layout: Layout, load: RankLoad, *, microbatches: Num
         p_dense = layers * adapters.adapter_params(model, lora, tp)
         wb, gb, opt_bytes = adapters.adapter_state_bytes(lora)
     states = model_states(p_dense, p_exp, dense_group, expert_group, zero, shard, wb, gb, opt_bytes, offload)
-    if np.any(keep_unsharded):  # gathered weights kept for the step; gradients unsharded until the last micro-batch
+    if np.any(keep_unsharded) if isinstance(keep_unsharded, np.ndarray) else keep_unsharded:  # gathered weights kept for the step; gradients unsharded until the last micro-batch
         states = ModelStateBytes(where(keep_unsharded, (p_dense + p_exp) * wb, states.weights),
                                  where(unsharded_grads, (p_dense + p_exp) * gb, states.grads), states.optimizer)
     if lora is not None:

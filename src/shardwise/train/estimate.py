@@ -57,7 +57,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     m = job.microbatches
     stack = stack_profile(training.framework, gpu.arch, training.compile, consts)
     tpo = tp_overlap_mode(plan, stack)
-    plan = plan.model_copy(update={"vpp": vpp, "tp_overlap": tpo})  # reported as resolved
+    if (vpp, tpo) != (plan.vpp, plan.tp_overlap):
+        plan = plan.model_copy(update={"vpp": vpp, "tp_overlap": tpo})  # reported as resolved
     check_group(plan, m)
     dev, lowp = job_device(gpu, training, consts, stack, attention_kernel(training, stack))
     seq, rc, flash = training.seq_len, plan.recompute, plan.flash_attention
