@@ -23,8 +23,8 @@ from shardwise.specs._loading import read_document
 from shardwise.specs.job import cluster_from_mapping, job_from_mapping
 from shardwise.specs.model import load_model
 from shardwise.specs.training import TrainingSpec
-from shardwise.train.hetero import hetero_estimate
-from shardwise.train.hetero_plan import hetero_plan
+from shardwise.train.hetero.estimate import hetero_estimate
+from shardwise.train.hetero.plan import hetero_plan
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hetero-h100-a100.yaml"
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from shardwise.specs._loading import read_document
 from shardwise.specs.hetero import HeteroJob
 from shardwise.specs.job import job_from_mapping
-from shardwise.train.hetero import hetero_estimate
-from shardwise.train.hetero_plan import HeteroPlanResult, hetero_plan
-from shardwise.train.hetero_result import HeteroEstimate
+from shardwise.train.hetero.estimate import hetero_estimate
+from shardwise.train.hetero.plan import HeteroPlanResult, hetero_plan
+from shardwise.train.hetero.result import HeteroEstimate
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "hetero-h100-a100.yaml"

@@ -19,8 +19,8 @@ from shardwise.specs.hardware import Cluster, HeteroCluster, make_cluster
 from shardwise.specs.hetero import HeteroJob
 from shardwise.specs.job import job_from_mapping
 from shardwise.train.estimate import estimate
-from shardwise.train.hetero import hetero_estimate
-from shardwise.train.hetero_split import (
+from shardwise.train.hetero.estimate import hetero_estimate
+from shardwise.train.hetero.split import (
     balanced_layer_split,
     batch_splits,
     continuous_batch_split,
@@ -244,7 +244,7 @@ def _plan(groups, **kw):
     from shardwise.specs.job import cluster_from_mapping
     from shardwise.specs.model import load_model
     from shardwise.specs.training import TrainingSpec
-    from shardwise.train.hetero_plan import hetero_plan
+    from shardwise.train.hetero.plan import hetero_plan
 
     model, cluster = load_model("gpt-1.7b"), cluster_from_mapping({"groups": groups})
     training = TrainingSpec(seq_len=2048, global_batch=64, precision="bf16")
@@ -278,7 +278,7 @@ def test_plan_is_never_worse_than_one_group_alone(objective):
 
 
 def test_trace_shows_the_imbalance_between_gpu_types():
-    from shardwise.train.hetero_trace import hetero_events
+    from shardwise.train.hetero.trace import hetero_events
 
     even = hetero_estimate(mixed(KNOBS | {"pp": 2, "replicas": {"h100": 1, "a100": 1}, "batch_split": {"h100": 32, "a100": 32}}))
     events = hetero_events(even)
@@ -339,7 +339,7 @@ def test_commands_for_one_gpu_type_refuse_groups(capsys, command):
 
 
 def test_estimated_layer_split_is_the_brute_force_best_of_the_simulation():
-    from shardwise.train.hetero import pipeline_estimate
+    from shardwise.train.hetero.estimate import pipeline_estimate
 
     job = mixed(KNOBS | {"stage_groups": ["h100", "a100"], "dp": 2})
     chosen = hetero_estimate(job)

@@ -13,7 +13,7 @@ from shardwise.cost.flops import model_flops_per_token
 from shardwise.specs.job import job_from_mapping
 from shardwise.specs.model import load_model
 from shardwise.train.estimate import estimate
-from shardwise.train.hetero import hetero_estimate
+from shardwise.train.hetero.estimate import hetero_estimate
 from shardwise.train.result import FLOP_CONVENTIONS, MFU_LABELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_hetero_json_and_table_carry_both_figures_over_the_bf16_peak(precision):
     assert d["flop_conventions"] == {k: FLOP_CONVENTIONS[k] for k in ("mfu", "mfu_causal")}
     from rich.console import Console
 
-    from shardwise.train.hetero_report import hetero_table
+    from shardwise.train.hetero.report import hetero_table
 
     console = Console(record=True, width=200)
     console.print(hetero_table(h))

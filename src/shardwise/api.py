@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shardwise.specs.job import TrainJob
-    from shardwise.train.hetero_result import HeteroEstimate
+    from shardwise.train.hetero.result import HeteroEstimate
     from shardwise.train.planner import PlanResult
     from shardwise.train.result import Estimate
 
@@ -25,7 +25,7 @@ def _train_job(job: str | Path | dict[str, Any]) -> TrainJob:
 def estimate(job: str | Path | dict[str, Any]) -> Estimate | HeteroEstimate:
     """Memory per GPU, step time, MFU and tokens/s of a training job (`train estimate`).
     Returns a :class:`shardwise.train.result.Estimate` (``.to_dict()`` is the JSON output), or a
-    :class:`shardwise.train.hetero_result.HeteroEstimate` for a cluster with `groups`. ``.goodput`` holds
+    :class:`shardwise.train.hetero.result.HeteroEstimate` for a cluster with `groups`. ``.goodput`` holds
     what failures, checkpoints and restarts leave of it (:mod:`shardwise.train.goodput`)."""
     from shardwise.train.goodput import estimate_with_goodput
 

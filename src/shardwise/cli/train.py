@@ -41,7 +41,7 @@ def estimate_cmd(
     from shardwise.errors import ShardwiseError
     from shardwise.specs._loading import read_document
     from shardwise.train.batch import JobError, estimate_batch
-    from shardwise.train.hetero_report import hetero_table
+    from shardwise.train.hetero.report import hetero_table
     from shardwise.train.report import engine_verdicts_of, estimate_json, estimate_table
     from shardwise.train.result import Estimate
 
@@ -51,7 +51,7 @@ def estimate_cmd(
     failed = [r for r in results if isinstance(r, JobError)]
     if trace is not None:
         from shardwise.pipeline.trace import trace_document, write_trace
-        from shardwise.train.hetero_trace import hetero_events
+        from shardwise.train.hetero.trace import hetero_events
         from shardwise.train.trace import estimate_events
 
         events: list[dict] = []

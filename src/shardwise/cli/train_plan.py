@@ -180,11 +180,11 @@ def plan_cmd(
 
 def _hetero_plan(doc: dict, objective: str, top: int, exact_budget: int | None, format: Format, schedules: list[str] | None,
                  max_memory_gib: float | None, no_progress: bool, **unsupported: object) -> None:
-    """`train plan JOB` where the job's cluster has groups (:mod:`shardwise.train.hetero_plan`)."""
+    """`train plan JOB` where the job's cluster has groups (:mod:`shardwise.train.hetero.plan`)."""
     from shardwise.errors import ShardwiseError
     from shardwise.specs.job import job_from_mapping
-    from shardwise.train.hetero_plan import hetero_plan
-    from shardwise.train.hetero_report import hetero_plan_table
+    from shardwise.train.hetero.plan import hetero_plan
+    from shardwise.train.hetero.report import hetero_plan_table
     from shardwise.train.plan_inputs import split_list
 
     given = [k for k, v in unsupported.items() if v]

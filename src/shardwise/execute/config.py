@@ -213,7 +213,7 @@ def config_from_hetero_job(job: HeteroJob, **kw: Any) -> RunConfig:
     the layout's numerics, the GPU types are the estimate's business). The splits are the ones the
     estimate costs (given, or balanced by speed): layers per pipeline rank, or micro-batches per
     replica, replicas in group order."""
-    from shardwise.train.hetero import hetero_estimate
+    from shardwise.train.hetero.estimate import hetero_estimate
 
     layout = hetero_estimate(job).layout
     p = layout.plan

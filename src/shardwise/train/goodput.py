@@ -283,7 +283,7 @@ def estimate_with_goodput(job: Any) -> Any:
     the heterogeneous one) with its goodput."""
     from shardwise.specs.hetero import HeteroJob
     from shardwise.train.estimate import estimate
-    from shardwise.train.hetero import hetero_estimate
+    from shardwise.train.hetero.estimate import hetero_estimate
 
     if isinstance(job, HeteroJob):
         return hetero_estimate(job)

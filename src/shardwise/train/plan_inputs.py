@@ -53,7 +53,7 @@ def plan_inputs(doc: Any = None, model: str | dict | ModelSpec | None = None, gp
         base = job_from_mapping(doc, require_plan=False)
         if not isinstance(base.cluster, Cluster):
             raise ShardwiseError("cluster.groups: this search takes GPUs of one type; search a cluster with groups "
-                                 "with `shardwise train plan JOB` (shardwise.train.hetero_plan.hetero_plan)")
+                                 "with `shardwise train plan JOB` (shardwise.train.hetero.plan.hetero_plan)")
         given = doc.get("parallel") or {}
         fixed = {k: getattr(base.plan, k) for k in given} if isinstance(given, dict) else {}  # parsed: "false" is False
         training, clusters, spec, resilience = base.training, [base.cluster], base.model, base.resilience

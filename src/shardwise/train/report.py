@@ -13,7 +13,7 @@ from shardwise.train.result import MFU_LABELS, Estimate
 
 if TYPE_CHECKING:
     from shardwise.engines.support import Verdict
-    from shardwise.train.hetero_result import HeteroEstimate
+    from shardwise.train.hetero.result import HeteroEstimate
 
 #: How the headline MFU counts: the figure training reports compare (attention-score FLOPs halved by the
 #: causal mask, no recompute), over the GPU's dense BF16 peak (cost/flops.py).

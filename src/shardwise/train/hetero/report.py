@@ -8,8 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from shardwise.train.hetero_plan import HeteroPlanResult
-from shardwise.train.hetero_result import HeteroEstimate
+from shardwise.train.hetero.plan import HeteroPlanResult
+from shardwise.train.hetero.result import HeteroEstimate
 from shardwise.train.report import run_cost_rows
 from shardwise.train.result import GIB, MFU_LABELS
 

@@ -7,7 +7,7 @@ data-parallel reduction, optimizer step, overhead) as in :mod:`shardwise.train.t
 from __future__ import annotations
 
 from shardwise.pipeline.trace import simulation_events, slice_event
-from shardwise.train.hetero_result import HeteroEstimate
+from shardwise.train.hetero.result import HeteroEstimate
 from shardwise.train.pipeline_timing import simulate_pipeline
 from shardwise.train.result import GIB
 from shardwise.train.trace import TAIL

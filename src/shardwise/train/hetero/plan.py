@@ -16,7 +16,7 @@ The search runs in the planner's three steps:
    in the homogeneous search, scaled to each GPU type by its peak FLOP/s (assumption: the same MFU on
    every GPU type; the exact step then prices the imbalance, the links and the memory).
 3. **Exact.** The best-screened layouts (up to ``max_exact``) are estimated exactly
-   (:func:`shardwise.train.hetero.hetero_estimate`: layer split balanced by speed under memory, batch
+   (:func:`shardwise.train.hetero.estimate.hetero_estimate`: layer split balanced by speed under memory, batch
    split by speed, the nearest integer split to the equal-finish point, ZeRO states by memory); those
    that fit are ranked with the single-group plans. Each pick carries its layer or batch split, so
    `train estimate` of it gives the same figures.
@@ -39,8 +39,8 @@ from shardwise.specs.hardware import HeteroCluster
 from shardwise.specs.hetero import HeteroJob, HeteroLayout, HeteroLayoutSpec, check_layout
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
-from shardwise.train.hetero import hetero_estimate
-from shardwise.train.hetero_result import HeteroEstimate
+from shardwise.train.hetero.estimate import hetero_estimate
+from shardwise.train.hetero.result import HeteroEstimate
 from shardwise.train.planner import OBJECTIVES, plan_search
 from shardwise.train.result import Estimate
 

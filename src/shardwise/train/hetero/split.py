@@ -1,6 +1,6 @@
 """How a heterogeneous layout shares its work: layers over pipeline ranks, micro-batches over replicas,
 ZeRO/FSDP states over the ranks of a data-parallel group. Pure functions of numbers; the costs they
-balance come from :mod:`shardwise.train.hetero`.
+balance come from :mod:`shardwise.train.hetero.estimate`.
 
 - Layers (pipeline across GPU types): minimise the slowest rank, max_r (L_r c_r + e_r), with L_r layers
   of c_r seconds each on rank r (its GPU's per-micro-batch F+I+W of one layer) plus its fixed work e_r

@@ -9,7 +9,7 @@ pipeline is timed by the schedule simulator (:mod:`shardwise.train.pipeline_timi
   boundary (inside a group its network, between groups the slowest link,
   :func:`shardwise.cost.comm.spanning_network`, with the boundary's tp*cp*dp senders sharing
   ``inter_group_gbps``); the layer split is given or balanced by speed under memory
-  (:mod:`shardwise.train.hetero_split`); data parallelism stays inside each group.
+  (:mod:`shardwise.train.hetero.split`); data parallelism stays inside each group.
 - data parallel across groups: every group runs its replicas' pipeline on its micro-batch count; the step
   waits for the slowest; gradients are reduced over all replicas on the slowest link (every one of the
   tp*cp*pp concurrent rings crosses between the groups with its k ranks per NVLink domain, sharing
@@ -61,8 +61,8 @@ from shardwise.train.assembly import (
     step_parts,
     time_breakdown,
 )
-from shardwise.train.hetero_result import HeteroEstimate, RankReport
-from shardwise.train.hetero_split import balanced_layer_split, batch_splits, refine_split, state_shares
+from shardwise.train.hetero.result import HeteroEstimate, RankReport
+from shardwise.train.hetero.split import balanced_layer_split, batch_splits, refine_split, state_shares
 from shardwise.train.pipeline_timing import PipelineTiming, pipeline_timing, plan_stages_per_rank
 from shardwise.train.result import GIB, TimeBreakdown
 from shardwise.train.stages import StageContent, stage_contents, stage_params
@@ -199,7 +199,7 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
     """Pipeline stages across groups (module docstring); `layer_split` overrides the layout's. Without
     either, the split balanced by speed is refined on the schedule simulation itself (`refine`, up to
     REFINE_MAX_RANKS pipeline ranks): one layer moved at a time while the step shortens and the plan
-    still fits (:func:`shardwise.train.hetero_split.refine_split`)."""
+    still fits (:func:`shardwise.train.hetero.split.refine_split`)."""
     consts = constants or default_constants()
     model, hc, training, layout = job.model, job.cluster, job.training, job.layout
     if refine and layer_split is None and layout.layer_split is None and layout.plan.pp <= REFINE_MAX_RANKS:
