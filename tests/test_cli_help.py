@@ -1,12 +1,15 @@
 """Every command and command group of the CLI shows examples in its --help."""
 
+from collections.abc import Iterator
+
+import click
 import pytest
 import typer
 
 from shardwise.cli.main import app, main
 
 
-def _commands(cmd, path: tuple[str, ...] = ()):
+def _commands(cmd: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     """Every (path, command) under ``cmd``; a group is anything with sub-commands (typer's own click)."""
     yield path, cmd
     if getattr(cmd, "commands", None):

@@ -1,5 +1,8 @@
 """One CLI vocabulary: an option means the same thing in every command group."""
 
+from collections.abc import Iterator
+
+import click
 import pytest
 import typer
 from typer.core import TyperGroup, TyperOption
@@ -12,7 +15,7 @@ from shardwise.errors import ShardwiseError
 EXPORT_FORMATS = {("train", "export"), ("serve", "export"), ("schedule", "export")}
 
 
-def _commands(group: TyperGroup, path=()):
+def _commands(group: TyperGroup, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     for name, cmd in group.commands.items():
         if isinstance(cmd, TyperGroup):
             yield from _commands(cmd, (*path, name))
@@ -23,7 +26,7 @@ def _commands(group: TyperGroup, path=()):
 COMMANDS = dict(_commands(typer.main.get_command(app)))
 
 
-def _option(cmd, name: str) -> TyperOption | None:
+def _option(cmd: click.Command, name: str) -> TyperOption | None:
     return next((p for p in cmd.params if isinstance(p, TyperOption) and name in p.opts), None)
 
 

@@ -4,6 +4,7 @@ imports, and every repository file they name exists."""
 import ast
 import importlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ KNOWN_DEAD = {
 }
 
 
-def _docstrings(path: Path):
+def _docstrings(path: Path) -> Iterator[tuple[int, str]]:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):

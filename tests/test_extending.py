@@ -26,6 +26,7 @@ from shardwise.serve.metrics import compute_metrics
 from shardwise.serve.precision import Precision
 from shardwise.serve.simulate import simulate
 from shardwise.specs import hardware, layer
+from shardwise.specs.job import TrainJob
 from shardwise.specs.model import ModelSpec, load_model
 from shardwise.specs.training import LoraSpec
 from tests.pipeline.test_new_schedule import NAME as TOY_SCHEDULE
@@ -141,7 +142,7 @@ def toy_policy():
     schedulers.SCHEDULERS.pop(ToyPrefillFirstV1.name)
 
 
-def _serve(scheduler: str | None, **engine) -> dict:
+def _serve(scheduler: str | None, **engine: object) -> dict:
     job = {**SERVE_JOB, "workload": {**SERVE_JOB["workload"], "num_requests": 200}}
     deployment = {**job["deployment"], "engine": {**job["deployment"]["engine"], **engine}}
     if scheduler:
@@ -164,7 +165,7 @@ def test_unknown_policy_lists_the_known():
 
 # -- an export target: an exporter module and one registration ---------------------------------------------
 
-def toy_export(job, version: str = "1.0") -> Export:
+def toy_export(job: TrainJob, version: str = "1.0") -> Export:
     """The toy exporter: the plan's degrees as flags."""
     p = job.plan
     return Export("toy", version, [f"--tp={p.tp}", f"--pp={p.pp}", f"--dp={p.dp}"], launcher=["toyrun"])

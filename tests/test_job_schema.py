@@ -4,6 +4,7 @@ its schema and validates against it, and the schema and the parser agree on what
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -37,11 +38,11 @@ def validator(kind):
     return jsonschema.Draft202012Validator(schema)
 
 
-def schema_accepts(kind, doc) -> bool:
+def schema_accepts(kind: str, doc: Any) -> bool:
     return validator(kind).is_valid(doc)
 
 
-def parser_accepts(kind, doc) -> bool:
+def parser_accepts(kind: str, doc: Any) -> bool:
     try:
         if kind == "train":
             job_from_mapping(doc)

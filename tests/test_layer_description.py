@@ -55,7 +55,7 @@ def test_gelu_mlp_has_no_gate_and_biases_where_gpt2_has_them():
 
 
 @st.composite
-def _models(draw) -> ModelSpec:
+def _models(draw: st.DrawFn) -> ModelSpec:
     heads = draw(st.sampled_from([4, 8, 16]))
     spec = dict(layers=draw(st.integers(2, 8)), hidden=heads * draw(st.sampled_from([8, 16])), heads=heads,
                 kv_heads=draw(st.sampled_from([1, 2, 4])), ffn=draw(st.integers(8, 300)), vocab=draw(st.integers(10, 999)),
@@ -73,7 +73,7 @@ def _models(draw) -> ModelSpec:
 
 @settings(max_examples=200, deadline=None)
 @given(_models())
-def test_parameter_counts_are_the_sum_of_the_description(m: ModelSpec):
+def test_parameter_counts_are_the_sum_of_the_description(m: ModelSpec) -> None:
     norms = sum(n.params for n in m.norms())
     dense = sum(lin.params for lin in m.linears(False)) + norms
     moe = sum(lin.params for lin in m.linears(True)) + norms

@@ -1,11 +1,14 @@
 """Jobs the hand-off tests export: every example job and the top plan of `train plan` on three cases."""
 
+from __future__ import annotations
+
 from pathlib import Path
 
 import pytest
 
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.job import job_from_mapping, load_jobs
+from shardwise.specs.hetero import HeteroJob
+from shardwise.specs.job import TrainJob, job_from_mapping, load_jobs
 from shardwise.specs.model import load_model
 from shardwise.specs.training import TrainingSpec
 
@@ -21,10 +24,10 @@ def example_jobs():
     return [j for p in sorted((ROOT / "examples").glob("llama*.yaml")) for j in load_jobs(p)]
 
 
-_TOP: dict = {}
+_TOP: dict[tuple[str, str], TrainJob | HeteroJob] = {}
 
 
-def top_plan_job(case: str, engine: str):
+def top_plan_job(case: str, engine: str) -> TrainJob | HeteroJob:
     """The best plan `train plan --runnable-on ENGINE` finds for a case, as a job."""
     from shardwise.train.plan_report import job_mapping
     from shardwise.train.planner import plan_search
@@ -39,7 +42,7 @@ def top_plan_job(case: str, engine: str):
     return _TOP[key]
 
 
-def jobs_for(engine: str):
+def jobs_for(engine: str) -> list[pytest.ParameterSet]:
     """Example jobs the engine runs, plus the top plan of each planning case."""
     from shardwise.engines.support import verdict
 
@@ -49,5 +52,5 @@ def jobs_for(engine: str):
     return out
 
 
-def resolve_job(item, engine: str):
+def resolve_job(item: str | TrainJob | HeteroJob, engine: str) -> TrainJob | HeteroJob:
     return top_plan_job(item, engine) if isinstance(item, str) else item

@@ -19,7 +19,15 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    from shardwise.handoff.common import Export
+    from shardwise.specs.job import TrainJob
 
 ROOT = Path(__file__).resolve().parents[2]
 MEGATRON_LM = os.environ.get("MEGATRON_LM")
@@ -27,7 +35,7 @@ ARCH_MAJOR = {"ampere": 8, "ada": 8, "hopper": 9, "blackwell": 10}
 
 
 @contextlib.contextmanager
-def _recorded_converters(seen: list):
+def _recorded_converters(seen: list) -> Iterator[None]:
     """torchtitan's quantization converters need torchao and a GPU to build; record their configs instead."""
     from torchtitan.components import quantization as q
 
@@ -49,8 +57,9 @@ def _recorded_converters(seen: list):
             c.__init__, c.convert = i, conv
 
 
-def torchtitan_config(exp, tmp: Path):
-    """(torchtitan's config of the export, the converter configs it asked for)."""
+def torchtitan_config(exp: Export, tmp: Path) -> tuple[Any, list]:
+    """(torchtitan's config of the export, the converter configs it asked for). The config is an instance of
+    the ``Trainer.Config`` class the export's config module registers (torchtitan builds it at run time)."""
     from torchtitan.config import ConfigManager
 
     for name, text in exp.files.items():
@@ -67,7 +76,7 @@ def torchtitan_config(exp, tmp: Path):
     return cfg, seen
 
 
-def torchtitan_accepts(exp, job, tmp: Path):
+def torchtitan_accepts(exp: Export, job: TrainJob, tmp: Path) -> tuple[Any, ParallelDims, list]:
     from torchtitan.distributed.parallel_dims import ParallelDims
 
     cfg, seen = torchtitan_config(exp, tmp)
@@ -76,7 +85,7 @@ def torchtitan_accepts(exp, job, tmp: Path):
 
 
 @contextlib.contextmanager
-def launched(world: int):
+def launched(world: int) -> Iterator[None]:
     """``deepspeed.comm`` as on rank 0 of ``world`` ranks started by the launcher (no process group)."""
     import deepspeed.comm as dist
 

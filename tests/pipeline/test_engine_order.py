@@ -23,8 +23,10 @@ NAMED = [n for n in list_schedules() if n != "auto"]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def reference_starts(sched: Schedule, f, i, w, b, p2p) -> tuple[list[list[float]], list[int]]:
-    """The event loop: per rank the start of each compute action and how many completed."""
+def reference_starts(sched: Schedule, f: list[float], i: list[float], w: list[float], b: list[float],
+                     p2p: float | list[float]) -> tuple[list[list[float]], list[int]]:
+    """The event loop: per rank the start of each compute action and how many completed. ``f``, ``i``, ``w``,
+    ``b``: durations per stage; ``p2p``: one hop time, or one per stage boundary."""
     comp = compile_schedule(sched)
     S = sched.num_stages
     table = [f, i, w, b]

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import generate_schedule, list_schedules, schedule_info, simulate
+from shardwise.pipeline import Schedule, generate_schedule, list_schedules, schedule_info, simulate
 from shardwise.pipeline.registry import planner_schedules
 from shardwise.pipeline.schedule_info import LOOP, V_WHEN_TWO, ScheduleInfo, StepTime, V, VppRule
 
 ALL = list_schedules()
 
 
-def _builds(name: str, pp: int, m: int, vpp: int):
+def _builds(name: str, pp: int, m: int, vpp: int) -> Schedule | None:
     try:
         return generate_schedule(name, pp, m, vpp)
     except ShardwiseError:

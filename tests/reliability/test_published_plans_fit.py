@@ -18,6 +18,7 @@ from shardwise.calibration.validate import default_data_path
 from shardwise.specs.hardware import DEFAULT_MEMORY_HEADROOM
 from shardwise.specs.model import load_model
 from shardwise.train.estimate import estimate
+from shardwise.train.result import Estimate
 
 RECORDS = {r["id"]: r for r in json.loads(default_data_path().read_text())}
 
@@ -40,7 +41,7 @@ LLAMA3 = ["llama3_t4_8192gpu_8192", "llama3_t4_16384gpu_8192", "llama3_t4_16384g
 # fills the whole HBM (79.4 of 79.65 GiB), inside the default 5% headroom.
 
 
-def _estimate(record_id: str):
+def _estimate(record_id: str) -> Estimate:
     job = build_job(RECORDS[record_id], source_of(record_id), [])
     if record_id.startswith("llama3"):
         # Llama 3 405B is a SwiGLU model (Dubey et al. 2024 Table 3: FFN 53,248 = 3.25 x 16,384, SwiGLU):

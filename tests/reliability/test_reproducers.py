@@ -20,7 +20,7 @@ REPRO = Path(__file__).parent / "repro"
 class Repro:
     """Copies of the reproducers' folders; `run` calls `shardwise ARGS` inside one, in-process."""
 
-    def __init__(self, tmp_path: Path, capsys, monkeypatch):
+    def __init__(self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
         self.tmp, self.capsys, self.monkeypatch = tmp_path, capsys, monkeypatch
 
     def folder(self, name: str) -> Path:
@@ -39,7 +39,7 @@ class Repro:
 
 
 @pytest.fixture
-def cli(tmp_path, capsys, monkeypatch) -> Repro:
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Repro:
     return Repro(tmp_path, capsys, monkeypatch)
 
 

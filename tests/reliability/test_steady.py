@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardwise.pipeline import auto_schedule, generate_schedule, list_schedules, schedule_info, simulate
+from shardwise.pipeline import (
+    Schedule,
+    SimResult,
+    auto_schedule,
+    generate_schedule,
+    list_schedules,
+    schedule_info,
+    simulate,
+)
 from shardwise.pipeline.steady import find_cycle, simulate_steady
 
 NAMED = [n for n in list_schedules() if n != "auto"]
@@ -45,7 +53,7 @@ def cases(draw, names=tuple(NAMED)):
     return name, pp, vpp, stages, granularity, m, kw
 
 
-def _same(a, b) -> None:
+def _same(a: SimResult, b: SimResult) -> None:
     assert a.makespan == b.makespan
     assert a.rank_spans == b.rank_spans and a.rank_busy == b.rank_busy
     assert a.peak_activation == b.peak_activation
@@ -60,7 +68,7 @@ def _same(a, b) -> None:
 def test_extrapolation_equals_full_simulation(case):
     name, pp, vpp, stages, g, m, kw = case
 
-    def build(k: int):
+    def build(k: int) -> Schedule:
         return generate_schedule(name, pp, k, vpp)
 
     got = simulate_steady(build, m, kw, stages, g, REPRESENTATIVE)
@@ -79,7 +87,7 @@ def test_every_schedule_is_extrapolated(name):
           "w_s": rng.integers(0, 3, stages).astype(float), "p2p_s": 1.0}
     m = 40 * 8 * stages * g
 
-    def build(k: int):
+    def build(k: int) -> Schedule:
         return generate_schedule(name, pp, k, vpp)
 
     got = simulate_steady(build, m, kw, stages, g, REPRESENTATIVE)
@@ -96,7 +104,7 @@ def test_auto_schedule_is_searched_at_the_sample_size(vpp):
     f, i, w = np.array([2.0, 1, 3, 1][:stages]), np.array([1.0, 3, 2, 2][:stages]), np.array([1.0, 1, 0, 2][:stages])
     kw = {"f_s": f, "i_s": i, "w_s": w, "p2p_s": 1.0}
 
-    def build(k: int):
+    def build(k: int) -> Schedule:
         return auto_schedule(pp, k, vpp, f, i, w, 1.0, placement="v" if vpp == 2 else "loop", objective="stage")
 
     m = 8 * stages * 2 + 7

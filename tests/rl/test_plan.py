@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from shardwise.cli.main import main
-from shardwise.rl.planner import placement_block, plan_rl
+from shardwise.rl.planner import RLPlanResult, placement_block, plan_rl
 from shardwise.rl.spec import parse_rl_job
 from shardwise.rl.step import estimate_rl
 from shardwise.rl.validate import load_measurements
@@ -27,7 +27,7 @@ def _plan(doc, **algorithm):
     return plan_rl(parse_rl_job(doc), prune=False)  # every candidate simulated: the tests read ranked beyond the top
 
 
-def _gain(res) -> float:
+def _gain(res: RLPlanResult) -> float:
     """Samples/s of the fastest off-policy candidate over the fastest on-policy one, less 1."""
     off = max(e.samples_per_s for e in res.ranked if e.placement["staleness"] > 0)
     on = max(e.samples_per_s for e in res.ranked if e.placement["staleness"] == 0)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from shardwise.rl.batch import draw_batch
 from shardwise.rl.phases import rollout_lower_bound_s, rollout_serve_job, run_rollout
-from shardwise.rl.planner import plan_rl
+from shardwise.rl.planner import RLPlanResult, plan_rl
 from shardwise.rl.spec import PlacementSpec, parse_rl_job
 from shardwise.rl.step import PeriodBound, RLEstimate, estimate_rl
 from shardwise.serve.lengths import LengthSpec
@@ -41,7 +41,7 @@ def _doc(staleness: int, output_median: int, gpus: int = 32, policy: str = "llam
     return doc
 
 
-def _figures(res, top: int) -> dict:
+def _figures(res: RLPlanResult, top: int) -> dict:
     out = res.to_dict(top)
     out.pop("seconds")
     out.pop("bounded_not_simulated")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -24,14 +25,14 @@ def client():
         yield c
 
 
-def cli_json(capsys, *argv: str):
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
     """What `shardwise ARGV --format json` prints, with non-finite numbers as null (as the API sends them)."""
     capsys.readouterr()
     assert main([*argv, "--format", "json"]) == 0, capsys.readouterr().err
     return finite(json.loads(capsys.readouterr().out))
 
 
-def cli_error(capsys, *argv: str) -> str:
+def cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     """The one-line message of a CLI user error (without its `error: ` prefix)."""
     capsys.readouterr()
     assert main(list(argv)) == 2

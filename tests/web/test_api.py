@@ -6,12 +6,16 @@ import copy
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from shardwise.cli.main import main
 from tests.web.conftest import cli_error, cli_json
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "llama3.1-70b-64xh100.yaml"
@@ -30,7 +34,7 @@ def _untimed(d: dict) -> dict:
     return d
 
 
-def _write(tmp_path: Path, doc, name: str = "job.yaml") -> str:
+def _write(tmp_path: Path, doc: Any, name: str = "job.yaml") -> str:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc))
     return str(path)
@@ -140,7 +144,7 @@ def test_schedule_simulate_and_compare_equal_cli(client, capsys, tmp_path):
         "--schedules", "1f1b,zbv,zb-h2,v-min")
 
 
-def main_ok(capsys, *argv) -> bool:
+def main_ok(capsys: pytest.CaptureFixture[str], *argv: str) -> bool:
     ok = main(list(argv)) == 0
     capsys.readouterr()
     return ok
@@ -286,7 +290,8 @@ def test_train_export_equals_cli(client, capsys, tmp_path):
 
 # --- the job queue: background jobs, progress, events, cancellation, limits -------------------------------
 
-def _wait(client, job_id: str, states=("done", "failed", "cancelled"), timeout_s: float = 120.0) -> dict:
+def _wait(client: TestClient, job_id: str, states: tuple[str, ...] = ("done", "failed", "cancelled"),
+          timeout_s: float = 120.0) -> dict:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         snap = client.get(f"/api/jobs/{job_id}").json()

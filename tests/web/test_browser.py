@@ -8,10 +8,14 @@ import shutil
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.web.conftest import cli_json
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright (the webtest extra)")
 CHROMIUM = os.environ.get("SHARDWISE_CHROMIUM") or next(
@@ -63,12 +67,12 @@ def page(browser):
     assert not errors, errors
 
 
-def _open(page, url: str) -> None:
+def _open(page: Page, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("body[data-ready]")
 
 
-def _card(page, key: str) -> float:
+def _card(page: Page, key: str) -> float:
     return float(page.get_attribute(f"#train-estimate-out .card[data-key='{key}']", "data-value"))
 
 
@@ -190,7 +194,7 @@ def test_phone_width_has_no_sideways_scroll(server, browser):
 RL_EXAMPLE = "examples/rl-grpo-llama3.1-8b-64xh100.yaml"
 
 
-def _rl_card(page, key: str) -> float:
+def _rl_card(page: Page, key: str) -> float:
     return float(page.get_attribute(f"#rl-cards .card[data-key='{key}']", "data-value"))
 
 

@@ -20,7 +20,7 @@ FUZZ = {"deadline": None, "derandomize": True, "phases": [Phase.explicit, Phase.
         "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]}
 
 
-def check(case) -> None:
+def check(case: schemathesis.Case) -> None:
     case.query = {k: v for k, v in (case.query or {}).items() if k != "background"}  # wait for each search
     response = case.call()
     assert response.status_code < 500, f"{case.method} {case.path} -> {response.status_code}: {response.text[:500]}"
