@@ -33,7 +33,7 @@ def record_cases(record: dict[str, Any]) -> list[Case] | Skip:
         return zero_cases(record, source)
     if kind == "train-memory":
         return Skip(rid, source.label, "a fine-tune's memory claim, not a throughput case: checked by "
-                    "tests/test_finetune_evidence.py (data/finetune_measurements.yaml)")
+                    "tests/train/test_finetune_evidence.py (data/finetune_measurements.yaml)")
     if kind == "train-throughput":
         par = record.get("parallel") or {}
         if "microbatch-level" in str(par.get("recompute", "")):

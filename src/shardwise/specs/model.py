@@ -2,7 +2,7 @@
 
 A spec comes from a preset name (``data/models.yaml``), a Hugging Face ``config.json`` path
 (see :mod:`shardwise.specs.hf_config`) or an inline mapping. Parameter counts are derived from the
-architecture alone (derived; checked against the published counts in tests/test_models.py).
+architecture alone (derived; checked against the published counts in tests/specs/test_models.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from shardwise.train.estimate import estimate
 
-_SPEC = importlib.util.spec_from_file_location("offload_papers", Path(__file__).resolve().parents[1] / "benchmarks" / "offload_papers.py")
+_SPEC = importlib.util.spec_from_file_location("offload_papers", Path(__file__).resolve().parents[2] / "benchmarks" / "offload_papers.py")
 papers = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(papers)
 

@@ -11,7 +11,7 @@ from shardwise.cost.comm_fit import PARAMS, all_cases, default_data_path, fit, l
 from shardwise.cost.constants import fitted_network_constants
 from shardwise.errors import ShardwiseError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # ../shared next to the main checkout; worktrees sit one level deeper (wt/<name>).
 SHARED = next((p / "shared/calibration/comm-measurements.json" for p in (ROOT.parent, ROOT.parent.parent)
                if (p / "shared/calibration/comm-measurements.json").exists()), ROOT.parent / "shared/calibration/comm-measurements.json")

@@ -18,7 +18,7 @@ from shardwise.rl.spec import parse_rl_job  # noqa: E402
 from shardwise.serve.config import parse_serve_job  # noqa: E402
 from shardwise.specs.job import job_from_mapping  # noqa: E402
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.yaml") if p.name != "sweep.yaml")  # sweep.yaml: a sweep
 MODELINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$")
 

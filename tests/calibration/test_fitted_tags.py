@@ -9,7 +9,7 @@ from pathlib import Path
 from shardwise.calibration import fit, serving_fit
 from shardwise.cost import comm_fit
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "shardwise"
+SRC = Path(__file__).resolve().parents[2] / "src" / "shardwise"
 FILES = [SRC / "cost" / "constants.py", SRC / "serve" / "constants.py"]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from shardwise.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_default_job_table_and_json(capsys):

@@ -293,7 +293,7 @@ def test_trace_shows_the_imbalance_between_gpu_types():
 
 # --- command line -------------------------------------------------------------------------------------------------
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hetero-h100-a100.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hetero-h100-a100.yaml"
 
 
 def test_cli_estimate_of_the_example(capsys, tmp_path):
@@ -383,7 +383,7 @@ def test_the_docs_figures_are_the_codes():
     scripts/hetero_docs.py renders them now (run it after a refit)."""
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     sys.path.insert(0, str(root / "scripts"))
     try:
         import hetero_docs

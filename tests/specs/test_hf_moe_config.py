@@ -10,7 +10,7 @@ import pytest
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hf_config import spec_from_hf_dict
 from shardwise.specs.model import load_model
-from tests.test_hf_config import QWEN3_30B, QWEN15_MOE, SCOUT_TEXT
+from tests.specs.test_hf_config import QWEN3_30B, QWEN15_MOE, SCOUT_TEXT
 
 # Qwen/Qwen2-57B-A14B config.json
 QWEN2_57B = {"model_type": "qwen2_moe", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,

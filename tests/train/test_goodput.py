@@ -34,7 +34,7 @@ from shardwise.train.goodput import checkpoint_size, effective_step_s, goodput, 
 from shardwise.train.goodput_report import run_simulation, work_seconds
 from shardwise.train.planner import _score, plan_search
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA3 = ROOT / "examples" / "goodput-llama3-405b-16k.yaml"
 
 # Llama 3 paper (Grattafiori et al. 2024) Sec. 3.3.4 and Table 5: the 54-day snapshot on 16,384 H100s.

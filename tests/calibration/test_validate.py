@@ -62,8 +62,8 @@ def test_reserved_rows_are_not_shipped():
 
 
 _SHARED_TRAINING = next(
-    (p / "shared/calibration/training-measurements.json" for p in (Path(__file__).resolve().parents[1].parent,
-                                                                    Path(__file__).resolve().parents[2].parent)
+    (p / "shared/calibration/training-measurements.json" for p in (Path(__file__).resolve().parents[2].parent,
+                                                                    Path(__file__).resolve().parents[3].parent)
      if (p / "shared/calibration/training-measurements.json").exists()),
     None,
 )

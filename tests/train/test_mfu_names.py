@@ -16,7 +16,7 @@ from shardwise.train.estimate import estimate
 from shardwise.train.hetero.estimate import hetero_estimate
 from shardwise.train.result import FLOP_CONVENTIONS, MFU_LABELS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KNOBS = {"tp": 8, "micro_batch": 1, "schedule": "1f1b", "zero": 1, "recompute": "selective"}
 
 
