@@ -21,7 +21,7 @@ from pathlib import Path
 
 from shardwise.specs._loading import read_document
 from shardwise.specs.job import cluster_from_mapping, job_from_mapping
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.hetero.estimate import hetero_estimate
 from shardwise.train.hetero.plan import hetero_plan

@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from shardwise.specs.hardware import Cluster, make_cluster
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import job_from_plan, plan_search

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.smallest import smallest_fit, smallest_in_time
 

@@ -27,7 +27,8 @@ from shardwise.serve.precision import Precision
 from shardwise.serve.simulate import simulate
 from shardwise.specs import hardware, layer
 from shardwise.specs.job import TrainJob
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import LoraSpec
 from tests.pipeline.test_new_schedule import NAME as TOY_SCHEDULE
 from tests.pipeline.test_new_schedule import TOY

@@ -11,7 +11,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: pairs that still import each other (one side inside a function), and why
 KNOWN = {
     ("shardwise.pipeline.auto", "shardwise.pipeline.registry"): "auto searches the registry; the registry lists auto",
-    ("shardwise.specs.hf_config", "shardwise.specs.model"): "load_model resolves config.json paths lazily",
 }
 
 

@@ -38,7 +38,7 @@ def plan(model: str | dict[str, Any], gpu: str, gpus: int, seq_len: int, global_
     """The best training plans (`train plan`): a :class:`shardwise.train.planner.PlanResult` whose
     ``top`` holds the exact estimates, best first. ``runnable_on`` keeps plans those engines run as is."""
     from shardwise.specs.hardware import make_cluster
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.planner import plan_search
 

@@ -118,7 +118,7 @@ def test_screen_memory_rule_is_the_estimates():
 
     from shardwise.cost.constants import default_constants
     from shardwise.specs.hardware import make_cluster
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.planner import job_from_plan
     from shardwise.train.screen import screen
@@ -143,7 +143,7 @@ def test_host_memory_check_counts_offloaded_activations():
 def test_no_fit_advice_offers_activation_offload():
     """Llama-3.1-8B at 32K on 8 H100 without recompute, tp 1: no plan fits (activations); offloading them does."""
     from shardwise.specs.hardware import make_cluster
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.advice import SAME_JOB, what_to_change
     from shardwise.train.planner import NothingFits, plan_search

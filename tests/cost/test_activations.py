@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardwise.cost.activations import layer_activation_bytes
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.train.pipeline_timing import pipeline_timing
 from shardwise.train.stages import stage_contents
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from shardwise.cost.adapters import adapter_params, base_bits_per_weight, quantized_params
 from shardwise.errors import ShardwiseError
 from shardwise.specs.job import job_from_mapping
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import LoraSpec, TrainingSpec
 from shardwise.train.estimate import estimate
 

@@ -13,7 +13,7 @@ from shardwise.cost.device import Device
 from shardwise.cost.layer import attention_pass
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.layout import Layout
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.train.assembly import layer_groups
 
 H100_PEAK = 989.4e12

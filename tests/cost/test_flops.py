@@ -3,7 +3,7 @@
 import pytest
 
 from shardwise.cost.flops import megatron_gpt_flops, model_flops_per_token, recompute_flops_per_token
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 
 @pytest.mark.parametrize("name", ["gpt-22b", "gpt-175b", "gpt-530b", "gpt-1t"])

@@ -21,7 +21,8 @@ from shardwise.cost.lowp import low_precision
 from shardwise.cost.stack import stack_profile
 from shardwise.specs.job import job_from_mapping
 from shardwise.specs.layout import Layout
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import MoeSpec
 from shardwise.train.assembly import gathered_moe_layer_params, layer_groups
 from shardwise.train.estimate import estimate

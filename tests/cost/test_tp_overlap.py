@@ -8,7 +8,7 @@ from shardwise.errors import ShardwiseError
 from shardwise.handoff import export_train
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.job import job_from_mapping
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import plan_search

@@ -18,7 +18,7 @@ from shardwise.execute import config_from_job, run_plan  # noqa: E402
 from shardwise.execute.model import build_model, split_layers, stage_module  # noqa: E402
 from shardwise.execute.reference import GRAD_RTOL_FIRST  # noqa: E402
 from shardwise.specs.job import job_from_mapping  # noqa: E402
-from shardwise.specs.model import load_model  # noqa: E402
+from shardwise.specs.model_ref import load_model  # noqa: E402
 
 MODEL = {"layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 128, "vocab": 256}
 

@@ -9,7 +9,7 @@ import pytest
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.hetero import HeteroJob
 from shardwise.specs.job import TrainJob, job_from_mapping, load_jobs
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ import pytest
 from shardwise.engines.support import ENGINES, first_refusal, job_verdict
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.planner import job_from_plan
 from shardwise.train.search_space import engine_view, enumerate_plans

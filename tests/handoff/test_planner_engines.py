@@ -7,7 +7,7 @@ import pytest
 from shardwise.cli.main import main
 from shardwise.engines.support import runnable_on
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.planner import plan_search
 

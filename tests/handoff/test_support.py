@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from shardwise.engines.plan_view import PlanView
 from shardwise.engines.support import ENGINES, first_refusal, runnable_on, verdict
 from shardwise.errors import ShardwiseError
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec, TrainPlan
 
 LLAMA = load_model("llama-3.1-70b")

@@ -14,7 +14,7 @@ from shardwise.pipeline.ir import B_CODE, F_CODE, Schedule, loop_placement, make
 from shardwise.pipeline.registry import planner_schedules, register, unregister
 from shardwise.pipeline.schedule_info import LOOP, ONE_STAGE, ScheduleInfo, StepTime
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.planner import plan_search
 from tests.pipeline import test_schedule_info as record_checks

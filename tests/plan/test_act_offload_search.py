@@ -8,7 +8,7 @@ import pytest
 
 from shardwise.cli.main import main
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import ACT_OFFLOAD_SHARES, job_from_plan, plan_search

@@ -7,7 +7,7 @@ import pytest
 
 from shardwise.cli.main import main
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.advice import HARDWARE, SAME_JOB, what_to_change
 from shardwise.train.planner import NothingFits, plan_search

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.job import check_plan
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.plan_inputs import plan_inputs, run_plan

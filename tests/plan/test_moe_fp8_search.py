@@ -8,7 +8,7 @@ import pytest
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import make_cluster
 from shardwise.specs.job import check_plan, job_from_mapping
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import FP8_RECIPES, TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.plan_report import job_mapping

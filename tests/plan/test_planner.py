@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import generate_schedule, schedule_info, simulate
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.pareto import pareto_front

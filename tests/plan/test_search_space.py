@@ -6,7 +6,7 @@ import pytest
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import generate_schedule, schedule_info
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.planner import plan_search
 from shardwise.train.search_space import REASONS, enumerate_plans

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardwise.specs.hardware import make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import job_from_plan, plan_search

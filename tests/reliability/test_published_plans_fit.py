@@ -16,7 +16,7 @@ from shardwise.calibration.records import build_job
 from shardwise.calibration.sources import source_of
 from shardwise.calibration.validate import default_data_path
 from shardwise.specs.hardware import DEFAULT_MEMORY_HEADROOM
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.train.estimate import estimate
 from shardwise.train.result import Estimate
 

@@ -197,7 +197,7 @@ def test_balanced_parts_split_the_batch_evenly(lengths, parts):
 def test_a_steps_layout_holds_the_busiest_ranks_tokens(lengths, mini_batches, dp):
     """Packed by a token budget, a step runs on every rank the busiest rank's tokens (at least the mean), in
     micro-batches within the budget; unpacked, each row is padded to the longest sequence."""
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
 
     model = load_model("llama-3.1-8b")
     packed = train_batch(_requests(lengths), True, 4096)
@@ -215,7 +215,7 @@ def test_attention_span_and_busiest_rank_by_hand():
     """Span sum s^2 / sum s; with two ranks, [4000, 1000, 1000, 1000] splits {4000, 1000} | {1000, 1000}, so the
     step waits for a rank with w(4000) + w(1000), w(s) = s (a + b s) the causal forward FLOPs of the sequence."""
     from shardwise.cost.flops import model_flops_per_token
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
 
     model = load_model("llama-3.1-8b")
     batch = train_batch(_requests([4000, 1000, 1000, 1000]), True, 8192)
@@ -237,7 +237,7 @@ def test_stream_schedule_by_hand():
     otherwise the forwards stream and the updates follow the last forward."""
     from shardwise.rl.step import stream_schedule
     from shardwise.serve.workload import Requests
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
 
     req = Requests(np.zeros(4), np.full(4, 100), np.full(4, 400), 0, np.array([0, 0, 1, 1]))
     finish = np.array([1.0, 5.0, 2.0, 3.0])

@@ -16,7 +16,7 @@ from shardwise.rl.planner import RLPlanResult, plan_rl
 from shardwise.rl.spec import PlacementSpec, parse_rl_job
 from shardwise.rl.step import PeriodBound, RLEstimate, estimate_rl
 from shardwise.serve.lengths import LengthSpec
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainPlan
 
 SMALL = {

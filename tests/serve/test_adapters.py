@@ -26,7 +26,7 @@ from shardwise.serve.memory import kv_capacity
 from shardwise.serve.precision import Precision
 from shardwise.serve.timing import StepTimer
 from shardwise.specs.hardware import get_gpu
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from tests.serve.conftest import FakeTimer, make_requests, run_engine
 
 MIB = 2**20

@@ -13,7 +13,7 @@ from shardwise.serve.memory import (
 )
 from shardwise.serve.precision import Precision
 from shardwise.specs.hardware import get_gpu
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 BF16 = Precision()
 

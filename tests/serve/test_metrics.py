@@ -12,7 +12,7 @@ from shardwise.serve.metrics import compute_metrics, weighted_percentile
 from shardwise.serve.precision import Precision
 from shardwise.serve.simulate import ServeSimResult
 from shardwise.serve.state import ITLRecord
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from tests.serve.conftest import make_requests
 
 

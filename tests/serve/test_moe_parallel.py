@@ -14,7 +14,7 @@ from shardwise.serve.precision import Precision
 from shardwise.serve.simulate import build_pools
 from shardwise.serve.timing import StepTimer, busiest_share, deepep_network, kv_bytes_per_token_per_gpu
 from shardwise.specs.hardware import get_gpu, make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 FP8 = Precision("fp8", "bf16")
 

@@ -12,7 +12,7 @@ from shardwise.serve.memory import weight_bytes_per_gpu
 from shardwise.serve.precision import FA3_FP8_SPEEDUP, WEIGHT_BYTES, Precision
 from shardwise.serve.timing import StepTimer, kv_bytes_per_token_per_gpu
 from shardwise.specs.hardware import get_gpu
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 
 def _timer(model="llama-3.1-70b", gpu="h100", tp=4, precision="bf16"):

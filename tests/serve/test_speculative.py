@@ -13,7 +13,7 @@ from shardwise.serve.simulate import build_pools, simulate
 from shardwise.serve.speculative import make_spec_timer, tokens_per_step
 from shardwise.serve.timing import StepTimer
 from shardwise.specs.hardware import get_gpu
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 
 def test_tokens_per_step_is_leviathans_expectation():

@@ -13,7 +13,7 @@ from shardwise.serve.constants import ServingConstants
 from shardwise.serve.precision import Precision
 from shardwise.serve.timing import HEAD_KERNELS, KERNELS_PER_LAYER, StepTimer, custom_all_reduce_s
 from shardwise.specs.hardware import get_gpu, make_cluster
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 
 def _timer(model: str, tp: int = 1, kernel_overhead_s: float | None = None) -> StepTimer:

@@ -11,7 +11,7 @@ import pytest
 from shardwise.cli.main import main
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hf_config import ARCHITECTURE_DEFAULTS, spec_from_hf_dict
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 # google/gemma-7b and google/gemma-2-2b, Qwen/Qwen1.5-MoE-A2.7B: the published config.json values
 GEMMA_7B = {"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576, "num_attention_heads": 16,

@@ -9,7 +9,7 @@ import pytest
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hf_config import spec_from_hf_dict
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from tests.specs.test_hf_config import QWEN3_30B, QWEN15_MOE, SCOUT_TEXT
 
 # Qwen/Qwen2-57B-A14B config.json

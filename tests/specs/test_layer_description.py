@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardwise.errors import ShardwiseError
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 
 
 def _shapes(model: ModelSpec, moe: bool = False) -> dict[str, tuple[int, int, str, int, int]]:

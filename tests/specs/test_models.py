@@ -6,7 +6,8 @@ import pytest
 
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hf_config import from_hf_config
-from shardwise.specs.model import load_model, preset_names
+from shardwise.specs.model import preset_names
+from shardwise.specs.model_ref import load_model
 
 # Published totals as printed by the source (paper tables round; model cards give exact counts).
 PUBLISHED = {

@@ -15,7 +15,7 @@ from shardwise.cost.stack import attention_kernel, stack_profile
 from shardwise.pipeline import schedule_info
 from shardwise.specs.job import job_from_mapping
 from shardwise.specs.layout import Layout
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.train.assembly import (
     Costing,
     RankLoad,

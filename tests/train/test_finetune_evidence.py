@@ -7,7 +7,7 @@ import pytest
 from shardwise.cost.adapters import adapter_params, base_bits_per_weight
 from shardwise.specs._loading import data_path, load_yaml
 from shardwise.specs.job import job_from_mapping
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import LoraSpec
 from shardwise.train.estimate import estimate
 

@@ -242,7 +242,7 @@ def test_a_slow_inter_group_link_slows_gradient_reduction():
 
 def _plan(groups, **kw):
     from shardwise.specs.job import cluster_from_mapping
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.hetero.plan import hetero_plan
 

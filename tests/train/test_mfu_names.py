@@ -11,7 +11,7 @@ import pytest
 from shardwise.cli.main import main
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.specs.job import job_from_mapping
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 from shardwise.train.estimate import estimate
 from shardwise.train.hetero.estimate import hetero_estimate
 from shardwise.train.result import FLOP_CONVENTIONS, MFU_LABELS

@@ -23,7 +23,8 @@ from shardwise.cost.flops import megatron_gpt_flops, model_flops_per_token, reco
 from shardwise.errors import ShardwiseError
 from shardwise.specs.hardware import get_gpu, make_cluster
 from shardwise.specs.job import TrainJob, check_plan
-from shardwise.specs.model import ModelSpec, load_model, preset_names
+from shardwise.specs.model import ModelSpec, preset_names
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import MoeSpec, TrainingSpec, TrainPlan
 
 # Records' schedule strings -> engine names.

@@ -133,7 +133,7 @@ def _model(v: PlanView, test: Callable[[Any, PlanView], Any]) -> np.ndarray:
 def _mapped(v: PlanView, names: dict) -> np.ndarray:
     """True where the model is neither one of ``names`` nor the same architecture as one
     (:attr:`ModelSpec.architecture`; a rule needs it)."""
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
 
     if v.model is None:
         return np.zeros(len(v.tp), dtype=bool)

@@ -25,7 +25,7 @@ from shardwise.engines.table import DEEPSPEED_AUTOEP, knob_env
 from shardwise.errors import ShardwiseError
 from shardwise.handoff.common import Export
 from shardwise.specs.job import TrainJob
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 VERSION = "0.19.8"
 #: Where the ZeRO-Infinity export points DeepSpeed's NVMe swap files: a local NVMe mount (edit to the

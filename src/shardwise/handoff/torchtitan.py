@@ -31,7 +31,8 @@ from shardwise.handoff.common import Export, torchrun
 from shardwise.pipeline import resolve, schedule_info
 from shardwise.pipeline.schedule_info import V
 from shardwise.specs.job import TrainJob
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.train.stages import stage_contents
 
 #: Our presets -> torchtitan (module, 0.3 config function, 0.2 flavor): the engine-rules table's list.

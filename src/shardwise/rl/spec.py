@@ -25,7 +25,8 @@ from shardwise.serve.lengths import LengthSpec
 from shardwise.specs._loading import read_document
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.job import cluster_from_mapping
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import Framework, TrainPlan
 
 Mode = Literal["sync", "stream", "one_step_off", "async"]

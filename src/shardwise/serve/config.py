@@ -22,7 +22,8 @@ from shardwise.serve.precision import Precision, PrecisionSpec
 from shardwise.serve.schedulers import SGLANG_OVERLAP, VLLM_ASYNC_DEFAULT, VLLM_V1_DEFAULT, VLLM_V1_ONLY  # noqa: F401 - kept importable here
 from shardwise.serve.workload import SPEC_METHODS, WorkloadSpec  # noqa: F401 - SPEC_METHODS kept importable here
 from shardwise.specs._loading import parse_block, read_document
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 
 #: The scheduler policies a job may name (docs/serving.md), registered by name in
 #: :mod:`shardwise.serve.schedulers`: vLLM's V1 engine (current), SGLang (0.4+ with its overlap scheduler and

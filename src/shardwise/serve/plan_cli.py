@@ -14,7 +14,8 @@ from shardwise.serve.precision import Precision
 from shardwise.serve.workload import WorkloadSpec
 from shardwise.specs._loading import display_path, read_document
 from shardwise.specs.hardware import get_gpu
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 
 DEFAULT_GPU_MIX = "h100:8,a100-80gb:8"  # what `serve plan` may use when no GPUs are given
 DEFAULT_GPUS_PER_TYPE = 8

@@ -37,7 +37,8 @@ from shardwise.errors import ShardwiseError
 from shardwise.serve.config import SpeculativeSpec
 from shardwise.serve.precision import Precision
 from shardwise.serve.timing import StepTimer, kv_bytes_per_token_per_gpu
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 
 EAGLE3_DRAFT_VOCAB = 32000  # Li et al. 2025 (EAGLE-3); yuhuili/EAGLE3-LLaMA3.1-Instruct-8B config draft_vocab_size
 

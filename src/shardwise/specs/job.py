@@ -27,7 +27,8 @@ from shardwise.specs.hardware import (
     make_cluster,
     make_hetero_cluster,
 )
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.plan_check import check_plan
 from shardwise.specs.reliability import CheckpointSpec, ReliabilitySpec, Resilience, StorageSpec
 from shardwise.specs.training import TrainingSpec, TrainPlan

@@ -12,7 +12,8 @@ from shardwise.errors import ShardwiseError, clip, shorten
 from shardwise.limits import MAX_CLUSTER_GPUS
 from shardwise.specs.hardware import Cluster, make_cluster
 from shardwise.specs.job import job_from_mapping
-from shardwise.specs.model import ModelSpec, load_model
+from shardwise.specs.model import ModelSpec
+from shardwise.specs.model_ref import load_model
 from shardwise.specs.reliability import Resilience
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.planner import PlanResult, Progress, plan_across_gpus

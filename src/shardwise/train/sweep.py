@@ -70,7 +70,7 @@ def load_sweep(path: str | Path) -> list[dict[str, Any]]:
 def plan_one(job: dict[str, Any]) -> dict[str, Any]:
     """Run one planning job; errors become a row with `error` set (the sweep goes on)."""
     from shardwise.specs.job import cluster_from_mapping
-    from shardwise.specs.model import load_model
+    from shardwise.specs.model_ref import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.planner import plan_search
 

@@ -97,7 +97,8 @@ def catalog() -> dict[str, Any]:
     from shardwise.engines import targets
     from shardwise.pipeline import list_schedules, schedule_info
     from shardwise.specs.hardware import get_gpu, gpu_names
-    from shardwise.specs.model import load_model, preset_names
+    from shardwise.specs.model import preset_names
+    from shardwise.specs.model_ref import load_model
     from shardwise.train.planner import OBJECTIVES
 
     models = []

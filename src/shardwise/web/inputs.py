@@ -18,7 +18,7 @@ from shardwise.engines.targets import choices_help
 from shardwise.errors import ShardwiseError
 from shardwise.specs._loading import format_validation_error
 from shardwise.specs.hf_config import spec_from_hf_dict
-from shardwise.specs.model import load_model
+from shardwise.specs.model_ref import load_model
 
 # Bounds of the web API (the CLI has none: a user's own machine is theirs to tie up).
 MAX_PIPELINE_CELLS = 1_000_000  # pipeline stages x micro-batches of one estimate
