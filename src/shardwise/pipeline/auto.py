@@ -17,6 +17,8 @@ import numpy as np
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline.ir import Schedule, check_schedule_size, loop_placement, make_schedule, v_placement
 from shardwise.pipeline.listsched import Policy, greedy_order
+from shardwise.pipeline.registry import check_counts, generate_schedule, list_schedules, register, schedule_info
+from shardwise.pipeline.schedule_info import ANY_STAGES, V_WHEN_TWO, ScheduleInfo, StepTime
 from shardwise.pipeline.simulate import DEFAULT_W_RETAINED_FRACTION, _per_stage, simulate
 
 OBJECTIVES = ("makespan", "stage")
@@ -93,8 +95,6 @@ def auto_schedule(
 def _named_seeds(pp: int, m: int, vpp: int, s2r: list[int], skip: Sequence[str] = ()) -> list[tuple[str, list]]:
     """Named schedules with the same placement, offered to ``auto`` as candidates (kept only if they
     respect the memory cap under the caller's times)."""
-    from shardwise.pipeline.registry import generate_schedule, list_schedules, schedule_info
-
     seeds = []
     for name in list_schedules():
         if schedule_info(name).takes_costs or name in skip:
@@ -130,8 +130,6 @@ def compare_schedules(
     ``mem_cap`` (default pp) and keeps the shortest makespan, so it is never slower than a named schedule
     whose peak fits that cap (each is one of its seeds, timed the same way).
     """
-    from shardwise.pipeline.registry import check_counts, list_schedules, schedule_info
-
     check_counts(pp=pp, microbatches=microbatches, vpp=vpp)
     check_schedule_size(pp, max(vpp, 2), 3 * pp * max(vpp, 2) * microbatches, "schedule compare")
     rows = []
@@ -152,8 +150,6 @@ def compare_schedules(
 def _compare_row(name: str, pp: int, m: int, v: int, placement: str, rank_times: tuple, p2p_s: float,
                  mem_cap: float | None, w_retained_fraction: float, takes_costs: bool) -> dict:
     """One row of :func:`compare_schedules`: the schedule on ``v`` stages per rank placed by ``placement``."""
-    from shardwise.pipeline.registry import generate_schedule
-
     row: dict = {"schedule": name, "vpp": v}
     try:
         times = [_rank_to_stage(x, pp, v, placement, label) for x, label in zip(rank_times, ("f_s", "i_s", "w_s"))]
@@ -181,3 +177,14 @@ def _rank_to_stage(x: float | Sequence[float], pp: int, v: int, placement: str, 
         raise ShardwiseError(f"{label} must be one number or {pp} per-rank values; got {arr.size}")
     s2r = v_placement(pp) if placement == "v" else loop_placement(pp, v)
     return np.array([arr[s2r[s]] / v for s in range(pp * v)])
+
+
+# Registered here, not in the registry: auto searches the registry's named schedules, so it is the one
+# schedule that depends on the others (the package imports this module, so it is always registered).
+register(ScheduleInfo(
+    "auto", "greedy search under a memory cap for given stage times (Qi et al. 2024, Sec. 3)",
+    auto_schedule, ANY_STAGES, V_WHEN_TWO, StepTime.RANK_SPAN,
+    inflight=lambda p, v, m, r: v * np.minimum(2 * p, m),
+    bubble_units=lambda p, v, m: (p - 1) + 0.0 * m,
+    parameters=frozenset({"f_s", "i_s", "w_s", "p2p_s", "mem_cap", "activation", "w_retained_fraction",
+                          "placement", "objective"})), ("automatic", "zb-auto"))

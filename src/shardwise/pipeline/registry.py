@@ -32,7 +32,6 @@ from shardwise.pipeline.schedule_info import (
     ONE_STAGE,
     SEVERAL_STAGES,
     V_SHAPED,
-    V_WHEN_TWO,
     ScheduleInfo,
     StepTime,
     V,
@@ -144,12 +143,6 @@ def _v_controllable(kind: str, pp: int, m: int) -> Schedule:
     return _v(name, gen_v.v_pattern(pp, m, kind), pp, m)
 
 
-def _auto(pp: int, m: int, vpp: int, **kw: Any) -> Schedule:
-    from shardwise.pipeline.auto import auto_schedule
-
-    return auto_schedule(pp, m, vpp, **kw)
-
-
 def _short(p: int, m: np.ndarray) -> np.ndarray:
     """Micro-batches a pipeline of p stages is short of p (the extra fill when m < p)."""
     return np.maximum(0, p - m)
@@ -230,10 +223,3 @@ register(ScheduleInfo(
     inflight=lambda p, v, m, r: np.full_like(m, 2 * p + 1),
     bubble_units=lambda p, v, m: (p - 1) / 3 + 0.0 * m,
     min_microbatches_per_rank=2, planner_order=7, torch_class="ScheduleDualPipeV"), ("dualpipe-v", "dual-pipe-v"))
-register(ScheduleInfo(
-    "auto", "greedy search under a memory cap for given stage times (Qi et al. 2024, Sec. 3)",
-    _auto, ANY_STAGES, V_WHEN_TWO, StepTime.RANK_SPAN,
-    inflight=lambda p, v, m, r: v * np.minimum(2 * p, m),
-    bubble_units=lambda p, v, m: (p - 1) + 0.0 * m,
-    parameters=frozenset({"f_s", "i_s", "w_s", "p2p_s", "mem_cap", "activation", "w_retained_fraction",
-                          "placement", "objective"})), ("automatic", "zb-auto"))
