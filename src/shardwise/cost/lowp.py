@@ -81,6 +81,11 @@ NO_LOWP = LowPrecision()
 
 def resolve_recipe(training: TrainingSpec, stack: StackProfile, gpu: GPU) -> str:
     """The recipe a job runs: its own, else its stack's default for fp8 (nvfp4 for fp4); "none" for 16-bit."""
+    return recipe_on(training, stack, gpu.arch)
+
+
+def recipe_on(training: TrainingSpec, stack: StackProfile, arch: str | None) -> str:
+    """:func:`resolve_recipe` on a GPU architecture (None: any, the stack's default is kept)."""
     if not training.low_precision:
         return "none"
     if training.fp8_recipe != "auto":
@@ -89,7 +94,7 @@ def resolve_recipe(training: TrainingSpec, stack: StackProfile, gpu: GPU) -> str
         return FP4_RECIPES[0]
     recipe = stack.fp8_recipe
     archs = RECIPE_ARCHS.get(recipe)
-    return recipe if not archs or gpu.arch in archs else "tensorwise"
+    return recipe if not archs or arch is None or arch in archs else "tensorwise"
 
 
 def low_precision(training: TrainingSpec, stack: StackProfile, gpu: GPU, recipe: str | None = None) -> LowPrecision:

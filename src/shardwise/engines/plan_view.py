@@ -146,18 +146,10 @@ def training_knobs(training: TrainingSpec) -> dict[str, str]:
 
 def _costed_recipe(training: TrainingSpec, arch: str | None) -> str:
     """The low-precision recipe a job's estimate runs (:func:`shardwise.cost.lowp.resolve_recipe`)."""
+    from shardwise.cost.lowp import recipe_on
     from shardwise.cost.stack import stack_profile
-    from shardwise.specs.training import FP4_RECIPES, RECIPE_ARCHS
 
-    if not training.low_precision:
-        return "none"
-    if training.fp8_recipe != "auto":
-        return training.fp8_recipe
-    if training.precision == "fp4":
-        return FP4_RECIPES[0]
-    recipe = stack_profile(training.framework, arch or "hopper").fp8_recipe
-    archs = RECIPE_ARCHS.get(recipe)
-    return recipe if not archs or arch is None or arch in archs else "tensorwise"
+    return recipe_on(training, stack_profile(training.framework, arch or "hopper"), arch)
 
 
 def _stack_default_tp_overlap(framework: str) -> str:
