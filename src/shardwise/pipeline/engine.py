@@ -60,6 +60,11 @@ class Compiled:
     actions: tuple[np.ndarray, ...] = ()  # per rank (n, 3): stage, mb, kind (read-only, shared)
     first_dep: tuple[int, ...] = ()  # per rank with actions: end slot of its first action's dependency
     last_out: tuple[int, ...] = ()  # per rank with actions: end slot of its last action
+    #: per rank with actions: visit position of its first action, of its last action, and the last one's
+    #: duration slot (a rank's span from :func:`run_order`'s starts without reordering them all)
+    first_visit: tuple[int, ...] = ()
+    last_visit: tuple[int, ...] = ()
+    last_slot: tuple[int, ...] = ()
     deadlocked: bool = False  # some rank cannot finish (progress short of its actions)
 
     @property
@@ -204,9 +209,14 @@ def compile_schedule(sched: Schedule) -> Compiled:
         acts.append(a)
     first_dep = tuple(dep_l[r][0] if dep_l[r][0] >= 0 else sentinel for r in range(len(counts)) if counts[r])
     last_out = tuple(out_l[r][-1] for r in range(len(counts)) if counts[r])
+    nonempty = [r for r in range(len(counts)) if counts[r]]
+    first_visit = tuple(to_rank[[offsets[r] for r in nonempty]].tolist())
+    last_visit = tuple(to_rank[[offsets[r + 1] - 1 for r in nonempty]].tolist())
+    last_slot = tuple(slot_all[[offsets[r + 1] - 1 for r in nonempty]].tolist())
     comp = Compiled(S, M, tuple(idx_l), tuple(kind_l), tuple(stage_l), tuple(mb_l), tuple(dep_l),
                     tuple(cross_l), tuple(out_l), order, tuple(progress), tuple(offsets), to_rank, flat_slot, padded,
-                    tuple(acts), first_dep, last_out, any(p < n for p, n in zip(progress, counts)))
+                    tuple(acts), first_dep, last_out, first_visit, last_visit, last_slot,
+                    any(p < n for p, n in zip(progress, counts)))
     if len(_COMPILED) >= _COMPILED_MAX:
         _COMPILED.pop(next(iter(_COMPILED)))
     _COMPILED[id(sched)] = (sched, comp)

@@ -18,6 +18,7 @@ depends only on its action order, so the peak is the largest prefix sum of those
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -172,8 +173,9 @@ def simulate(
     i = _per_stage(i_s, S, "input-gradient time i_s")
     w = _per_stage(w_s, S, "weight-gradient time w_s")
     b = [x + y for x, y in zip(i, w)] if b_s is None else _per_stage(b_s, S, "full-backward time b_s")
-    hop = _per_stage(p2p_s, S - 1, "p2p_s (seconds per cross-rank hop)") if np.ndim(p2p_s) else None
-    if hop is None and not (np.isfinite(p2p_s) and 0 <= p2p_s <= MAX_ACTION_TIME):
+    one_hop = isinstance(p2p_s, int | float) or np.ndim(p2p_s) == 0  # the isinstance first: np.ndim is slow on a number
+    hop = None if one_hop else _per_stage(p2p_s, S - 1, "p2p_s (seconds per cross-rank hop)")
+    if hop is None and not (math.isfinite(p2p_s) and 0 <= p2p_s <= MAX_ACTION_TIME):
         raise ShardwiseError(f"p2p_s (seconds per cross-rank hop) must be finite, >= 0 and at most {MAX_ACTION_TIME:g}; got {p2p_s}")
     if not 0.0 <= w_retained_fraction <= 1.0:
         raise ShardwiseError(f"w_retained_fraction must be in [0, 1]; got {w_retained_fraction}")
@@ -216,8 +218,8 @@ def simulate(
     peak_u = [max(0.0, x) for x in peaks[:R]]
     peak_a = [max(0.0, x) for x in peaks[R:]]
     nonempty = [r for r in range(R) if counts[r]]
-    firsts = st_all[[off[r] for r in nonempty]].tolist()
-    lasts = en_all[[off[r + 1] - 1 for r in nonempty]].tolist()
+    firsts = [starts_v[i] for i in comp.first_visit]  # st_all's and en_all's values, without indexing numpy
+    lasts = [starts_v[i] + durations[k] for i, k in zip(comp.last_visit, comp.last_slot)]
     # starts and ends never decrease along a rank: its span is its last end - its first start
     spans = [0.0] * R
     for r, x, y in zip(nonempty, firsts, lasts):
