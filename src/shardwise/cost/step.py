@@ -28,6 +28,7 @@ from shardwise.cost.constants import Constants
 from shardwise.cost.memory import ModelStateBytes, model_state_bytes
 from shardwise.cost.numeric import Num, maximum, minimum, where
 from shardwise.cost.offload_step import cpu_adam_s, offloaded_step_s
+from shardwise.memo import quick_init
 from shardwise.specs.hardware import DEFAULT_HOST_LINK_GBYTE_S, GPU, Cluster
 
 GIB = 2**30
@@ -68,6 +69,7 @@ NVME_OPTIMIZER_SUB_GROUP = 1e9
 HOST_MEMORY_RESERVE = 0.10
 
 
+@quick_init
 @dataclass(frozen=True)
 class HostBytes:
     """Bytes one GPU keeps below its HBM: in host DRAM and on the node's NVMe (numbers or arrays)."""

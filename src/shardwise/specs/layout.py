@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shardwise.errors import ShardwiseError
+from shardwise.memo import quick_init
 
 if TYPE_CHECKING:
     from shardwise.specs.training import TrainPlan
@@ -49,6 +50,7 @@ _INSIDE = {d: order[:order.index(d)] for order in reversed(ORDERS) for d in orde
 _FIELDS = frozenset(("tp", "cp", "dp", "pp", "ep", "etp", "ulysses"))
 
 
+@quick_init  # built once per estimate: quick_init's __init__ skips object.__setattr__ per field
 @dataclass(frozen=True)
 class Layout:
     """One plan's rank layout (or one per plan, each field an array). `etp` None means tp (the classic

@@ -54,6 +54,7 @@ from shardwise.cost.step import (
     optimizer_step_s,
     straggler_factor,
 )
+from shardwise.memo import quick_init
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec
@@ -63,6 +64,7 @@ from shardwise.train.result import MemoryBreakdown, TimeBreakdown
 from shardwise.train.stages import StageContent, stage_params
 
 
+@quick_init
 @dataclass(frozen=True)
 class BlockActivations:
     """Bytes one micro-batch leaves for the backward in each kind of block (numbers, or arrays with one
@@ -80,6 +82,7 @@ class BlockActivations:
         return self.recompute + where(holds_output, self.output, 0.0)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Blocks:
     """Costs of one micro-batch through each kind of block, and what each stores for the backward."""
@@ -92,6 +95,7 @@ class Blocks:
     w_retained: float  # share of a layer's activations held from its I pass to its W pass
 
 
+@quick_init
 @dataclass(frozen=True, eq=False)
 class Costing:
     """What a group of GPUs costs a step with: the job's model and training, the cluster (or one group of a
@@ -335,6 +339,7 @@ def rank_loads(contents: Sequence[RankContent], work: Sequence[StageWork], mine:
 # --- model states, fixed memory, data-parallel communication and the optimizer step of a rank ----------------------
 
 
+@quick_init
 @dataclass(frozen=True)
 class RankTail:
     """A pipeline rank's model states, fixed memory (bytes), exposed data-parallel communication and
@@ -458,7 +463,7 @@ def rank_tails(ctx: Costing | Sequence[Costing], layout: Layout, loads: Sequence
     tail; `memo`: also across calls (a pure function of immutable arguments: the same job asks for the same
     ranks each time it is estimated)."""
     ctxs = [ctx] * len(loads) if isinstance(ctx, Costing) else list(ctx)
-    items = tuple(sorted(knobs.items()))
+    items = tuple(knobs.items())  # not sorted: a caller passes its knobs in one order; another order only misses
     out, known = [], {}
     for c, load in zip(ctxs, loads, strict=True):
         key = (id(c), load)
