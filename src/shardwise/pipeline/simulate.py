@@ -156,6 +156,7 @@ def simulate(
     w_retained_fraction: float = DEFAULT_W_RETAINED_FRACTION,
     b_s: float | Sequence[float] | None = None,
     without_hops: bool = False,
+    timeline: bool = True,
 ) -> SimResult:
     """Time ``sched`` and track activation memory.
 
@@ -166,6 +167,8 @@ def simulate(
     links that differ, e.g. between GPU groups); same-rank hops are free.
     ``activation``: per-stage amount F adds (default 1 = one micro-batch's activations of one stage).
     ``without_hops``: also time the schedule with free hops, in the same pass (``SimResult.without_hops``).
+    ``timeline=False`` leaves ``starts``, ``ends`` and ``actions`` empty (the summary alone: an estimate
+    needs no per-action times, and ordering them is a good part of the cost after the walk).
     Raises :class:`ShardwiseError` on bad inputs or a deadlocking schedule.
     """
     S = sched.num_stages
@@ -196,12 +199,13 @@ def simulate(
         starts_v, free = run_order(comp.order, durations, hops, comp.sentinel), None
 
     R, off = sched.pp, comp.offsets
-    st_all = np.fromiter(starts_v, float, len(starts_v))[comp.to_rank]  # visit order -> rank order
-    dur_arr = np.asarray(durations)
-    d_all = dur_arr[comp.slot]
-    en_all = st_all + d_all
-    st_l = [st_all[off[r]:off[r + 1]] for r in range(R)]
-    en_l = [en_all[off[r]:off[r + 1]] for r in range(R)]
+    d_all = np.asarray(durations)[comp.slot]
+    st_l = en_l = []
+    if timeline:
+        st_all = np.fromiter(starts_v, float, len(starts_v))[comp.to_rank]  # visit order -> rank order
+        en_all = st_all + d_all
+        st_l = [st_all[off[r]:off[r + 1]] for r in range(R)]
+        en_l = [en_all[off[r]:off[r + 1]] for r in range(R)]
     counts = [off[r + 1] - off[r] for r in range(R)]
     if all(n == counts[0] for n in counts):  # equal rows: numpy sums each row as it sums one rank's array
         busy = d_all.reshape(R, counts[0]).sum(axis=1).tolist()
@@ -252,7 +256,7 @@ def simulate(
         peak_activation_microbatches=peak_u,
         starts=st_l,
         ends=en_l,
-        actions=list(comp.actions),
+        actions=list(comp.actions) if timeline else [],
         p2p_s=float(p2p_s) if hop is None else hop,
         without_hops=without,
     )

@@ -127,7 +127,8 @@ def simulate_steady(
 
     if microbatches <= 2 * b:
         return simulate(build(microbatches), **simulate_kw)
-    sample_kw = {k: v for k, v in simulate_kw.items() if k != "without_hops"}  # an extrapolated result has none
+    # an extrapolated result has no timing without hops and no timeline; the samples need theirs (find_cycle)
+    sample_kw = {k: v for k, v in simulate_kw.items() if k not in ("without_hops", "timeline")}
 
     def run(m: int, kw: dict = sample_kw) -> SimResult:
         return simulate(build(m), **kw)

@@ -169,9 +169,9 @@ def _timed(name: str, pp: int, vpp: int, microbatches: int, f_s: tuple, i_s: tup
 
     def timed(p2p: float | tuple, without_hops: bool = False) -> SimResult:
         if not steady:
-            return simulate(build(microbatches), p2p_s=p2p, without_hops=without_hops, **kw)
-        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p, "without_hops": without_hops}, stages, period,
-                               grow=not info.takes_costs)  # auto searches per count: one sample size only
+            return simulate(build(microbatches), p2p_s=p2p, without_hops=without_hops, timeline=False, **kw)
+        return simulate_steady(build, microbatches, {**kw, "p2p_s": p2p, "without_hops": without_hops, "timeline": False},
+                               stages, period, grow=not info.takes_costs)  # auto searches per count: one sample size only
 
     # The timing without hops tells point-to-point time from bubble; a simulation that is not extrapolated
     # gives it from the same pass (SimResult.without_hops), otherwise it is a second simulation.
