@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import MISSING, fields
+from operator import attrgetter
 from typing import Any
 
 
@@ -42,7 +43,7 @@ def cached_hash(self: Any) -> int:
     (string hashes differ between processes)."""
     h = self.__dict__.get("_cached_hash")
     if h is None:
-        h = hash(tuple(getattr(self, name) for name in _compared(type(self))))
+        h = hash(_compared(type(self))(self))
         object.__setattr__(self, "_cached_hash", h)
     return h
 
@@ -54,15 +55,17 @@ def dataclass_getstate(self: Any) -> dict:
     return state
 
 
-_COMPARED: dict[type, tuple[str, ...]] = {}
+_COMPARED: dict[type, Callable[[Any], tuple]] = {}
 
 
-def _compared(cls: type) -> tuple[str, ...]:
-    """The fields the dataclass's own ``__eq__`` and generated ``__hash__`` use."""
-    names = _COMPARED.get(cls)
-    if names is None:
-        names = _COMPARED[cls] = tuple(f.name for f in fields(cls) if f.compare and (f.hash is None or f.hash))
-    return names
+def _compared(cls: type) -> Callable[[Any], tuple]:
+    """The values of the fields the dataclass's own ``__eq__`` and generated ``__hash__`` use, as a tuple
+    (an attrgetter: one call reads them all)."""
+    get = _COMPARED.get(cls)
+    if get is None:
+        names = [f.name for f in fields(cls) if f.compare and (f.hash is None or f.hash)]
+        get = _COMPARED[cls] = attrgetter(*names) if len(names) > 1 else (lambda obj: tuple(getattr(obj, n) for n in names))
+    return get
 
 
 def quick_init(cls: type) -> type:

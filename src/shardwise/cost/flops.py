@@ -35,10 +35,17 @@ def linear_shapes(model: ModelSpec, mlp_width: float, tp: int) -> tuple[tuple[fl
     out-projections, then an MLP of `mlp_width` (its column-parallel linears fused: gate and up, then
     down), split over `tp`. The attention in-projections are one GEMM of their summed weights (MLA: its
     down- and up-projections as one GEMM of the same FLOPs)."""
-    attn_in, attn_out, _, _ = matmul_weights(model)
+    attn_in, attn_out, fused = _shape_terms(model)
     h = model.hidden
-    fused = sum(lin.parallel == "column" for lin in model.expert_linears)  # MLP linears reading the block input
     return ((attn_in / h / tp, h), (h, attn_out / h / tp), (fused * (mlp_width / tp), h), (h, mlp_width / tp))
+
+
+@lru_cache(maxsize=256)
+def _shape_terms(model: ModelSpec) -> tuple[int, int, int]:
+    """(attention in-projection weights, out-projection weights, MLP linears reading the block input) of
+    :func:`linear_shapes` (cached: a layer cost asks for them twice)."""
+    attn_in, attn_out, _, _ = matmul_weights(model)
+    return attn_in, attn_out, sum(lin.parallel == "column" for lin in model.expert_linears)
 
 
 def layer_matmul_weights_active(model: ModelSpec, moe: bool) -> int:

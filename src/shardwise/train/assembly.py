@@ -229,6 +229,20 @@ def stage_work(b: Blocks, st: StageContent) -> StageWork:
     return StageWork(f, i, w, Exposed(cost.f_s + cost.i_s + cost.w_s + cost.recompute_s, e_tp, e_cp, e_ep), act)
 
 
+def stage_works(b: Blocks, stages: Sequence[StageContent]) -> list[StageWork]:
+    """:func:`stage_work` of each stage; stages with the same contents (the middle ones of a deep pipeline)
+    share one."""
+    known: dict[tuple, StageWork] = {}
+    out = []
+    for st in stages:
+        key = (st.dense_layers, st.moe_layers, st.embedding, st.lm_head)
+        w = known.get(key)
+        if w is None:
+            w = known[key] = stage_work(b, st)
+        out.append(w)
+    return out
+
+
 def boundary_p2p_s(cluster: Cluster, model: ModelSpec, training: TrainingSpec, layout: Layout,
                    stride: Num | None = None) -> Num:
     """One stage-boundary send between pipeline neighbours, `stride` ranks apart (default: the layout's

@@ -35,7 +35,7 @@ from shardwise.train.assembly import (
     rank_loads,
     rank_memory,
     rank_tails,
-    stage_work,
+    stage_works,
     stages_of_rank,
     step_parts,
     time_breakdown,
@@ -68,7 +68,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     b = blocks(ctx, layout, flash, tpo)
 
     stages = stage_contents(model, pp * vpp)
-    work = [stage_work(b, st) for st in stages]
+    work = stage_works(b, stages)
     f_s, i_s, w_s, acts = [x.f for x in work], [x.i for x in work], [x.w for x in work], [x.act for x in work]
 
     # What each pipeline rank holds; its model states, fixed memory, DP communication and optimizer step.

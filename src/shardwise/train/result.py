@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from shardwise.errors import ShardwiseError
@@ -81,6 +82,7 @@ class TimeBreakdown:
 #: the parts :meth:`Estimate.__post_init__` checks, named once (dataclasses.fields is slow on the hot path)
 _TIME_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(MemoryBreakdown))
+_TIME_VALUES, _MEMORY_VALUES = attrgetter(*_TIME_FIELDS), attrgetter(*_MEMORY_FIELDS)  # one call reads them all
 
 
 @quick_init
@@ -136,8 +138,7 @@ class Estimate:
         # MFU is against the BF16 peak); the full-attention (PaLM) MFU counts causal attention twice over
         # and may, at sequences of millions of tokens.
         limit, time_s, memory = self.mfu_limit, self.time_s, self.memory
-        values = (self.mfu_causal, self.hfu, self.mfu, self.step_time_s, *(getattr(time_s, n) for n in _TIME_FIELDS),
-                  *(getattr(memory, n) for n in _MEMORY_FIELDS))
+        values = (self.mfu_causal, self.hfu, self.mfu, self.step_time_s, *_TIME_VALUES(time_s), *_MEMORY_VALUES(memory))
         if 0.0 <= values[0] <= limit and 0.0 <= values[1] <= limit and all(0.0 <= v < math.inf for v in values[2:]) \
                 and self.step_time_s > 0:  # the common case, checked without building the message
             return
