@@ -207,8 +207,9 @@ def simulate(
         st_l = [st_all[off[r]:off[r + 1]] for r in range(R)]
         en_l = [en_all[off[r]:off[r + 1]] for r in range(R)]
     counts = [off[r + 1] - off[r] for r in range(R)]
+    # np.add.reduce and friends: the ufuncs that .sum(), .cumsum() and .max() call, without their Python wrappers
     if all(n == counts[0] for n in counts):  # equal rows: numpy sums each row as it sums one rank's array
-        busy = d_all.reshape(R, counts[0]).sum(axis=1).tolist()
+        busy = np.add.reduce(d_all.reshape(R, counts[0]), axis=1).tolist()
     else:
         busy = [float(d.sum()) for d in np.split(d_all, off[1:-1])]
     # Memory depends only on each rank's action order: prefix sums of the per-action deltas, one row
@@ -217,8 +218,8 @@ def simulate(
     keep = -(1 - rho)
     deltas = np.array([[1.0] * S + [keep] * S + [-rho] * S + [-1.0] * S + [0.0],
                        a + [keep * x for x in a] + [-rho * x for x in a] + [-x for x in a] + [0.0]])
-    prefix = np.cumsum(deltas.take(comp.padded_slot, axis=1).reshape(2 * R, -1), axis=1)
-    peaks = prefix.max(axis=1).tolist() if prefix.shape[1] else [0.0] * (2 * R)
+    prefix = np.add.accumulate(deltas.take(comp.padded_slot, axis=1).reshape(2 * R, -1), axis=1)
+    peaks = np.maximum.reduce(prefix, axis=1).tolist() if prefix.shape[1] else [0.0] * (2 * R)
     peak_u = [max(0.0, x) for x in peaks[:R]]
     peak_a = [max(0.0, x) for x in peaks[R:]]
     nonempty = [r for r in range(R) if counts[r]]
