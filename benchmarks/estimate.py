@@ -11,7 +11,7 @@ tails, pipeline timings) cleared before each estimate, so each one runs a full s
 stays warm in (c) is what a new job of a running process finds there: the model and GPU catalogs, the
 fitted constants and what is built from them alone (software-stack profiles and device models, keyed by
 the constants and GPU objects, precision and stack; a GPU's host tiers; the even layer split of a layer
-count over a stage count) and the generated schedule structures (IR and visit order, keyed by schedule,
+count over a stage count and the stage contents it gives a model; a model's layer shapes) and the generated schedule structures (IR and visit order, keyed by schedule,
 pp, vpp and micro-batch count, never by durations); a job's own network rates are computed once per job
 (keyed by its network object); (d) clears the schedule structures too.
 

@@ -90,11 +90,12 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
 
     # Activation offload (cost/act_offload.py): the peak falls by the share, the copies hide in the schedule's gaps.
     share = plan.offload_activations
-    gaps = forward_backward_gaps(timing.inputs) if share > 0 else None
-    link = host_link_gbyte_s(cluster)
-    offloaded = [activation_offload(share, timing.peak_activation[r], [acts[s] for s in mine[r]],
-                                    [gaps[s] for s in mine[r]] if gaps else [[] for _ in mine[r]], link,
-                                    m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]]) for r in range(pp)]
+    if share > 0:
+        gaps, link = forward_backward_gaps(timing.inputs), host_link_gbyte_s(cluster)
+        offloaded = [activation_offload(share, timing.peak_activation[r], [acts[s] for s in mine[r]], [gaps[s] for s in mine[r]],
+                                        link, m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]]) for r in range(pp)]
+    else:  # nothing offloaded (activation_offload's answer without building its per-stage arguments)
+        offloaded = [activation_offload(share, peak, (), (), 0.0, m, timing.step_s) for peak in timing.peak_activation]
     act_offload_s = max(o.exposed_s for o in offloaded)
 
     mems = [rank_memory(ctx, t, offloaded[r].peak_bytes + extra_act[r], frag, paged) for r, t in enumerate(tails)]

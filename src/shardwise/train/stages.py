@@ -52,6 +52,18 @@ def _layer_counts(layers: int, stages: int) -> tuple[int, ...]:
 def stage_contents(model: ModelSpec, stages: int, counts: tuple[int, ...] | None = None) -> list[StageContent]:
     """Contents of each virtual stage in model order (stage 0 holds the embedding); `counts` gives the
     layers of each stage (an uneven split), default :func:`layer_counts`."""
+    if counts is None:
+        return list(_even_contents(model, stages))
+    return _contents(model, stages, counts)
+
+
+@lru_cache(maxsize=1024)
+def _even_contents(model: ModelSpec, stages: int) -> tuple[StageContent, ...]:
+    """:func:`stage_contents` of the even split (cached: a pure function of the model and the stage count)."""
+    return tuple(_contents(model, stages, None))
+
+
+def _contents(model: ModelSpec, stages: int, counts: tuple[int, ...] | None) -> list[StageContent]:
     out = []
     first = 0
     dense_total = model.layers - model.moe_layers
