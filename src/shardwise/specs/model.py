@@ -80,6 +80,31 @@ class ModelSpec(BaseModel):
             raise ValueError("multi-head latent attention needs qk_rope_head_dim")
         return self
 
+    # The layer, FLOP and stage caches an estimate consults are keyed by the model, so it is hashed a few
+    # dozen times per estimate: hash the fields once (the same value pydantic's frozen-model hash gives) and
+    # leave that value out of pickles and copies (string hashes differ between processes).
+    def __hash__(self) -> int:
+        return self._fields_hash
+
+    @cached_property
+    def _fields_hash(self) -> int:
+        return hash(tuple(self.__dict__[name] for name in type(self).model_fields))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["__dict__"] = {k: v for k, v in state["__dict__"].items() if k != "_fields_hash"}
+        return state
+
+    def __copy__(self) -> ModelSpec:  # model_copy(update=...) starts from a copy: it hashes its own fields
+        copied = super().__copy__()
+        copied.__dict__.pop("_fields_hash", None)
+        return copied
+
+    def __deepcopy__(self, memo: dict | None = None) -> ModelSpec:
+        copied = super().__deepcopy__(memo)
+        copied.__dict__.pop("_fields_hash", None)
+        return copied
+
     # --- shape helpers -------------------------------------------------------------------------
     @property
     def n_kv_heads(self) -> int:
