@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from shardwise.cost.constants import Constants, default_constants
@@ -51,10 +52,11 @@ class StackProfile:
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
-        return {name: getattr(self, name) for name in _KNOB_NAMES}
+        return dict(zip(_KNOB_NAMES, _KNOB_VALUES(self), strict=True))
 
 
 _KNOB_NAMES = tuple(f.name for f in fields(StackProfile))
+_KNOB_VALUES = attrgetter(*_KNOB_NAMES)  # one call reads them all
 
 
 @lru_cache(maxsize=1)

@@ -131,14 +131,16 @@ def _tokens(training: TrainingSpec, layout: Layout) -> float:
     return layout.micro_batch * training.seq_len / layout.cp
 
 
-def layer_passes(ctx: Costing, layout: Layout, flash: bool, groups: Groups, tp_overlap: str) -> tuple[PassCost, PassCost]:
+def layer_passes(ctx: Costing, layout: Layout, flash: bool, groups: Groups, tp_overlap: str,
+                 dense_groups: Groups | None = None) -> tuple[PassCost, PassCost]:
     """(dense layer, MoE layer) passes of one micro-batch, with LoRA's frozen base and adapters where the job
-    trains adapters; the part of :func:`blocks` a TP overlap mode changes."""
+    trains adapters; the part of :func:`blocks` a TP overlap mode changes. `dense_groups`: the groups'
+    :func:`_dense_groups` where the caller has them."""
     model, training, dev, stack = ctx.model, ctx.training, ctx.dev, ctx.stack
     seq, ab, tokens = training.seq_len, training.activation_bytes, _tokens(training, layout)
     sp, recompute = bool(layout.sp), layout.recompute
-    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, _dense_groups(groups), stack, ab, ctx.lowp,
-                              tp_overlap=tp_overlap)
+    dense = transformer_layer(model, False, tokens, seq, sp, recompute, flash, dev, dense_groups or _dense_groups(groups), stack,
+                              ab, ctx.lowp, tp_overlap=tp_overlap)
     moe = (transformer_layer(model, True, tokens, seq, sp, recompute, flash, dev, groups, stack, ab, ctx.lowp, training.moe,
                              ctx.consts.moe, tp_overlap)
            if model.is_moe else dense)
@@ -159,8 +161,8 @@ def blocks(ctx: Costing, layout: Layout, flash: bool, tp_overlap: str = "none", 
     seq, ab, tokens = training.seq_len, training.activation_bytes, _tokens(training, layout)
     tp, sp, recompute = layout.tp, bool(layout.sp), layout.recompute
     groups = groups or layer_groups(ctx.cluster, layout)
-    dense, moe = passes or layer_passes(ctx, layout, flash, groups, tp_overlap)
     dense_groups = _dense_groups(groups)
+    dense, moe = passes or layer_passes(ctx, layout, flash, groups, tp_overlap, dense_groups)
     share = stack.selective_recompute_gemms  # what `selective` repeats also goes unstored (cost/activations.py)
     act_dense = layer_activation_bytes(model, False, tokens, seq, tp, sp, recompute, flash, ab, share)
     act_moe = layer_activation_bytes(model, True, tokens, seq, tp, sp, recompute, flash, ab, share) if model.is_moe else act_dense

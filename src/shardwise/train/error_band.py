@@ -18,6 +18,13 @@ def _table() -> dict[str, Any]:
 def error_band(gpu_name: str, framework: str, run_class: str = "dense") -> dict[str, Any] | None:
     """{"pct": 0.09, "rows": 31, "basis": "dense/H100-SXM/megatron"} for the most specific key with enough
     held-out runs of the same class (dense, fp8 or moe), or None when no cross-validation has been run."""
+    band = _band(gpu_name, framework, run_class)
+    return None if band is None else dict(band)  # a copy: the caller's own
+
+
+@lru_cache(maxsize=256)
+def _band(gpu_name: str, framework: str, run_class: str) -> dict[str, Any] | None:
+    """:func:`error_band` (cached: a pure function of the fitted table and its three keys)."""
     table = _table()
     bands = table.get("bands", {})
     tags = {"class": run_class, "gpu_family": default_constants().family(gpu_name), "framework": framework}
