@@ -4,10 +4,13 @@ The reference below is the event loop as the engine ran it until 2026-12 (kept h
 ranks taken from a stack, each running its compute actions until one waits on an unfinished dependency.
 On random durations, hop times and activations, for every registered schedule, the fast path must give
 the same start of every action (exactly: the same float operations in the same order) and the same
-summary figures, and its one-pass timing without hops must equal a second simulation at ``p2p_s = 0``.
+summary figures, and its one-pass timing without hops must equal a second simulation at ``p2p_s = 0``;
+the summary without per-action times (``timeline=False``) must equal the full pass's figures exactly.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -110,6 +113,10 @@ def test_fast_pass_equals_the_event_loop(name, pp, m, vpp, seed, integer, per_bo
     assert [x.tolist() for x in plain.starts] == ref and plain.without_hops is None
     free = simulate(sched, f, i, w, 0.0, act, rho)
     assert res.without_hops == (free.makespan, free.stage_span)
+    # the summary alone (no per-action times: the estimate's pass) gives every figure exactly as the full pass
+    summary = simulate(sched, f, i, w, p2p, act, rho, without_hops=True, timeline=False)
+    assert summary.starts == summary.ends == summary.actions == []
+    assert summary == replace(res, starts=[], ends=[], actions=[])
 
 
 def test_a_deadlock_is_found_by_the_structure_alone():

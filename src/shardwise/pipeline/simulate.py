@@ -26,7 +26,7 @@ import numpy as np
 
 from shardwise.errors import ShardwiseError, shorten
 from shardwise.limits import MAX_ACTION_TIME, MAX_ACTIVATION_AMOUNT
-from shardwise.pipeline.engine import blocked_actions, compile_schedule, run_order, run_order_pair
+from shardwise.pipeline.engine import blocked_actions, compile_schedule, run_order, run_order_ends, run_order_pair
 from shardwise.pipeline.ir import KINDS, Schedule
 
 #: Default fraction of a micro-batch's stage activations held from I until W. 1.0 is the accounting of
@@ -193,10 +193,13 @@ def simulate(
     # 1 + b: the boundary between stages b and b + 1 (engine.compile_schedule)
     durations = f + i + w + b + [0.0]
     hops = [0.0] + (hop if hop is not None else [float(p2p_s)] * max(S - 1, 1))
-    if without_hops:
+    starts_v = end = free = None
+    if without_hops and not timeline:  # the summary alone: the ends give every figure below
+        end, free = run_order_ends(comp.order, durations, hops, comp.sentinel)
+    elif without_hops:
         starts_v, free = run_order_pair(comp.order, durations, hops, comp.sentinel)
     else:
-        starts_v, free = run_order(comp.order, durations, hops, comp.sentinel), None
+        starts_v = run_order(comp.order, durations, hops, comp.sentinel)
 
     R, off = sched.pp, comp.offsets
     d_all = np.asarray(durations)[comp.slot]
@@ -223,8 +226,12 @@ def simulate(
     peak_u = [max(0.0, x) for x in peaks[:R]]
     peak_a = [max(0.0, x) for x in peaks[R:]]
     nonempty = [r for r in range(R) if counts[r]]
-    firsts = [starts_v[i] for i in comp.first_visit]  # st_all's and en_all's values, without indexing numpy
-    lasts = [starts_v[i] + durations[k] for i, k in zip(comp.last_visit, comp.last_slot)]
+    if starts_v is not None:  # st_all's and en_all's values, without indexing numpy
+        firsts = [starts_v[i] for i in comp.first_visit]
+        lasts = [starts_v[i] + durations[k] for i, k in zip(comp.last_visit, comp.last_slot)]
+    else:  # a rank's first action starts when its dependency's end and hop allow (the walk's max with 0.0)
+        firsts = [max(end[d] + hops[h], 0.0) for d, h in zip(comp.first_dep, comp.first_hop)]
+        lasts = [end[o] for o in comp.last_out]
     # starts and ends never decrease along a rank: its span is its last end - its first start
     spans = [0.0] * R
     for r, x, y in zip(nonempty, firsts, lasts):
