@@ -55,7 +55,7 @@ from shardwise.cost.step import (
     straggler_factor,
 )
 from shardwise.memo import quick_init
-from shardwise.specs.hardware import Cluster
+from shardwise.specs.hardware import Cluster, CommGroup
 from shardwise.specs.layout import Layout
 from shardwise.specs.model import ModelSpec
 from shardwise.specs.training import TrainingSpec
@@ -114,10 +114,14 @@ def layer_groups(cluster: Cluster, layout: Layout) -> Groups:
     """The groups a layer talks over, placed by the layout's rank grid (:class:`shardwise.specs.layout.Layout`:
     TP innermost, then CP with its Ulysses ranks innermost and the ring across them; the expert layers
     re-split the ranks as etp x ep)."""
-    tier_for, group, stride = cluster.tier_for, layout.group, layout.stride
-    return Groups(layout.tp, layout.cp, layout.ep, tier_for(layout.tp, stride("tp")), tier_for(layout.cp, stride("cp")),
-                  tier_for(layout.ep, stride("ep")), etp=layout.etp, cp_comm=layout.cp_comm, ulysses=layout.ulysses,
-                  ulysses_tier=tier_for(layout.ulysses, stride("ulysses")), ring_tier=tier_for(group("ring"), stride("ring")))
+    solo = CommGroup(1, 1, cluster.network)  # a group of one rank, wherever it sits (most of a plan's groups)
+
+    def tier(dim: str) -> CommGroup:
+        size = layout.group(dim)
+        return solo if size == 1 else cluster.tier_for(size, layout.stride(dim))
+
+    return Groups(layout.tp, layout.cp, layout.ep, tier("tp"), tier("cp"), tier("ep"), etp=layout.etp,
+                  cp_comm=layout.cp_comm, ulysses=layout.ulysses, ulysses_tier=tier("ulysses"), ring_tier=tier("ring"))
 
 
 def _dense_groups(groups: Groups) -> Groups:
