@@ -6,8 +6,7 @@ assumed / fitted; fitted values are overlaid from :func:`shardwise.cost.constant
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import lru_cache
-from operator import attrgetter
+from functools import cached_property, lru_cache
 from typing import Any
 
 from shardwise.cost.constants import Constants, default_constants
@@ -52,11 +51,14 @@ class StackProfile:
 
     def knobs(self) -> dict[str, Any]:
         """The knobs as printed with an estimate."""
-        return dict(zip(_KNOB_NAMES, _KNOB_VALUES(self), strict=True))
+        return dict(self._knobs)  # a copy: the caller's own
+
+    @cached_property
+    def _knobs(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _KNOB_NAMES}
 
 
 _KNOB_NAMES = tuple(f.name for f in fields(StackProfile))
-_KNOB_VALUES = attrgetter(*_KNOB_NAMES)  # one call reads them all
 
 
 @lru_cache(maxsize=1)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shardwise.errors import ShardwiseError
-from shardwise.memo import quick_init
+from shardwise.memo import cached_hash, dataclass_getstate, quick_init
 
 if TYPE_CHECKING:
     from shardwise.specs.training import TrainPlan
@@ -57,6 +57,9 @@ class Layout:
     expert layout); `ulysses` is the ranks of cp that exchange heads by all-to-all (TrainPlan.cp_a2a: cp for
     a2a, the Ulysses size for a2a+p2p, 1 for p2p); `dp_shard` the ranks of dp*cp that shard ZeRO/FSDP states
     (None: all of them)."""
+
+    __hash__ = cached_hash  # keys the per-rank tail cache, once per rank: hashed once per object (shardwise/memo.py)
+    __getstate__ = dataclass_getstate
 
     tp: Deg = 1
     cp: Deg = 1
