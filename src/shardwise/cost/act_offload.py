@@ -20,6 +20,18 @@ The rule, written once for the estimate (and documented in docs/offload.md):
   link's throughput bounds the whole step: ``m x sum_s a_s / link`` per direction cannot exceed the
   pipelined step, the excess exposed too. A rank's exposed time adds to the step (the largest over ranks;
   the delay's knock-on effect on the other ranks is not re-simulated).
+
+Where the share goes (``parallel.offload_activations_policy``):
+
+- ``uniform``: every rank offloads the share of its activations;
+- ``selective``: the same bytes in all (the share of every rank's offloadable bytes at its peak, summed over
+  the pipeline) are taken from the ranks with the highest peaks first, down to a common level (water
+  filling, :func:`selective_shares`). Under 1F1B-like schedules the ranks with the most micro-batches in flight
+  are the early stages, whose activations also live longest (the forward-to-backward gap grows with
+  ``pp - s``), so their copies hide best. This is PipeOffload's selective criterion (offload the activations
+  with the longest lifespan first, Sec. 4) applied across pipeline ranks; as there, the pipeline's peak falls
+  faster than the offloaded share (better than linear). Its uniform-memory schedule, which makes the same
+  hold within a rank, is not modelled.
 """
 
 from __future__ import annotations
@@ -36,6 +48,25 @@ def offloaded_peak(share, peak_bytes, one_bytes):
     """A rank's peak activation memory with `share` offloaded: ``(1 - x) P + x min(a, P)`` (one micro-batch's
     worth `one_bytes` stays in flight); numbers or arrays (the planner's screen)."""
     return (1.0 - share) * peak_bytes + share * np.minimum(one_bytes, peak_bytes)
+
+
+def selective_shares(share: float, peaks_bytes: Sequence[float], floors_bytes: Sequence[float]) -> list[float]:
+    """Per-rank shares for the selective policy (module docstring): offload ``share`` of the pipeline's
+    offloadable bytes, ``sum_r (P_r - f_r)`` (a rank's peak `peaks_bytes[r]` down to its floor
+    `floors_bytes[r]`, one micro-batch's worth), from the highest peaks down: every rank above a common level
+    ``M`` comes down to ``max(M, f_r)``. ``M`` is found by bisection on the piecewise-linear offloaded total."""
+    peaks = np.asarray(peaks_bytes, dtype=float)
+    floors = np.minimum(np.asarray(floors_bytes, dtype=float), peaks)
+    room = peaks - floors
+    target = share * float(room.sum())
+    if target <= 0.0:
+        return [0.0] * len(peaks)
+    lo, hi = float(floors.min()), float(peaks.max())
+    for _ in range(100):  # sum(clip(P - M, 0, room)) falls as M rises; 100 halvings reach float precision
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(np.clip(peaks - mid, 0.0, room).sum()) > target else (lo, mid)
+    offloaded = np.clip(peaks - hi, 0.0, room)
+    return [float(y / r) if r > 0 else 0.0 for y, r in zip(offloaded, room, strict=True)]
 
 
 @quick_init

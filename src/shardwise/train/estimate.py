@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shardwise.cost.act_offload import activation_offload
+from shardwise.cost.act_offload import activation_offload, selective_shares
 from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note
 from shardwise.cost.allocator import fragmentation_share, runtime_bytes
 from shardwise.cost.constants import Constants, default_constants
@@ -92,7 +92,11 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     share = plan.offload_activations
     gaps = forward_backward_gaps(timing.inputs) if share > 0 else None
     link = host_link_gbyte_s(cluster)
-    offloaded = [activation_offload(share, timing.peak_activation[r], [acts[s] for s in mine[r]],
+    shares = [share] * pp
+    if share > 0 and plan.offload_activations_policy == "selective":
+        shares = selective_shares(share, timing.peak_activation, [min(max(acts[s] for s in mine[r]), timing.peak_activation[r])
+                                                                  for r in range(pp)])
+    offloaded = [activation_offload(shares[r], timing.peak_activation[r], [acts[s] for s in mine[r]],
                                     [gaps[s] for s in mine[r]] if gaps else [[] for _ in mine[r]], link,
                                     m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]]) for r in range(pp)]
     act_offload_s = max(o.exposed_s for o in offloaded)
