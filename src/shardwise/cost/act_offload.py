@@ -12,7 +12,8 @@ The rule, written once for the estimate (and documented in docs/offload.md):
   keeps on one of the rank's stages (capped at ``P``): with one micro-batch in flight nothing is saved;
 - host memory: the offloaded bytes at the peak, ``x (P - a)`` per GPU, live in pinned host DRAM;
 - time: each offloaded byte crosses the host link twice (out after the forward, in before the
-  backward), one direction each at ``link`` GB/s, so a micro-batch's copy takes ``2 x a_s / link`` on
+  backward), one direction each at ``link`` GB/s (the achieved rate: the catalog link times
+  ``step.pcie_efficiency``, as for the offloaded optimizer's copies), so a micro-batch's copy takes ``2 x a_s / link`` on
   stage ``s``. Offload runs layer by layer (Megatron-LM's --cpu-offloading, PipeOffload's implementation):
   a layer's activations leave while the later layers run their forward and come back while they run their
   backward, so the copy hides in the window ``F_s + gap + B_s`` (the stage's forward, its forward-to-
@@ -85,7 +86,7 @@ def activation_offload(share: float, peak_bytes: float, stage_bytes: Sequence[fl
     """Offloading `share` of the activations of a rank whose peak activation memory is `peak_bytes`;
     `stage_bytes[k]`: one micro-batch's activations on the rank's k-th stage; `gaps_s[k]`: that stage's
     forward-end to backward-start gaps, one per simulated micro-batch (scaled to `microbatches`);
-    `link_gbyte_s`: the GPU's host link, one direction; `pipelined_s`: the pipelined part of the step;
+    `link_gbyte_s`: the GPU's host link, one direction, achieved; `pipelined_s`: the pipelined part of the step;
     `stage_compute_s[k]`: the k-th stage's forward plus input-gradient backward of one micro-batch (the
     layer-by-layer copies overlap them; None: 0, the copies hide in the gap only)."""
     if share <= 0.0:

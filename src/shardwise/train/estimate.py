@@ -91,7 +91,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     # Activation offload (cost/act_offload.py): the peak falls by the share, the copies hide in the schedule's gaps.
     share = plan.offload_activations
     gaps = forward_backward_gaps(timing.inputs) if share > 0 else None
-    link = host_link_gbyte_s(cluster)
+    link = host_link_gbyte_s(cluster) * consts.step.pcie_efficiency  # achieved, as the offloaded states' copies
     shares = [share] * pp
     if share > 0 and plan.offload_activations_policy == "selective":
         shares = selective_shares(share, timing.peak_activation, [min(max(acts[s] for s in mine[r]), timing.peak_activation[r])
@@ -130,8 +130,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     notes = []
     host_use = host_memory(cluster, tails, plan.offload, plan.offload_device, notes, [o.host_bytes for o in offloaded])
     if share > 0:
-        notes.append(f"activation offload: {share:.0%} of each micro-batch's activations to host memory over "
-                     f"{host_link_gbyte_s(cluster):.0f} GB/s per GPU; peak activations {timing.peak_activation[peak_rank] / GIB:.2f}"
+        policy = " (selective: ranks with the highest peaks first)" if plan.offload_activations_policy == "selective" else ""
+        notes.append(f"activation offload: {share:.0%}{policy} of each micro-batch's activations to host memory over "
+                     f"{link:.0f} GB/s achieved per GPU; peak activations {timing.peak_activation[peak_rank] / GIB:.2f}"
                      f" -> {offloaded[peak_rank].peak_bytes / GIB:.2f} GiB on rank {peak_rank}; {act_offload_s:.3g} s per step "
                      "exposed (the rest hidden behind the forward-to-backward gaps)")
     if model.is_moe:
