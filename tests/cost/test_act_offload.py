@@ -48,6 +48,30 @@ def test_link_throughput_bounds_the_step():
     assert o.exposed_s == pytest.approx(100 * GIB / 1e9 - 10.0)
 
 
+def test_offloaded_states_share_the_link():
+    """The link carries the offloaded states' copies too (ZeRO-2/3 gradient sums, offloaded parameters): the
+    activation copies are charged what the sum exposes beyond what the states' copies alone would."""
+    args = (1.0, 8 * GIB, [GIB], [[1e9]], 1.0, 50, 100.0)  # 50 copies of 1 GiB: 53.7 s on a 1 GB/s link
+    assert activation_offload(*args).exposed_s == 0.0
+    busy = activation_offload(*args, shared_bytes=80e9)  # with 80 GB of state copies: 133.7 s of traffic
+    assert busy.exposed_s == pytest.approx(50 * GIB / 1e9 + 80.0 - 100.0)
+    saturated = activation_offload(*args, shared_bytes=150e9)  # the states alone already overflow the window
+    assert saturated.exposed_s == pytest.approx(50 * GIB / 1e9)
+
+
+def test_estimate_charges_activation_copies_for_the_states_on_the_same_link():
+    """ZeRO-2 with the optimizer offloaded moves every micro-batch's gradient sum over the host link: on a
+    slow link the activation copies expose more than with no state offload (the optimizer's own time apart)."""
+    def job(offload):
+        return job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8, "host": {"link_gbyte_s": 16}},
+                                 "training": {"seq_len": 4096, "global_batch": 64},
+                                 "parallel": {"tp": 1, "pp": 8, "dp": 1, "zero": 2, "schedule": "interleaved", "vpp": 2,
+                                              "recompute": "none", "offload": offload, "offload_activations": 0.3,
+                                              "offload_activations_policy": "selective"}})
+    alone, shared = estimate(job("none")), estimate(job("optimizer"))
+    assert shared.time_s.act_offload > alone.time_s.act_offload
+
+
 def test_estimate_peak_falls_and_overhead_does_not_fall_with_the_share():
     shares = (0.0, 0.25, 0.5, 0.75, 1.0)
     est = [estimate(_job(x, link=4.0)) for x in shares]  # a slow link: some of the copy shows

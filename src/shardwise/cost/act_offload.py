@@ -19,7 +19,8 @@ The rule, written once for the estimate (and documented in docs/offload.md):
   backward, so the copy hides in the window ``F_s + gap + B_s`` (the stage's forward, its forward-to-
   backward gap in the schedule, its input-gradient backward); what exceeds it is exposed; and the
   link's throughput bounds the whole step: ``m x sum_s a_s / link`` per direction cannot exceed the
-  pipelined step, the excess exposed too. A rank's exposed time adds to the step (the largest over ranks;
+  pipelined step, the excess exposed too; offloaded model states moving over the same link (ZeRO-2/3
+  gradient sums, offloaded parameters) count towards that throughput. A rank's exposed time adds to the step (the largest over ranks;
   the delay's knock-on effect on the other ranks is not re-simulated).
 
 Where the share goes (``parallel.offload_activations_policy``):
@@ -82,13 +83,16 @@ class ActivationOffload:
 
 def activation_offload(share: float, peak_bytes: float, stage_bytes: Sequence[float],
                        gaps_s: Sequence[Sequence[float]], link_gbyte_s: float, microbatches: int, pipelined_s: float,
-                       stage_compute_s: Sequence[float] | None = None) -> ActivationOffload:
+                       stage_compute_s: Sequence[float] | None = None, shared_bytes: float = 0.0) -> ActivationOffload:
     """Offloading `share` of the activations of a rank whose peak activation memory is `peak_bytes`;
     `stage_bytes[k]`: one micro-batch's activations on the rank's k-th stage; `gaps_s[k]`: that stage's
     forward-end to backward-start gaps, one per simulated micro-batch (scaled to `microbatches`);
     `link_gbyte_s`: the GPU's host link, one direction, achieved; `pipelined_s`: the pipelined part of the step;
     `stage_compute_s[k]`: the k-th stage's forward plus input-gradient backward of one micro-batch (the
-    layer-by-layer copies overlap them; None: 0, the copies hide in the gap only)."""
+    layer-by-layer copies overlap them; None: 0, the copies hide in the gap only); `shared_bytes`: what the
+    rank's offloaded model states move over the same link per step in one direction while the pipeline runs
+    (:class:`shardwise.cost.step.HostBytes`): the link carries both, and the activation copies are charged
+    what the sum exposes beyond what the states' copies alone would."""
     if share <= 0.0:
         return ActivationOffload(peak_bytes, 0.0, 0.0)
     one = min(max(stage_bytes, default=0.0), peak_bytes)
@@ -99,6 +103,7 @@ def activation_offload(share: float, peak_bytes: float, stage_bytes: Sequence[fl
         g = np.asarray(gaps, dtype=float) + c
         if g.size:
             exposed += float(np.maximum(0.0, 2.0 * share * a / rate - g).mean()) * microbatches
-    throughput = microbatches * share * sum(stage_bytes) / rate - pipelined_s
+    own = microbatches * share * sum(stage_bytes)
+    throughput = max(0.0, (own + shared_bytes) / rate - pipelined_s) - max(0.0, shared_bytes / rate - pipelined_s)
     return ActivationOffload(float(offloaded_peak(share, peak_bytes, one)), share * (peak_bytes - one),
                              max(exposed, throughput, 0.0))

@@ -70,10 +70,13 @@ HOST_MEMORY_RESERVE = 0.10
 
 @dataclass(frozen=True)
 class HostBytes:
-    """Bytes one GPU keeps below its HBM: in host DRAM and on the node's NVMe (numbers or arrays)."""
+    """Bytes one GPU keeps below its HBM: in host DRAM and on the node's NVMe (numbers or arrays), and what
+    its offload moves over the GPU's host link per step while the pipeline runs (`link_bytes`, host to
+    device, the busier direction): activation copies share that link (:mod:`shardwise.cost.act_offload`)."""
 
     dram: Num
     nvme: Num
+    link_bytes: Num = 0.0
 
 
 def host_state_bytes(opt_params: Num, weight_shard_params: Num, offload: str, device: str, weight_bytes: Num,

@@ -418,6 +418,13 @@ def rank_tail(ctx: Costing, layout: Layout, load: RankLoad, *, microbatches: Num
         stage3 = zero == 3
         host = host_state_bytes(opt_params, p_dense / where(stage3, shard, 1) + p_exp / where(stage3, expert_group, 1), offload,
                                 offload_device, wb, gb, opt_bytes)
+        # Over the host link while the pipeline runs, host to device: under ZeRO-2/3 every micro-batch's
+        # running gradient sum comes back up to be added to (cost/offload_step.py), and offloaded parameters
+        # are fetched for each micro-batch's forward and backward (offload_params_s above).
+        moved = where(zero >= 2, microbatches * opt_params * gb, 0.0)
+        if offload == "optimizer+params":
+            moved = moved + microbatches * 2 * (p_dense / shard + p_exp / expert_group) * wb
+        host = HostBytes(host.dram, host.nvme, moved)
     # A rank casts and keeps low-precision copies of the weights it owns: all of its stage's below ZeRO-3,
     # its shard under ZeRO-3 (gathered copies are transient, like the 16-bit layer buffers in `fixed`).
     stage3 = zero == 3

@@ -98,7 +98,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
                                                                   for r in range(pp)])
     offloaded = [activation_offload(shares[r], timing.peak_activation[r], [acts[s] for s in mine[r]],
                                     [gaps[s] for s in mine[r]] if gaps else [[] for _ in mine[r]], link,
-                                    m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]]) for r in range(pp)]
+                                    m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]],
+                                    float(tails[r].host.link_bytes) if tails[r].host is not None else 0.0)
+                 for r in range(pp)]
     act_offload_s = max(o.exposed_s for o in offloaded)
 
     mems = [rank_memory(ctx, t, offloaded[r].peak_bytes + extra_act[r], frag, paged) for r, t in enumerate(tails)]
