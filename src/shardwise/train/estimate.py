@@ -20,7 +20,7 @@ from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.lowp import job_device
 from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile, tp_overlap_mode
-from shardwise.cost.step import HOST_MEMORY_RESERVE, host_link_gbyte_s
+from shardwise.cost.step import host_capacity_bytes, host_link_gbyte_s
 from shardwise.pipeline import schedule_info
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.job import TrainJob
@@ -197,8 +197,8 @@ def host_memory(cluster: Cluster, tails: Sequence[RankTail], offload: str, devic
                 activations: list[float] | None = None) -> dict | None:
     """Host DRAM and NVMe a node's offload uses against what it has (None: nothing offloaded). Every GPU of
     a node offloads at once: the node holds `gpus on the node` x the largest rank's bytes (an upper bound
-    where a node's GPUs hold different pipeline stages). Available DRAM leaves HOST_MEMORY_RESERVE to the
-    OS and the data loaders (cost/step.py). `activations`: each rank's offloaded activations at its peak
+    where a node's GPUs hold different pipeline stages). Available: the DRAM less HOST_MEMORY_RESERVE (the
+    OS and the data loaders), plus any CXL memory (`dram_available_gib` counts both; cost/step.py). `activations`: each rank's offloaded activations at its peak
     (cost/act_offload.py), counted in host DRAM beside the states."""
     acts = max(activations or [0.0])
     if offload == "none" and acts <= 0.0:
@@ -208,12 +208,13 @@ def host_memory(cluster: Cluster, tails: Sequence[RankTail], offload: str, devic
     dram = per_node * max(d + (activations[r] if activations else 0.0) for r, (d, _) in enumerate(states))
     nvme = per_node * max(n for _, n in states)
     tiers = cluster.host
-    avail = None if tiers.dram_gib is None else tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
+    avail = host_capacity_bytes(tiers.dram_gib, tiers.cxl_gib)
     if avail is None:
         notes.append(f"host memory not checked: the catalog has no host DRAM figure for {cluster.gpu.name} nodes "
                      f"(offload needs {dram / GIB:,.0f} GiB per node); set cluster.host.dram_gib")
     out = {"device": device if offload != "none" else "cpu", "gpus_per_node": per_node, "dram_used_gib": dram / GIB,
            "activations_gib": per_node * acts / GIB,
-           "dram_available_gib": None if avail is None else avail / GIB, "nvme_used_tb": nvme / 1e12,
+           "dram_available_gib": None if avail is None else avail / GIB, "cxl_gib": tiers.cxl_gib,
+           "nvme_used_tb": nvme / 1e12,
            "nvme_available_tb": tiers.nvme_tb if device == "nvme" and offload != "none" else None}
     return out
