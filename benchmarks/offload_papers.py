@@ -79,6 +79,40 @@ def dpu_figures(billions: int) -> tuple[float, float, Estimate]:
     return e.model_tflops_per_gpu, e.model_tflops_per_gpu * e.step_time_s / dpu, e
 
 
+#: The paper's PyTorch-alone baseline (abstract: "30TF using PyTorch alone for a 1.4B parameter model"). Its
+#: shape is not stated; chosen here: Table 3's 1B/2B width (hidden 2,048, 16 heads of 128) at 26 layers =
+#: 1.41B, at the largest micro-batch of Table 3's that fits (32, 16, 8), batch 512 (assumptions).
+PYTORCH_BASELINE_TFLOPS = 30.0
+
+
+def pytorch_baseline() -> Estimate:
+    """The PyTorch-alone 1.4B baseline (PYTORCH_BASELINE_TFLOPS): no ZeRO, no offload, one V100."""
+    for mb in (32, 16, 8):
+        e = estimate(gpt2_job(26, hidden=2048, heads=16, offload="none", zero=0, micro_batch=mb, global_batch=512 // mb * mb))
+        if e.fits:
+            return e
+    raise ValueError("the 1.4B baseline does not fit at micro-batch 8")
+
+
+def megatron_v1_job() -> TrainJob:
+    """Another V100 source, without offload: Megatron-LM v1.0's 1.2B baseline on one V100 of a DGX-2H, batch 8,
+    sequence 1,024 (NVIDIA ADLR, "MegatronLM's Supercharged V1.0", nv-adlr.github.io/MegatronLMV1, Table 1:
+    1,288 ms an iteration). The shape is Shoeybi et al. 2019 (arXiv 1909.08053) Table 1: hidden 1,536, 16
+    heads, 40 layers, vocabulary 51,200; activation checkpointing, FP16; the blog's 62.4 TFLOPS equals
+    8 x 1.2e9 parameters x 8,192 tokens / 1.288 s (forward, backward and the recomputed forward), which
+    confirms the iteration."""
+    model = {"name": "megatron-1.2b", "layers": 40, "hidden": 1536, "heads": 16, "ffn": 4 * 1536, **GPT2,
+             "vocab": 51200}
+    return job_from_mapping({
+        "model": model, "cluster": {"gpu": "v100", "gpus": 1},
+        "training": {"seq_len": 1024, "global_batch": 8, "precision": "fp16", "framework": "megatron"},
+        "parallel": {"micro_batch": 8, "recompute": "full", "flash_attention": False},
+    })
+
+
+MEGATRON_V1_ITERATION_S = 1.288
+
+
 def largest_fitting(**kw: Any) -> tuple[int, float, Estimate]:
     """(layers, parameters, estimate) of the largest GPT-2-like model of this shape that fits (layer count
     grown until the first that does not fit)."""
@@ -129,6 +163,16 @@ def main() -> None:
           f"host {e.host_memory['dram_used_gib']:.0f} GiB)  [paper: 40 TFLOPS]")
     print(f"  one micro-batch a step (batch 10): {one.model_tflops_per_gpu:.1f} TFLOP/s, step {one.step_time_s:.1f} s "
           f"(compute {one.time_s.compute:.1f} s, host step {one.time_s.optimizer:.2f} s)")
+    base = pytorch_baseline()
+    model_ratio, paper_ratio = e.model_tflops_per_gpu / base.model_tflops_per_gpu, 40.0 / PYTORCH_BASELINE_TFLOPS
+    print(f"PyTorch alone, 1.4B (26 layers of hidden 2048, micro-batch {base.plan['micro_batch']}): "
+          f"{base.model_tflops_per_gpu:.1f} TFLOP/s  [paper: {PYTORCH_BASELINE_TFLOPS:.0f}, "
+          f"{base.model_tflops_per_gpu / PYTORCH_BASELINE_TFLOPS - 1:+.0%}]")
+    print(f"  10B with ZeRO-Offload over PyTorch-alone 1.4B, same paper, same GPU: x{model_ratio:.2f}  "
+          f"[paper: x{paper_ratio:.2f}, {model_ratio / paper_ratio - 1:+.0%}]")
+    mg = estimate(megatron_v1_job())
+    print(f"Megatron-LM v1.0, 1.2B on one V100, batch 8 (no offload): {mg.step_time_s * 1e3:.0f} ms an iteration  "
+          f"[measured: {MEGATRON_V1_ITERATION_S * 1e3:.0f} ms, {mg.step_time_s / MEGATRON_V1_ITERATION_S - 1:+.0%}]")
     print("Figure 8 sweep (Table 3 models, batch 512): size, Shardwise / paper TFLOPS, error, fits")
     for b, (*_, paper) in TABLE3_FIG8.items():
         f = estimate(figure8_job(b))

@@ -17,6 +17,7 @@ micro-batch 1, no recomputation (what offload replaces), tp 1, one data-parallel
 
 from __future__ import annotations
 
+from shardwise.cost.constants import default_constants
 from shardwise.cost.step import host_link_gbyte_s
 from shardwise.specs.job import TrainJob, job_from_mapping
 from shardwise.train.estimate import estimate
@@ -29,21 +30,22 @@ SHARES = tuple(i / 20 for i in range(21))
 NEGLIGIBLE = 0.02
 
 
-def job(model: str, pp: int, schedule: str, vpp: int, share: float) -> TrainJob:
+def job(model: str, pp: int, schedule: str, vpp: int, share: float, policy: str = "uniform") -> TrainJob:
     return job_from_mapping({
         "model": model, "cluster": {"gpu": "a100-80gb", "gpus": pp},
         "training": {"seq_len": 4096, "global_batch": 4 * pp},
         "parallel": {"tp": 1, "pp": pp, "vpp": vpp, "dp": 1, "schedule": schedule, "recompute": "none",
-                     "micro_batch": 1, "offload_activations": share},
+                     "micro_batch": 1, "offload_activations": share, "offload_activations_policy": policy},
     })
 
 
-def curve(model: str, pp: int, schedule: str, vpp: int) -> list[tuple[float, float, float]]:
-    """(share, slowdown, peak activation GiB of the peak rank) for every share of SHARES."""
+def curve(model: str, pp: int, schedule: str, vpp: int, policy: str = "uniform") -> list[tuple[float, float, float]]:
+    """(share, slowdown, peak activation GiB of the peak rank) for every share of SHARES, the share spread over
+    the ranks by `policy` (uniform or selective: cost/act_offload.py)."""
     base = estimate(job(model, pp, schedule, vpp, 0.0))
     out = []
     for x in SHARES:
-        e = base if x == 0 else estimate(job(model, pp, schedule, vpp, x))
+        e = base if x == 0 else estimate(job(model, pp, schedule, vpp, x, policy))
         out.append((x, e.step_time_s / base.step_time_s - 1.0, max(m.activations for m in e.memory_per_rank) / GIB))
     return out
 
@@ -55,7 +57,9 @@ def hidden_share(points: list[tuple[float, float, float]]) -> float:
 
 def main() -> None:
     link = host_link_gbyte_s(job(MODELS[0], 4, "1f1b", 1, 0.0).cluster)
-    print(f"PipeOffload reproduction: A100-SXM-80GB, host link {link:.0f} GB/s per GPU, seq 4096, mb 1, no recompute")
+    achieved = link * default_constants().step.pcie_efficiency
+    print(f"PipeOffload reproduction: A100-SXM-80GB, host link {link:.1f} GB/s per GPU ({achieved:.1f} achieved), "
+          "seq 4096, mb 1, no recompute")
     print(f"{'model':10} {'pp':>3} {'schedule':12} {'share <2%':>10} {'slowdown at 1.0':>16} "
           f"{'peak act GiB: 0 / 0.5 / 1.0':>30}")
     rows = []
@@ -71,10 +75,19 @@ def main() -> None:
     half = sum(1 for s in rows if s >= 0.5)
     full = sum(1 for s in rows if s >= 1.0)
     print(f"at least half offloadable with <2% slowdown in {half} of {len(rows)} configurations; all of it in {full}")
-    print("peak activation memory vs share (gpt-18b, pp 8, 1f1b):")
-    pts = curve("gpt-18b", 8, "1f1b", 1)
-    for x, slow, peak in pts[::2]:
-        print(f"  share {x:.1f}: {peak:7.2f} GiB ({peak / pts[0][2]:.0%}), slowdown {slow:.2%}")
+    print("peak activation memory vs share (gpt-18b, pp 8, 1f1b), the share spread uniformly | selectively:")
+    uniform, selective = curve("gpt-18b", 8, "1f1b", 1), curve("gpt-18b", 8, "1f1b", 1, "selective")
+    for (x, slow, peak), (_, sel_slow, sel_peak) in list(zip(uniform, selective, strict=True))[::2]:
+        print(f"  share {x:.1f}: {peak:7.2f} GiB ({peak / uniform[0][2]:4.0%}), slowdown {slow:6.2%}  |  "
+              f"{sel_peak:7.2f} GiB ({sel_peak / selective[0][2]:4.0%}), slowdown {sel_slow:6.2%}")
+    print("selective, every configuration: share with <2% slowdown, peak at share 0.5 / linear")
+    for model in MODELS:
+        for pp in PPS:
+            for schedule, vpp in SCHEDULES:
+                pts = curve(model, pp, schedule, vpp, "selective")
+                peaks = {x: p for x, _, p in pts}
+                print(f"  {model:10} {pp:>3} {schedule:12} {hidden_share(pts):5.2f}  "
+                      f"{peaks[0.5] / (0.5 * (peaks[0.0] + peaks[1.0])):.2f}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@ cost rule's properties, the estimate's time row, memory and host-memory use, and
 
 import json
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shardwise.cost.act_offload import activation_offload
+from shardwise.cost.act_offload import activation_offload, offloaded_peak, selective_shares
 from shardwise.errors import ShardwiseError
 from shardwise.specs.job import job_from_mapping
 from shardwise.train.estimate import estimate
@@ -13,11 +16,12 @@ from shardwise.train.estimate import estimate
 GIB = 2**30
 
 
-def _job(share, gpu="h100", gpus=8, model="llama-3.1-8b", pp=4, schedule="1f1b", link=None, seq=4096, batch=32):
+def _job(share, gpu="h100", gpus=8, model="llama-3.1-8b", pp=4, schedule="1f1b", link=None, seq=4096, batch=32,
+         policy="uniform"):
     cluster = {"gpu": gpu, "gpus": gpus} | ({"host": {"link_gbyte_s": link}} if link else {})
     return job_from_mapping({"model": model, "cluster": cluster, "training": {"seq_len": seq, "global_batch": batch},
                              "parallel": {"tp": 1, "pp": pp, "dp": gpus // pp, "schedule": schedule, "recompute": "none",
-                                          "offload_activations": share}})
+                                          "offload_activations": share, "offload_activations_policy": policy}})
 
 
 def test_nothing_changes_at_share_zero():
@@ -44,6 +48,30 @@ def test_link_throughput_bounds_the_step():
     assert o.exposed_s == pytest.approx(100 * GIB / 1e9 - 10.0)
 
 
+def test_offloaded_states_share_the_link():
+    """The link carries the offloaded states' copies too (ZeRO-2/3 gradient sums, offloaded parameters): the
+    activation copies are charged what the sum exposes beyond what the states' copies alone would."""
+    args = (1.0, 8 * GIB, [GIB], [[1e9]], 1.0, 50, 100.0)  # 50 copies of 1 GiB: 53.7 s on a 1 GB/s link
+    assert activation_offload(*args).exposed_s == 0.0
+    busy = activation_offload(*args, shared_bytes=80e9)  # with 80 GB of state copies: 133.7 s of traffic
+    assert busy.exposed_s == pytest.approx(50 * GIB / 1e9 + 80.0 - 100.0)
+    saturated = activation_offload(*args, shared_bytes=150e9)  # the states alone already overflow the window
+    assert saturated.exposed_s == pytest.approx(50 * GIB / 1e9)
+
+
+def test_estimate_charges_activation_copies_for_the_states_on_the_same_link():
+    """ZeRO-2 with the optimizer offloaded moves every micro-batch's gradient sum over the host link: on a
+    slow link the activation copies expose more than with no state offload (the optimizer's own time apart)."""
+    def job(offload):
+        return job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8, "host": {"link_gbyte_s": 16}},
+                                 "training": {"seq_len": 4096, "global_batch": 64},
+                                 "parallel": {"tp": 1, "pp": 8, "dp": 1, "zero": 2, "schedule": "interleaved", "vpp": 2,
+                                              "recompute": "none", "offload": offload, "offload_activations": 0.3,
+                                              "offload_activations_policy": "selective"}})
+    alone, shared = estimate(job("none")), estimate(job("optimizer"))
+    assert shared.time_s.act_offload > alone.time_s.act_offload
+
+
 def test_estimate_peak_falls_and_overhead_does_not_fall_with_the_share():
     shares = (0.0, 0.25, 0.5, 0.75, 1.0)
     est = [estimate(_job(x, link=4.0)) for x in shares]  # a slow link: some of the copy shows
@@ -57,8 +85,8 @@ def test_estimate_peak_falls_and_overhead_does_not_fall_with_the_share():
 
 
 def test_fast_link_hides_the_offload_and_host_memory_counts_it():
-    e = estimate(_job(0.5))
-    base = estimate(_job(0.0))
+    e = estimate(_job(0.5, link=200))
+    base = estimate(_job(0.0, link=200))
     assert e.time_s.act_offload == 0.0 and e.step_time_s == pytest.approx(base.step_time_s)
     h = e.to_dict()["host_memory"]
     assert h["activations_gib"] > 0 and h["dram_used_gib"] == pytest.approx(h["activations_gib"])
@@ -82,11 +110,12 @@ def test_planner_carries_the_share_and_screens_its_memory():
     assert off.top[0].step_time_s <= base.top[0].step_time_s * 1.0001  # more room: a plan at least as fast
 
 
-def _engine_job(share, pp=1, recompute="none"):
+def _engine_job(share, pp=1, recompute="none", policy="uniform", tp=None):
     return job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8},
                              "training": {"seq_len": 4096, "global_batch": 16},
-                             "parallel": {"tp": 8 // pp, "pp": pp, "dp": 1, "recompute": recompute,
-                                          "offload_activations": share}})
+                             "parallel": {"tp": tp or 8 // pp, "pp": pp, "dp": 8 // pp // (tp or 8 // pp),
+                                          "recompute": recompute, "offload_activations": share,
+                                          "offload_activations_policy": policy}})
 
 
 def test_megatron_exports_the_nearest_layer_count_and_refuses_pp_and_recompute():
@@ -156,3 +185,51 @@ def test_no_fit_advice_offers_activation_offload():
     lever = levers["activation offload"]
     assert lever.fits and lever.kind == SAME_JOB and lever.best.plan["offload_activations"] == 1.0
     assert lever.slowdown is not None and lever.slowdown >= 0.0
+
+
+_ranks = st.lists(st.tuples(st.floats(0.1, 100.0), st.floats(0.0, 1.0)), min_size=1, max_size=16)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ranks, st.floats(0.0, 1.0))
+def test_selective_shares_offload_the_same_bytes_with_the_lowest_largest_peak(ranks, share):
+    """Water filling: the selective shares offload exactly `share` of the pipeline's offloadable bytes, each
+    within [0, 1], and leave the largest rank's peak no higher than the uniform share does (it is the
+    allocation of those bytes that minimises the largest peak)."""
+    peaks = np.array([p for p, _ in ranks])
+    floors = np.array([p * f for p, f in ranks])
+    x = np.array(selective_shares(share, peaks, floors))
+    assert ((x >= 0.0) & (x <= 1.0 + 1e-12)).all()
+    room = peaks - floors
+    assert float((x * room).sum()) == pytest.approx(share * float(room.sum()), rel=1e-9, abs=1e-9)
+    selective = offloaded_peak(x, peaks, floors).max()
+    assert selective <= offloaded_peak(share, peaks, floors).max() + 1e-9
+    more = np.array(selective_shares(min(1.0, share + 0.1), peaks, floors))
+    assert (more >= x - 1e-9).all()  # a larger share takes more from every rank, never less
+
+
+def test_selective_copies_only_what_saves_memory():
+    """One rank without pipelining holds one micro-batch, which stays in flight: offloading saves nothing, so
+    the selective policy copies nothing (same memory, no copy time) where the uniform one pays for copies.
+    Pipelined (1F1B, pp 4): the same share brings the largest rank's peak lower than spread uniformly, and at
+    share 1 the last stage (one micro-batch in flight, nothing to save) is not copied."""
+    uniform, selective = (estimate(_job(0.5, pp=1, gpus=1, batch=8, seq=2048, policy=p)) for p in ("uniform", "selective"))
+    assert selective.peak_memory_gib == uniform.peak_memory_gib
+    assert selective.time_s.act_offload == 0.0 < uniform.time_s.act_offload
+    peak = {p: max(m.activations for m in estimate(_job(0.5, policy=p)).memory_per_rank) for p in ("uniform", "selective")}
+    assert peak["selective"] < peak["uniform"]
+    full = {p: estimate(_job(1.0, policy=p)) for p in ("uniform", "selective")}
+    assert full["selective"].time_s.act_offload <= full["uniform"].time_s.act_offload
+    assert max(m.activations for m in full["selective"].memory_per_rank) == pytest.approx(
+        max(m.activations for m in full["uniform"].memory_per_rank))
+
+
+def test_deepspeed_refuses_the_selective_policy_with_pipeline_parallelism():
+    """DeepSpeed's cpu_checkpointing offloads on every stage alike: selective is refused with pp > 1 and
+    takes the uniform policy's place at pp 1 (one rank: the same plan)."""
+    from shardwise.engines.support import job_verdict
+
+    verdict = job_verdict(_engine_job(1.0, pp=4, recompute="full", policy="selective", tp=1), "deepspeed")
+    assert not verdict.runnable and "per-stage" in verdict.line()
+    assert job_verdict(_engine_job(1.0, pp=4, recompute="full", tp=1), "deepspeed").runnable
+    assert job_verdict(_engine_job(1.0, pp=1, recompute="full", policy="selective"), "deepspeed").runnable

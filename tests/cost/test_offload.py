@@ -179,3 +179,35 @@ def test_single_group_host_block_is_the_flat_forms():
     assert not grouped.fits and grouped.misfit == flat.misfit and grouped.misfit.startswith("host memory")
     roomy = dict(doc, cluster={"groups": [{"gpu": "h100", "nodes": 1}]})
     assert estimate(job_from_mapping(roomy)).fits
+
+
+def test_cxl_memory_adds_capacity_and_bounds_cpu_adam_by_its_bandwidth():
+    """CXL memory expanders (cluster.host.cxl_gib, cxl_gbyte_s): offloaded states fill DRAM (less the 10%
+    reserve) first, then CXL; a node that cannot hold them in DRAM holds them with CXL, and CPU Adam over the
+    spilled share reads and writes 2 x 12 B a parameter at the expanders' bandwidth."""
+    parallel = {"zero": 2, "offload": "optimizer"}
+    dram = estimate(_job(parallel, host={"dram_gib": 64}))
+    assert not dram.fits and dram.misfit.startswith("host memory")
+    fast = estimate(_job(parallel, host={"dram_gib": 64, "cxl_gib": 256, "cxl_gbyte_s": 1000}))
+    assert fast.fits and fast.host_memory["cxl_gib"] == 256
+    assert fast.host_memory["dram_available_gib"] == pytest.approx(64 * 0.9 + 256)
+    assert fast.time_s.optimizer == pytest.approx(dram.time_s.optimizer)  # fast enough not to bind
+    slow = estimate(_job(parallel, host={"dram_gib": 64, "cxl_gib": 256, "cxl_gbyte_s": 0.5}))
+    used = slow.host_memory["dram_used_gib"]
+    spilled = (used - 64 * 0.9) / used
+    params_node = slow.host_memory["dram_used_gib"] * 2**30 / 16  # 16 B a parameter offloaded (fp32 master, moments, grads)
+    grad_copy = slow.time_s.optimizer - spilled * params_node * 2 * 12 / 0.5e9
+    assert 0 <= grad_copy < 0.05 * slow.time_s.optimizer and slow.time_s.optimizer > 10 * fast.time_s.optimizer
+    roomy = estimate(_job(parallel, host={"dram_gib": 2048, "cxl_gib": 256, "cxl_gbyte_s": 0.5}))  # nothing spills
+    assert roomy.time_s.optimizer == pytest.approx(estimate(_job(parallel, host={"dram_gib": 2048})).time_s.optimizer)
+
+
+def test_cxl_capacity_without_its_bandwidth_is_refused():
+    with pytest.raises(ShardwiseError, match="cxl_gbyte_s"):
+        _job({"zero": 2, "offload": "optimizer"}, host={"dram_gib": 64, "cxl_gib": 256})
+
+
+def test_planner_counts_cxl_in_the_host_memory_check():
+    job = _job({"zero": 2}, host={"dram_gib": 16, "cxl_gib": 512, "cxl_gbyte_s": 100})
+    found = plan_search(job.model, job.cluster, job.training, fixed={"offload": "optimizer"})
+    assert found.top and all(e.fits and e.host_memory["cxl_gib"] == 512 for e in found.top)

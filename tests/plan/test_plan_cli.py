@@ -94,3 +94,25 @@ def test_sweep_on_local_ray_matches_local_backend(tmp_path):
     local = run_sweep(jobs, backend="local", workers=2)
     ray_rows = run_sweep(jobs, backend="ray", workers=2)
     assert ray_rows == local
+
+
+def test_top_table_labels_name_the_offload_the_search_set():
+    """Plans found by the offload fallback or the activation-offload search carry their offload fields: the
+    table names them (offload=..., @nvme, act-offload-selective=...), not only the enumerated fields."""
+    from rich.console import Console
+
+    from shardwise.specs.job import job_from_mapping
+    from shardwise.train.estimate import estimate
+    from shardwise.train.plan_report import top_table
+
+    def est(parallel):
+        return estimate(job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100", "gpus": 8},
+                                          "training": {"seq_len": 4096, "global_batch": 32}, "parallel": parallel}))
+
+    top = [est({"tp": 1, "pp": 1, "dp": 8, "zero": 3, "offload": "optimizer+params", "offload_device": "nvme"}),
+           est({"tp": 1, "pp": 4, "dp": 2, "recompute": "none", "offload_activations": 0.5,
+                "offload_activations_policy": "selective"})]
+    console = Console(record=True, width=200)
+    console.print(top_table([], top, "throughput"))
+    text = console.export_text()
+    assert "offload=optimizer+params@nvme" in text and "act-offload-selective=0.5" in text

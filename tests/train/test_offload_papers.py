@@ -34,7 +34,8 @@ def test_zero_offload_10b_throughput_within_its_band():
     setting (Table 3: micro-batch 10; Sec. 6.2.2: batch 512 with gradient accumulation) the host step is
     well under 1% of the step, as the paper finds (the CPU is not the bottleneck): the gradient copies hide
     in the backward and CPU Adam runs at the DGX-2's measured rate (Table 4). The model gives 50.7 (+27%),
-    all of it the V100's GPU time (no V100 run is fitted: it borrows A100's efficiencies): within -15%..+30%."""
+    all of it GPU time, as for the paper's PyTorch-alone baseline (+40%; see the tests below): within
+    -15%..+30%."""
     e = estimate(papers.figure8_job(10))
     assert e.fits
     assert 0.85 * 40 <= e.model_tflops_per_gpu <= 1.3 * 40
@@ -78,3 +79,29 @@ def test_zero_infinity_fits_a_trillion_parameters_on_one_dgx2_with_nvme_only():
     assert not cpu.fits and cpu.misfit.startswith("host memory")
     layers, params = papers.largest_on_nvme()
     assert 1.0e12 <= params <= 2.0e12  # the drives bound it at 30.72 TB / 18 B per parameter = 1.7T
+
+
+def test_zero_offload_10b_against_figure8_is_inside_the_estimates_own_error_band():
+    """The estimate reports how far held-out runs of its kind were off (error_band, calibration/bands.py);
+    Figure 8's 10B bar (41.2 TFLOPS, the measurement at the stated batch and micro-batch) lies inside it."""
+    e = estimate(papers.figure8_job(10))
+    paper = papers.TABLE3_FIG8[10][-1]
+    assert abs(e.model_tflops_per_gpu / paper - 1) <= e.error_band["pct"]
+
+
+def test_offload_gain_over_the_same_papers_pytorch_baseline():
+    """ZeRO-Offload's 10B (40 TFLOPS) over PyTorch alone at 1.4B (30 TFLOPS) on the same V100, same paper:
+    x1.33. The model's ratio (offload's own effect, free of the GPU-efficiency level both share) is within
+    15% of it."""
+    ratio = estimate(papers.figure8_job(10)).model_tflops_per_gpu / papers.pytorch_baseline().model_tflops_per_gpu
+    assert ratio == pytest.approx(40.0 / papers.PYTORCH_BASELINE_TFLOPS, rel=0.15)
+
+
+def test_v100_sources_disagree_in_sign():
+    """Why no Volta efficiency is fitted: on Megatron-LM v1.0's 1.2B baseline (ADLR: 1,288 ms at batch 8) the
+    model is slower than measured, on ZeRO-Offload's 10B faster: one efficiency factor cannot move both
+    towards their measurements. Both stay within 30%."""
+    megatron = estimate(papers.megatron_v1_job()).step_time_s / papers.MEGATRON_V1_ITERATION_S - 1
+    zero_offload = estimate(papers.figure8_job(10)).model_tflops_per_gpu / papers.TABLE3_FIG8[10][-1] - 1
+    assert megatron > 0 and zero_offload > 0  # slow on one (step time over), fast on the other (TFLOPS over)
+    assert megatron < 0.3 and zero_offload < 0.3

@@ -69,13 +69,34 @@ NVME_OPTIMIZER_SUB_GROUP = 1e9
 HOST_MEMORY_RESERVE = 0.10
 
 
+def host_capacity_bytes(dram_gib: float | None, cxl_gib: float | None = None) -> float | None:
+    """Bytes a node's offload may use: its DRAM less HOST_MEMORY_RESERVE, plus any CXL-attached memory (the
+    expanders hold no OS or page cache: all of it); None where the DRAM is unknown (the check is skipped)."""
+    if dram_gib is None:
+        return None
+    return dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE) + (cxl_gib or 0.0) * GIB
+
+
+def cxl_share(node_bytes: Num, dram_gib: float | None, cxl_gib: float | None) -> Num:
+    """Share of a node's offloaded bytes that spill into CXL memory: DRAM fills first (Linux's default policy
+    allocates on the CPU's local node and falls back to the CPU-less CXL node), then the expanders. 0 without
+    CXL memory or a known DRAM size."""
+    if not cxl_gib or dram_gib is None:
+        return 0.0 * node_bytes
+    dram = dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
+    return np.clip((node_bytes - dram) / maximum(node_bytes, 1.0), 0.0, 1.0)
+
+
 @quick_init
 @dataclass(frozen=True)
 class HostBytes:
-    """Bytes one GPU keeps below its HBM: in host DRAM and on the node's NVMe (numbers or arrays)."""
+    """Bytes one GPU keeps below its HBM: in host DRAM and on the node's NVMe (numbers or arrays), and what
+    its offload moves over the GPU's host link per step while the pipeline runs (`link_bytes`, host to
+    device, the busier direction): activation copies share that link (:mod:`shardwise.cost.act_offload`)."""
 
     dram: Num
     nvme: Num
+    link_bytes: Num = 0.0
 
 
 def host_state_bytes(opt_params: Num, weight_shard_params: Num, offload: str, device: str, weight_bytes: Num,
@@ -112,7 +133,7 @@ def optimizer_step_s(consts: Constants, params_local: Num, hbm_rate: float, offl
                      weight_bytes: float = 2.0, grad_bytes: float = 4.0, gpus_per_host: int = 1,
                      device: str = "cpu", nvme_gbyte_s: tuple[float, float] | None = None, state_bytes: float = 12.0,
                      bwd_s: Num | None = None, microbatches: Num = 1, zero: int | np.ndarray = 2,
-                     cpu_adam_gparams_s: float | None = None) -> Num:
+                     cpu_adam_gparams_s: float | None = None, cxl: tuple[Num, float] | None = None) -> Num:
     """Seconds of the optimizer step over the `params_local` parameters this GPU updates. Offloaded, the
     step runs on the host's CPUs, which the `gpus_per_host` GPUs of a node share (every one updates its
     shard at once: ZeRO-Offload, Ren et al. 2021 Sec. 4), at the host's CPU-Adam rate `cpu_adam_gparams_s`
@@ -120,7 +141,10 @@ def optimizer_step_s(consts: Constants, params_local: Num, hbm_rate: float, offl
     during the backward (`bwd_s` per micro-batch), the parameters come back during CPU Adam
     (:func:`shardwise.cost.offload_step.offloaded_step_s`). With `device` nvme the `state_bytes` per parameter are
     read from and written back to the node's drives (`nvme_gbyte_s`: read, write GB/s per node, shared by
-    its GPUs), overlapped with CPU Adam (ZeRO-Infinity, overlap-centric design): the slower of the two counts."""
+    its GPUs), overlapped with CPU Adam (ZeRO-Infinity, overlap-centric design): the slower of the two counts.
+    `cxl`: (share of the node's offloaded states in CXL memory, the expanders' GB/s per node): CPU Adam reads
+    and writes those states over CXL, so the step takes at least their ``2 x state_bytes`` a parameter at
+    that bandwidth (:func:`cxl_share`)."""
     if offload == "none":
         return params_local * consts.step.optimizer_bytes_per_param / hbm_rate
     link = host_gbyte_s * 1e9 * consts.step.pcie_efficiency
@@ -129,6 +153,9 @@ def optimizer_step_s(consts: Constants, params_local: Num, hbm_rate: float, offl
     if device == "nvme" and nvme_gbyte_s is not None:
         read, write = nvme_gbyte_s
         adam = maximum(adam, params_local * gpus_per_host * state_bytes * (1.0 / read + 1.0 / write) / 1e9)
+    if cxl is not None:
+        share, cxl_gbyte_s = cxl
+        adam = maximum(adam, share * params_local * gpus_per_host * 2.0 * state_bytes / (cxl_gbyte_s * 1e9))
     # With the parameters offloaded too, the updated 16-bit weights stay on the host: the next forward fetches
     # them layer by layer (:func:`offload_params_s`), so the step copies none back.
     back = 0.0 if offload == "optimizer+params" else weight_bytes

@@ -72,6 +72,7 @@ class PlanView:
     offload_device: str = "cpu"  # cpu | nvme
     dp_shard: int | None = None
     offload_activations: float = 0.0  # share of the activations offloaded to host memory
+    offload_activations_policy: str = "uniform"  # uniform | selective (cost/act_offload.py)
     grouped_gemm: str = "on"  # moe.grouped_gemm: on | off
     overlap_a2a: str = "default"  # moe.overlap_a2a: default (unset: the stack's share) | on | off
     expandable_segments: str = "off"  # the allocator the estimate costed: on | off
@@ -123,7 +124,7 @@ class PlanView:
                    cpc=one(CP_COMMS.index(plan.cp_comm)), rcp=one(0), recipes=(recipe,), disp=one(0),
                    dispatchers=(training.moe.dispatcher,), tp_overlap=mode, microbatch_group=plan.microbatch_group,
                    reshard_after_forward=plan.reshard_after_forward, offload=plan.offload, offload_device=plan.offload_device, dp_shard=plan.dp_shard,
-                   offload_activations=plan.offload_activations,
+                   offload_activations=plan.offload_activations, offload_activations_policy=plan.offload_activations_policy,
                    **training_knobs(training))
 
     @classmethod

@@ -352,6 +352,10 @@ RULES: tuple[Rule, ...] = (
          "DeepSpeed offloads activations only as cpu_checkpointing: every checkpointed layer input of full "
          "recompute goes to host memory (share 1)", "recompute full with offload_activations 1, or 0",
          _DS + "deepspeed/runtime/activation_checkpointing/checkpointing.py (CPU_CHECKPOINT)"),
+    Rule(("deepspeed",), lambda v: np.full(len(v.tp), v.offload_activations > 0)
+         & (v.pp > 1) & (v.offload_activations_policy == "selective"),
+         "DeepSpeed's cpu_checkpointing offloads on every pipeline stage alike (no per-stage selection)",
+         "offload_activations_policy uniform", _DS + "deepspeed/runtime/activation_checkpointing/checkpointing.py (CPU_CHECKPOINT)"),
     Rule(("deepspeed",), lambda v: np.full(len(v.tp), v.offload == "optimizer+params") & (v.zero < 3),
          "DeepSpeed offloads parameters with ZeRO-3 only (offload_param)", "zero 3, or offload optimizer",
          _DS + "deepspeed/runtime/zero/config.py"),

@@ -218,6 +218,18 @@ class HostSpec(BaseModel):
     cpu_adam_gparams_s: float | None = Field(default=None, gt=0, le=1e4, description="CPU Adam rate of a node's CPUs, "
                                              "10^9 parameters per second (DGX-2: 3.9, ZeRO-Offload Table 4); unset: the "
                                              "fitted host rate")
+    cxl_gib: float | None = Field(default=None, ge=0, le=1e6, description="CXL-attached memory per node (Type-3 memory "
+                                  "expanders, a CPU-less NUMA node), GiB: offloaded states fill host DRAM first, then it")
+    cxl_gbyte_s: float | None = Field(default=None, gt=0, le=10_000, description="bandwidth of the node's CXL memory, all "
+                                      "expanders together, GB/s (reads and writes); CPU Adam over the states that spill "
+                                      "into it runs no faster")
+
+    @model_validator(mode="after")
+    def _cxl_has_a_bandwidth(self) -> HostSpec:
+        if self.cxl_gib and not self.cxl_gbyte_s:
+            raise ValueError("cxl_gib needs cxl_gbyte_s, the expanders' bandwidth per node in GB/s (a CXL 2.0 module "
+                             "on PCIe 5.0 x8 signalling: at most 31.5 each way)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,8 @@ class HostTiers:
     nvme_read_gbyte_s: float | None  # per node
     nvme_write_gbyte_s: float | None  # per node
     cpu_adam_gparams_s: float | None = None  # per node, 1e9 parameters/s; None: the fitted host rate
+    cxl_gib: float | None = None  # per node, CXL memory expanders (job override only: no catalog system has them)
+    cxl_gbyte_s: float | None = None  # per node, all expanders
 
     @classmethod
     def of(cls, gpu: GPU, spec: HostSpec | None = None) -> HostTiers:
@@ -260,6 +274,7 @@ def _host_tiers(link_gbyte_s: float | None, link: str, dram_gib: float | None, n
         nvme_read_gbyte_s=pick(spec.nvme_read_gbyte_s, nvme_read),
         nvme_write_gbyte_s=pick(spec.nvme_write_gbyte_s, nvme_write),
         cpu_adam_gparams_s=pick(spec.cpu_adam_gparams_s, cpu_adam),
+        cxl_gib=spec.cxl_gib or None, cxl_gbyte_s=spec.cxl_gbyte_s if spec.cxl_gib else None,
     )
 
 

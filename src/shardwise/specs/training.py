@@ -256,6 +256,11 @@ class TrainPlan(BaseModel):
         "host memory after its forward and fetched back before its backward (PipeOffload, Wan et al. 2025); the "
         "peak activation memory falls by that share but one micro-batch's worth stays in flight; the copies hide "
         "behind the schedule's forward-to-backward gap, the rest adds to the step (cost/act_offload.py, docs/offload.md)")
+    offload_activations_policy: Literal["uniform", "selective"] = Field(
+        default="uniform", description="where offload_activations goes: uniform (every pipeline rank offloads the "
+        "share) or selective (the same bytes taken from the ranks with the highest activation peaks first, the "
+        "early stages whose activations live longest; PipeOffload's selective offload across ranks: the peak "
+        "falls faster than the share); cost/act_offload.py")
     reshard_after_forward: bool | None = Field(
         default=None, description="zero 3: free each layer's gathered parameters after its forward (true: gathered "
         "again for the backward and every micro-batch) or keep them for the step (false: FSDP2 "

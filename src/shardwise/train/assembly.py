@@ -45,6 +45,7 @@ from shardwise.cost.overlap import dp_exposed_s, exposed_layer_comm
 from shardwise.cost.stack import StackProfile
 from shardwise.cost.step import (
     HostBytes,
+    cxl_share,
     fixed_memory_bytes,
     host_link_gbyte_s,
     host_overhead_s,
@@ -435,14 +436,23 @@ def rank_tail(ctx: Costing, layout: Layout, load: RankLoad, *, microbatches: Num
     sharded = zero >= 1
     opt_params = p_dense / where(sharded, shard, 1) + p_exp / where(sharded, expert_group, 1)
     nvme_rates = (tiers.nvme_read_gbyte_s, tiers.nvme_write_gbyte_s) if nvme and tiers.nvme_read_gbyte_s and tiers.nvme_write_gbyte_s else None
-    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, host_link_gbyte_s(cluster), wb, gb, per_host,
-                                   offload_device, nvme_rates, opt_bytes, bwd_s=load.bwd_s, microbatches=microbatches, zero=zero,
-                                   cpu_adam_gparams_s=tiers.cpu_adam_gparams_s)
-    host = None
+    host = cxl = None
     if offload != "none":
         stage3 = zero == 3
         host = host_state_bytes(opt_params, p_dense / where(stage3, shard, 1) + p_exp / where(stage3, expert_group, 1), offload,
                                 offload_device, wb, gb, opt_bytes)
+        # Over the host link while the pipeline runs, host to device: under ZeRO-2/3 every micro-batch's
+        # running gradient sum comes back up to be added to (cost/offload_step.py), and offloaded parameters
+        # are fetched for each micro-batch's forward and backward (offload_params_s above).
+        moved = where(zero >= 2, microbatches * opt_params * gb, 0.0)
+        if offload == "optimizer+params":
+            moved = moved + microbatches * 2 * (p_dense / shard + p_exp / expert_group) * wb
+        host = HostBytes(host.dram, host.nvme, moved)
+        if tiers.cxl_gib and not nvme:  # what spills from DRAM into CXL memory slows CPU Adam (cost/step.py)
+            cxl = (cxl_share(per_host * host.dram, tiers.dram_gib, tiers.cxl_gib), tiers.cxl_gbyte_s)
+    optimizer_s = optimizer_step_s(consts, opt_params, dev.hbm_rate, offload, host_link_gbyte_s(cluster), wb, gb, per_host,
+                                   offload_device, nvme_rates, opt_bytes, bwd_s=load.bwd_s, microbatches=microbatches, zero=zero,
+                                   cpu_adam_gparams_s=tiers.cpu_adam_gparams_s, cxl=cxl)
     # A rank casts and keeps low-precision copies of the weights it owns: all of its stage's below ZeRO-3,
     # its shard under ZeRO-3 (gathered copies are transient, like the 16-bit layer buffers in `fixed`).
     stage3 = zero == 3

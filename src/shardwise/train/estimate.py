@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shardwise.cost.act_offload import activation_offload
+from shardwise.cost.act_offload import activation_offload, selective_shares
 from shardwise.cost.adapters import adapter_model_flops_per_token, adapter_note
 from shardwise.cost.allocator import fragmentation_share, runtime_bytes
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.flops import model_flops_per_token, recompute_flops_per_token
 from shardwise.cost.lowp import job_device
 from shardwise.cost.stack import attention_kernel, expandable_segments, keeps_unsharded, stack_profile, tp_overlap_mode
-from shardwise.cost.step import HOST_MEMORY_RESERVE, host_link_gbyte_s
+from shardwise.cost.step import host_capacity_bytes, host_link_gbyte_s
 from shardwise.pipeline import schedule_info
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.job import TrainJob
@@ -90,12 +90,19 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
 
     # Activation offload (cost/act_offload.py): the peak falls by the share, the copies hide in the schedule's gaps.
     share = plan.offload_activations
+    link = host_link_gbyte_s(cluster) * consts.step.pcie_efficiency  # achieved, as the offloaded states' copies
     if share > 0:
-        gaps, link = forward_backward_gaps(timing.inputs), host_link_gbyte_s(cluster)
-        offloaded = [activation_offload(share, timing.peak_activation[r], [acts[s] for s in mine[r]], [gaps[s] for s in mine[r]],
-                                        link, m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]]) for r in range(pp)]
+        gaps = forward_backward_gaps(timing.inputs)
+        shares = [share] * pp
+        if plan.offload_activations_policy == "selective":
+            shares = selective_shares(share, timing.peak_activation, [min(max(acts[s] for s in mine[r]), timing.peak_activation[r])
+                                                                      for r in range(pp)])
+        offloaded = [activation_offload(shares[r], timing.peak_activation[r], [acts[s] for s in mine[r]], [gaps[s] for s in mine[r]],
+                                        link, m, timing.step_s, [f_s[s] + i_s[s] for s in mine[r]],
+                                        float(tails[r].host.link_bytes) if tails[r].host is not None else 0.0)
+                     for r in range(pp)]
     else:  # nothing offloaded (activation_offload's answer without building its per-stage arguments)
-        offloaded = [activation_offload(share, peak, (), (), 0.0, m, timing.step_s) for peak in timing.peak_activation]
+        offloaded = [activation_offload(share, peak, (), (), link, m, timing.step_s) for peak in timing.peak_activation]
     act_offload_s = max(o.exposed_s for o in offloaded)
 
     mems = [rank_memory(ctx, t, offloaded[r].peak_bytes + extra_act[r], frag, paged) for r, t in enumerate(tails)]
@@ -127,8 +134,9 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     notes = []
     host_use = host_memory(cluster, tails, plan.offload, plan.offload_device, notes, [o.host_bytes for o in offloaded])
     if share > 0:
-        notes.append(f"activation offload: {share:.0%} of each micro-batch's activations to host memory over "
-                     f"{host_link_gbyte_s(cluster):.0f} GB/s per GPU; peak activations {timing.peak_activation[peak_rank] / GIB:.2f}"
+        policy = " (selective: ranks with the highest peaks first)" if plan.offload_activations_policy == "selective" else ""
+        notes.append(f"activation offload: {share:.0%}{policy} of each micro-batch's activations to host memory over "
+                     f"{link:.0f} GB/s achieved per GPU; peak activations {timing.peak_activation[peak_rank] / GIB:.2f}"
                      f" -> {offloaded[peak_rank].peak_bytes / GIB:.2f} GiB on rank {peak_rank}; {act_offload_s:.3g} s per step "
                      "exposed (the rest hidden behind the forward-to-backward gaps)")
     if model.is_moe:
@@ -191,8 +199,8 @@ def host_memory(cluster: Cluster, tails: Sequence[RankTail], offload: str, devic
                 activations: list[float] | None = None) -> dict | None:
     """Host DRAM and NVMe a node's offload uses against what it has (None: nothing offloaded). Every GPU of
     a node offloads at once: the node holds `gpus on the node` x the largest rank's bytes (an upper bound
-    where a node's GPUs hold different pipeline stages). Available DRAM leaves HOST_MEMORY_RESERVE to the
-    OS and the data loaders (cost/step.py). `activations`: each rank's offloaded activations at its peak
+    where a node's GPUs hold different pipeline stages). Available: the DRAM less HOST_MEMORY_RESERVE (the
+    OS and the data loaders), plus any CXL memory (`dram_available_gib` counts both; cost/step.py). `activations`: each rank's offloaded activations at its peak
     (cost/act_offload.py), counted in host DRAM beside the states."""
     acts = max(activations or [0.0])
     if offload == "none" and acts <= 0.0:
@@ -202,12 +210,13 @@ def host_memory(cluster: Cluster, tails: Sequence[RankTail], offload: str, devic
     dram = per_node * max(d + (activations[r] if activations else 0.0) for r, (d, _) in enumerate(states))
     nvme = per_node * max(n for _, n in states)
     tiers = cluster.host
-    avail = None if tiers.dram_gib is None else tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
+    avail = host_capacity_bytes(tiers.dram_gib, tiers.cxl_gib)
     if avail is None:
         notes.append(f"host memory not checked: the catalog has no host DRAM figure for {cluster.gpu.name} nodes "
                      f"(offload needs {dram / GIB:,.0f} GiB per node); set cluster.host.dram_gib")
     out = {"device": device if offload != "none" else "cpu", "gpus_per_node": per_node, "dram_used_gib": dram / GIB,
            "activations_gib": per_node * acts / GIB,
-           "dram_available_gib": None if avail is None else avail / GIB, "nvme_used_tb": nvme / 1e12,
+           "dram_available_gib": None if avail is None else avail / GIB, "cxl_gib": tiers.cxl_gib,
+           "nvme_used_tb": nvme / 1e12,
            "nvme_available_tb": tiers.nvme_tb if device == "nvme" and offload != "none" else None}
     return out

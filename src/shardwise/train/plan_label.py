@@ -37,7 +37,8 @@ def plan_label(p: dict[str, Any], recipe: str | None = None) -> str:
     if p.get("microbatch_group"):
         parts.append(f"N{p['microbatch_group']}")
     if p.get("offload", "none") != "none":
-        parts.append(f"offload={p['offload']}")
+        parts.append(f"offload={p['offload']}" + ("@nvme" if p.get("offload_device") == "nvme" else ""))
     if p.get("offload_activations"):
-        parts.append(f"act-offload={p['offload_activations']:g}")
+        policy = "-selective" if p.get("offload_activations_policy") == "selective" else ""
+        parts.append(f"act-offload{policy}={p['offload_activations']:g}")
     return " ".join(parts)

@@ -118,6 +118,11 @@ def plan_json(objective: str, results: list[PlanResult], top: list[Estimate], fr
             "notes": [note] if note else []}
 
 
+#: Plan fields outside the search's enumeration that a plan still carries when the search set them (the
+#: offload fallback, the planner's activation-offload search): the table's labels name them.
+OFFLOAD_FIELDS = ("offload", "offload_device", "offload_activations", "offload_activations_policy")
+
+
 def top_table(results: list[PlanResult], top: list[Estimate], objective: str, runs_on: list[str] | None = None) -> Table:
     """The top plans; `runs_on` labels (one per plan) add the engines column."""
     multi = len({r.gpu for r in results}) > 1
@@ -142,7 +147,7 @@ def top_table(results: list[PlanResult], top: list[Estimate], objective: str, ru
         t.add_column("costed as", justify="left")
     for rank, e in enumerate(top, 1):
         row = [str(rank)] + ([e.gpu] if multi else []) + [
-            plan_label(searched_fields(e)), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
+            plan_label(searched_fields(e) | {k: e.plan[k] for k in OFFLOAD_FIELDS if k in e.plan}), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu_causal:.1%}",
             f"{e.peak_memory_gib:.1f}", f"{e.time_s.bubble:.3f}",
         ]
         if e.days_to_train is not None:

@@ -19,7 +19,8 @@ Activation offload as a plan choice: when the job leaves `parallel.offload_activ
 plan recomputes, plans without recompute that miss GPU memory only by their activations (pipelined: with a
 single micro-batch in flight offloading saves nothing, :mod:`shardwise.cost.act_offload`) are screened again
 with ACT_OFFLOAD_SHARES of their activations offloaded, and the fastest few that then fit are estimated
-exactly (the copies priced on the schedule's timeline); one that beats a ranked plan joins the ranking, and
+exactly (the copies priced on the schedule's timeline), the share spread over the pipeline ranks uniformly
+and selectively (`offload_activations_policy`), the faster kept; one that beats a ranked plan joins the ranking, and
 a note says what it bought. Only the plans whose lower bound beats the best plan are re-screened, so the
 search costs little where offload cannot help. When nothing fits at all, the fallback
 (:func:`shardwise.train.advice.offload_fallback`) weighs activation offload beside the model-state offloads.
@@ -275,13 +276,20 @@ def _with_act_offload(spare: tuple[Candidates, LayerTable, np.ndarray], top: lis
             share = np.where((m["memory_bytes"] <= cluster.usable_memory_bytes) & m["host_ok"], smaller, share)
     found: list[Estimate] = []
     for i, x in zip(rows.tolist(), share.tolist(), strict=True):
-        job = job_from_plan(model, cluster, training, sub.plan_dict(i), extra | {"offload_activations": x}, resilience)
-        try:
-            e = estimate(job, constants)
-        except ShardwiseError:
-            continue
-        if e.fits:
-            found.append(with_goodput(job, e))
+        # The screen's memory rule is the uniform one; the selective policy peaks no higher at the same share
+        # (water filling minimises the largest rank's peak), so both are estimated and the faster kept.
+        fits = []
+        for policy in ("uniform", "selective"):
+            knobs = extra | {"offload_activations": x, "offload_activations_policy": policy}
+            job = job_from_plan(model, cluster, training, sub.plan_dict(i), knobs, resilience)
+            try:
+                e = estimate(job, constants)
+            except ShardwiseError:
+                continue
+            if e.fits:
+                fits.append(with_goodput(job, e))
+        if fits:
+            found.append(min(fits, key=lambda e: _score(e, objective)))
     if not found:
         return top, []
     winner = min(found, key=lambda e: _score(e, objective))

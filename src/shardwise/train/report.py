@@ -107,7 +107,8 @@ def estimate_table(e: Estimate, engines: dict[str, Verdict] | None = None) -> Gr
     h = e.host_memory
     if h is not None:
         avail = "not checked (set cluster.host.dram_gib)" if h["dram_available_gib"] is None else f"{h['dram_available_gib']:,.0f}"
-        text = f"{h['dram_used_gib']:,.0f} GiB of {avail} host DRAM per node ({h['gpus_per_node']} GPUs offloading to {h['device']})"
+        tier = f"host DRAM + {h['cxl_gib']:,.0f} GiB CXL" if h.get("cxl_gib") else "host DRAM"
+        text = f"{h['dram_used_gib']:,.0f} GiB of {avail} {tier} per node ({h['gpus_per_node']} GPUs offloading to {h['device']})"
         if h.get("activations_gib"):
             text += f", {h['activations_gib']:,.0f} GiB of it offloaded activations"
         if h["nvme_available_tb"] is not None:

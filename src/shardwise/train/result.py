@@ -178,7 +178,8 @@ class Estimate:
             what = "offloaded states and pinned buffers" if not h.get("activations_gib") else (
                 "offloaded activations" if h["dram_used_gib"] <= h["activations_gib"] else "offloaded states, activations and pinned buffers")
             return (f"host memory: {what} need {h['dram_used_gib']:,.0f} GiB per node, "
-                    f"{h['dram_available_gib']:,.0f} GiB available (offload to NVMe, add nodes or set cluster.host.dram_gib)")
+                    f"{h['dram_available_gib']:,.0f} GiB available{' with CXL' if h.get('cxl_gib') else ''} (offload to NVMe, "
+                    "add nodes or set cluster.host.dram_gib or cxl_gib)")
         if h.get("nvme_available_tb") is not None and h["nvme_used_tb"] > h["nvme_available_tb"]:
             return (f"NVMe: offloaded states need {h['nvme_used_tb']:,.1f} TB per node, {h['nvme_available_tb']:,.1f} TB "
                     "available (add nodes or set cluster.host.nvme_tb)")

@@ -37,7 +37,7 @@ from shardwise.cost.memory import ModelStateBytes
 from shardwise.cost.numeric import Num
 from shardwise.cost.overlap import exposed_layer_comm
 from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile
-from shardwise.cost.step import GIB, HOST_MEMORY_RESERVE
+from shardwise.cost.step import host_capacity_bytes
 from shardwise.pipeline import schedule_info
 from shardwise.pipeline.schedule_info import StepTime
 from shardwise.specs.hardware import Cluster
@@ -373,8 +373,9 @@ def screen(
             groups, pending = [], 0
     tiers = cluster.host
     host_ok = np.ones(n, dtype=bool)
-    if tiers.dram_gib is not None:
-        host_ok &= host_dram + act_host <= tiers.dram_gib * GIB * (1.0 - HOST_MEMORY_RESERVE)
+    capacity = host_capacity_bytes(tiers.dram_gib, tiers.cxl_gib)
+    if capacity is not None:
+        host_ok &= host_dram + act_host <= capacity
     if offload_device == "nvme" and tiers.nvme_tb is not None:
         host_ok &= host_nvme <= tiers.nvme_tb * 1e12
     return {"step_lb_s": lb, "step_s": approx, "memory_bytes": mem, "host_ok": host_ok}

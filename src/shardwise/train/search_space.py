@@ -52,7 +52,7 @@ FIXED_AXES = ("tp", "pp", "vpp", "dp", "cp", "cp_comm", "ulysses", "ep", "etp", 
               "micro_batch", "schedule", "tp_overlap")
 #: job-file plan fields every searched plan carries as given (TrainPlan's other fields)
 EVERY_PLAN = ("flash_attention", "overlap_grad_reduce", "dp_shard", "offload", "offload_device", "reshard_after_forward",
-              "microbatch_group", "offload_activations")
+              "microbatch_group", "offload_activations", "offload_activations_policy")
 assert set(FIXED_AXES) | set(EVERY_PLAN) == set(TrainPlan.model_fields), "a TrainPlan field the planner would ignore"
 DISPATCHERS: tuple[str, ...] = Dispatcher.__args__
 

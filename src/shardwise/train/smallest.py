@@ -138,8 +138,9 @@ def count_verdict(model: ModelSpec, cluster: Cluster, training: TrainingSpec, sc
     host_ok = screened["host_ok"]
     if not host_ok.any():
         tiers = cluster.host
+        cxl = f" + {tiers.cxl_gib:,.0f} GiB CXL" if tiers.cxl_gib else ""
         return CountVerdict(n, False, f"every plan offloads more than a node's host memory holds ({tiers.dram_gib:,.0f} GiB "
-                                      f"DRAM per node; cluster.host)")
+                                      f"DRAM{cxl} per node; cluster.host)")
     mem = np.where(host_ok, screened["memory_bytes"], np.inf)
     i = int(np.argmin(mem))
     usable = cluster.usable_memory_bytes / GIB

@@ -340,7 +340,8 @@ function planLabel(p, recipe = p.fp8_recipe, dispatcher = p.moe_dispatcher) {  /
   if (p.sequence_parallel && p.tp > 1) parts.push("sp");
   if (p.tp_overlap && !["none", "auto"].includes(p.tp_overlap) && p.tp > 1) parts.push(`tpo=${p.tp_overlap}`);
   if (p.microbatch_group) parts.push(`N${p.microbatch_group}`);
-  if (p.offload && p.offload !== "none") parts.push(`offload=${p.offload}`);
+  if (p.offload && p.offload !== "none") parts.push(`offload=${p.offload}` + (p.offload_device === "nvme" ? "@nvme" : ""));
+  if (p.offload_activations) parts.push(`act-offload${p.offload_activations_policy === "selective" ? "-selective" : ""}=${p.offload_activations}`);
   return parts.join(" ");
 }
 
