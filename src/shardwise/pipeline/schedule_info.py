@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -133,7 +134,7 @@ class ScheduleInfo:
 
     def stage_to_rank(self, pp: int, vpp: int) -> tuple[int, ...]:
         """Stage-to-rank map for ``pp`` ranks and ``vpp`` stages per rank, without generating the schedule."""
-        return tuple(v_placement(pp) if self.placement_at(vpp) == V else loop_placement(pp, vpp))
+        return _placement(self.placement_at(vpp) == V, pp, vpp)
 
     def stages_per_rank(self, pp: int, vpp: int | None) -> int:
         """Stages each rank holds with ``vpp`` (None: the rule's default); raises :class:`ShardwiseError`
@@ -157,3 +158,9 @@ class ScheduleInfo:
     def takes_costs(self) -> bool:
         """Built for given stage times and a memory cap (a search, not a fixed order)."""
         return "f_s" in self.parameters
+
+
+@lru_cache(maxsize=256)
+def _placement(v: bool, pp: int, vpp: int) -> tuple[int, ...]:
+    """:meth:`ScheduleInfo.stage_to_rank` (cached: a pure function of the placement, pp and vpp)."""
+    return tuple(v_placement(pp) if v else loop_placement(pp, vpp))

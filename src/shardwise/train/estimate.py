@@ -109,7 +109,8 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
     paged_gib = (max(float(t.states.optimizer) - float(mem.states.optimizer) for t, mem in zip(tails, mems, strict=True)) / GIB
                  if paged else 0.0)
     ranks = [mem.breakdown(runtime) for mem in mems]
-    peak_rank = max(range(pp), key=lambda r: ranks[r].total)
+    totals = [x.total for x in ranks]
+    peak_rank = max(range(pp), key=totals.__getitem__)
     parts = step_parts(ctx, timing.step_s, cluster.nodes, max(float(t.dp_s) for t in tails),
                        max(float(t.optimizer_s) + float(mem.paging_s) for t, mem in zip(tails, mems, strict=True)), act_offload_s)
     step = parts.total
@@ -167,7 +168,7 @@ def estimate(job: TrainJob, constants: Constants | None = None, split_p2p: bool 
         time_s=times,
         memory=ranks[peak_rank],
         peak_memory_rank=peak_rank,
-        memory_per_rank_gib=tuple(x.total / GIB for x in ranks),
+        memory_per_rank_gib=tuple(t / GIB for t in totals),
         gpu_memory_gib=gpu.memory_gib,
         usable_memory_gib=cluster.usable_memory_bytes / GIB,
         tokens_per_s_per_gpu=tokens_step / step / n,
