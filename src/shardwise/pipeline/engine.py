@@ -276,15 +276,11 @@ def run_order_ends(order: list[tuple[int, int, int, int, int]], durations: list[
     for p, d, h, k, o in order:
         t = end[p]
         e = end[d] + hops[h]
-        if e > t:  # noqa: PLR1730
-            t = e
         dk = durations[k]
-        end[o] = t + dk
+        end[o] = (e if e > t else t) + dk  # no start to keep: the conditional expression, faster than max()
         t = free[p]
         e = free[d]
-        if e > t:  # noqa: PLR1730
-            t = e
-        free[o] = t + dk
+        free[o] = (e if e > t else t) + dk
     return end, free
 
 

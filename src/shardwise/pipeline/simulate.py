@@ -125,10 +125,10 @@ def _per_stage(value: float | Sequence[float], S: int, what: str, limit: float =
     """One value per stage, finite, >= 0 and at most `limit` (times: MAX_ACTION_TIME; activation amounts,
     which may be bytes: MAX_ACTIVATION_AMOUNT), as a list of floats (plain Python: a handful of numbers
     is checked faster without numpy)."""
+    if type(value) is tuple and len(value) == S and all(type(x) is float and 0.0 <= x <= limit for x in value):
+        return list(value)  # the estimate's stage costs, checked in one pass (a bad value takes the path below)
     if isinstance(value, int | float | np.number):
         vals = [float(value)] * S
-    elif type(value) is tuple and len(value) == S and all(type(x) is float for x in value):  # the estimate's stage costs
-        vals = list(value)
     else:
         arr = np.asarray(value, dtype=float)
         if arr.ndim == 0:
