@@ -220,6 +220,23 @@ def test_one_gpu_type_in_two_groups_gives_the_homogeneous_estimate(knobs):
             flat.tokens_per_s_per_gpu * flat.num_gpus, rel=1e-15)
 
 
+@pytest.mark.parametrize("reshard", [False, True])
+def test_zero3_keeping_its_gathered_layers_is_the_homogeneous_estimate(reshard):
+    """ZeRO-3 with reshard_after_forward off keeps each stage's gathered weights, and under PP its gradients,
+    unsharded for the step (cost/stack.keeps_unsharded): both heterogeneous paths count them as the flat
+    estimate does."""
+    knobs = {"tp": 2, "zero": 3, "recompute": "full", "micro_batch": 1, "schedule": "1f1b", "vpp": 1,
+             "reshard_after_forward": reshard}
+    dp = 8
+    pipe = hetero_estimate(mixed(knobs | {"stage_groups": ["a", "b"], "dp": dp, "layer_split": [16, 16]}, groups=SAME))
+    data = hetero_estimate(mixed(knobs | {"pp": 2, "replicas": {"a": dp // 2, "b": dp // 2},
+                                          "batch_split": {"a": 64 // dp, "b": 64 // dp}}, groups=SAME))
+    flat = estimate(_flat(knobs, 2, dp))
+    for h in (pipe, data):
+        assert h.peak_memory_gib == pytest.approx(flat.peak_memory_gib, rel=1e-12)
+        assert h.step_time_s == pytest.approx(flat.step_time_s, rel=1e-12)
+
+
 def test_faster_gpus_take_more_layers_and_more_micro_batches():
     pipe = hetero_estimate(mixed(KNOBS | {"stage_groups": ["h100", "a100"], "dp": 2}))
     assert pipe.layout.layer_split[0] > pipe.layout.layer_split[1]

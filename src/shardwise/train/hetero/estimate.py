@@ -34,7 +34,14 @@ from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
-from shardwise.cost.stack import StackProfile, attention_kernel, expandable_segments, stack_profile, tp_overlap_mode
+from shardwise.cost.stack import (
+    StackProfile,
+    attention_kernel,
+    expandable_segments,
+    keeps_unsharded,
+    stack_profile,
+    tp_overlap_mode,
+)
 from shardwise.cost.step import host_link_gbyte_s, model_states, optimizer_step_s
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import schedule_info
@@ -229,8 +236,9 @@ def pipeline_estimate(job: HeteroJob, constants: Constants | None = None, split_
     contents = stage_contents(model, pp * vpp, virtual_counts(split, s2r))
     work = _work(costs, contents, s2r)
     loads = rank_loads(rank_contents(model, contents, mine, tp, grid.ep), work, mine)
+    keep = keeps_unsharded(plan, costs[0].ctx.stack)  # ZeRO-3 layers kept gathered for the step, as the flat estimate
     tails = rank_tails([c.ctx for c in costs], grid, loads, memo=False, microbatches=m,
-                       overlap_grad_reduce=plan.overlap_grad_reduce)
+                       overlap_grad_reduce=plan.overlap_grad_reduce, keep_unsharded=keep, unsharded_grads=keep and pp > 1)
     frags = [_frag(job, c, consts) for c in costs]
     extra_act = [c.blocks.act.extra(r == s2r[-1]) for r, c in enumerate(costs)]
     cap = min(activation_room(c.ctx, t, extra_act[r], frags[r], False) for r, (c, t) in enumerate(zip(costs, tails, strict=True)))
@@ -281,6 +289,7 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
     contents = stage_contents(model, pp * vpp)
     held = rank_contents(model, contents, mine, tp, grid.ep)
     costs = {g: group_cost(job, g, plan, consts) for g in names}
+    keep = keeps_unsharded(plan, costs[names[0]].ctx.stack)  # ZeRO-3 layers kept gathered for the step
     work = {g: _work([costs[g]] * pp, contents, s2r) for g in names}
     hop = {g: boundary_p2p_s(costs[g].cluster, model, training, replace(grid, dp=d)) if pp > 1 else 0.0
            for g, d in zip(names, reps, strict=True)}
@@ -316,9 +325,12 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
         own, caps, full_rep = [], [], []
         p_dense, p_exp = held[r].p_dense, held[r].p_exp
         for g, mg in zip(names, split, strict=True):
-            tail = rank_tail(costs[g].ctx, grid, loads[g][r], microbatches=mg, overlap_grad_reduce=plan.overlap_grad_reduce)
+            tail = rank_tail(costs[g].ctx, grid, loads[g][r], microbatches=mg, overlap_grad_reduce=plan.overlap_grad_reduce,
+                             keep_unsharded=keep, unsharded_grads=keep and pp > 1)
             full = model_states(p_dense, p_exp, 1, 1, plan.zero, 1, wb, gb, ob)
             kept = model_states(p_dense, p_exp, 1e30, 1e30, plan.zero, 1e30, wb, gb, ob)  # the unsharded part
+            if keep:  # ZeRO-3 keeping its gathered layers: the weights (and under PP the gradients) are not sharded
+                kept = ModelStateBytes(full.weights, full.grads if pp > 1 else kept.grads, kept.optimizer)
             acts = timed[g].peak_activation[r] + costs[g].blocks.act.extra(s2r[-1] == r)
             own.append(kept.total + float(tail.fixed_bytes) + (1 + _frag(job, costs[g], consts)) * acts)
             caps.append(costs[g].cluster.usable_memory_bytes)
@@ -340,7 +352,8 @@ def data_estimate(job: HeteroJob, constants: Constants | None = None, split_p2p:
                 tail = replace(tail, states=states, optimizer_s=opt_s)
             span_load = rank_loads(held, work[g], mine, pad)[r]
             span_tail = rank_tail(replace(costs[g].ctx, cluster=span), grid, span_load, microbatches=mg,
-                                  overlap_grad_reduce=plan.overlap_grad_reduce)
+                                  overlap_grad_reduce=plan.overlap_grad_reduce, keep_unsharded=keep,
+                                  unsharded_grads=keep and pp > 1)
             dp_times.append(float(span_tail.dp_s))
             opt_times.append(float(tail.optimizer_s))
             memory = rank_memory(costs[g].ctx, tail, acts, _frag(job, costs[g], consts), False)
