@@ -196,9 +196,9 @@ SHARED = st.fixed_dictionaries({
 })
 
 
-def _flat(knobs, pp, dp):
+def _flat(knobs, pp, dp, training=TRAINING):
     return job_from_mapping({"model": "llama-3.1-8b", "cluster": {"gpu": "h100-sxm", "gpus": knobs["tp"] * pp * dp},
-                             "training": TRAINING, "parallel": knobs | {"pp": pp, "dp": dp}})
+                             "training": training, "parallel": knobs | {"pp": pp, "dp": dp}})
 
 
 @settings(max_examples=12, deadline=None)
@@ -235,6 +235,19 @@ def test_zero3_keeping_its_gathered_layers_is_the_homogeneous_estimate(reshard):
     for h in (pipe, data):
         assert h.peak_memory_gib == pytest.approx(flat.peak_memory_gib, rel=1e-12)
         assert h.step_time_s == pytest.approx(flat.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "bf16"])
+def test_low_precision_recipe_is_costed_as_the_homogeneous_estimate(precision):
+    """An FP8 job on groups is costed with its recipe (FP8 GEMMs, casts, kept weight copies), as the flat
+    estimate costs it: one GPU type in two groups gives the homogeneous numbers."""
+    training = TRAINING | {"precision": precision}
+    knobs = KNOBS | {"tp": 2}
+    pipe = hetero_estimate(mixed(knobs | {"stage_groups": ["a", "b"], "dp": 8, "layer_split": [16, 16]}, groups=SAME,
+                                 training=training))
+    flat = estimate(_flat(knobs, 2, 8, training))
+    assert pipe.step_time_s == pytest.approx(flat.step_time_s, rel=1e-12)
+    assert pipe.peak_memory_gib == pytest.approx(flat.peak_memory_gib, rel=1e-12)
 
 
 def test_faster_gpus_take_more_layers_and_more_micro_batches():

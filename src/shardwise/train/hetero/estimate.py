@@ -33,6 +33,7 @@ from shardwise.cost.comm import spanning_network
 from shardwise.cost.constants import Constants, default_constants
 from shardwise.cost.device import Device
 from shardwise.cost.flops import model_flops_per_token
+from shardwise.cost.lowp import job_device
 from shardwise.cost.memory import ModelStateBytes, optimizer_bytes_per_param
 from shardwise.cost.stack import (
     StackProfile,
@@ -109,8 +110,8 @@ def group_cost(job: HeteroJob, name: str, plan: TrainPlan, consts: Constants) ->
     """The cost model of group `name` at the plan's layout (tp, cp and its scheme, sp, recompute, micro-batch)."""
     cluster, training = job.cluster.group(name).cluster, job.training
     stack = stack_profile(training.framework, cluster.gpu.arch, training.compile, consts)
-    dev = Device.of(cluster.gpu, training.precision, consts.compute_for(cluster.gpu.name), attention_kernel(training, stack))
-    ctx = Costing(job.model, training, cluster, consts, stack, dev)
+    dev, lowp = job_device(cluster.gpu, training, consts, stack, attention_kernel(training, stack))  # as the flat estimate
+    ctx = Costing(job.model, training, cluster, consts, stack, dev, lowp)
     return GroupCost(name, ctx, blocks(ctx, Layout.of(plan), plan.flash_attention, tp_overlap_mode(plan, stack)))
 
 
