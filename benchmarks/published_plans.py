@@ -23,7 +23,7 @@ from shardwise.calibration.validate import default_data_path
 from shardwise.errors import ShardwiseError
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import plan_search
-from shardwise.train.screen import screen
+from shardwise.train.screen import ScreenOptions, screen
 from shardwise.train.search_space import enumerate_plans
 
 PREFIXES = ("korthikanti22_t5", "korthikanti22_530B", "narayanan21_t1", "narayanan21_t2_PTD-P", "llama3_t4")
@@ -46,7 +46,7 @@ def main() -> None:
         res = plan_search(job.model, job.cluster, job.training, top_k=1, fixed=dict(extra))
         best = res.top[0]
         cands = enumerate_plans(job.model, job.cluster, job.training, flash_attention=extra["flash_attention"])
-        scr = screen(cands, job.model, job.cluster, job.training, flash_attention=extra["flash_attention"])
+        scr = screen(cands, job.model, job.cluster, job.training, options=ScreenOptions(flash_attention=extra["flash_attention"]))
         fits = scr["memory_bytes"] <= job.cluster.gpu.memory_bytes
         rank = int((scr["step_s"][fits] < pub.step_time_s).sum()) + 1
         p, b = job.plan, best.plan

@@ -150,12 +150,12 @@ def test_screen_memory_rule_is_the_estimates():
     from shardwise.specs.model_ref import load_model
     from shardwise.specs.training import TrainingSpec
     from shardwise.train.planner import job_from_plan
-    from shardwise.train.screen import screen
+    from shardwise.train.screen import ScreenOptions, screen
     from shardwise.train.search_space import enumerate_plans
 
     model, cluster, tr = load_model("llama-3.1-8b"), make_cluster("h100", 16), TrainingSpec(seq_len=4096, global_batch=64)
     c = enumerate_plans(model, cluster, tr, ("1f1b", "gpipe", "zb-h1"), {"recompute": "none", "zero": 1, "tp": 2})
-    mem = screen(c, model, cluster, tr, default_constants(), offload_activations=0.6)["memory_bytes"]
+    mem = screen(c, model, cluster, tr, default_constants(), options=ScreenOptions(offload_activations=0.6))["memory_bytes"]
     for i in np.linspace(0, len(c) - 1, 4).astype(int):
         e = estimate(job_from_plan(model, cluster, tr, {**c.plan_dict(int(i)), "offload_activations": 0.6}))
         assert mem[i] / GIB == pytest.approx(e.peak_memory_gib, rel=0.01)  # the screen is as close at share 0

@@ -16,7 +16,7 @@ from shardwise.specs.training import TrainingSpec, TrainPlan
 from shardwise.train.estimate import estimate
 from shardwise.train.plan_inputs import plan_inputs, run_plan
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import screen
+from shardwise.train.screen import ScreenOptions, screen
 from shardwise.train.search_space import CP_COMMS, EVERY_PLAN, FIXED_AXES, REASONS, enumerate_plans
 
 HYBRID = CP_COMMS.index("a2a+p2p")
@@ -132,7 +132,7 @@ def test_a_fixed_dp_shard_is_carried_and_costed():
     the states are sharded over 2 ranks, not all of dp*cp."""
     c = enumerate_plans(MODEL, CLUSTER, TRAINING, schedules=("1f1b",), fixed={"dp_shard": 2, "zero": 3})
     assert ((c["dp"] * c["cp"]) % 2 == 0).all() and c.rejected[REASONS["dp_shard"]] > 0
-    s = screen(c, MODEL, CLUSTER, TRAINING, dp_shard=2)
+    s = screen(c, MODEL, CLUSTER, TRAINING, options=ScreenOptions(dp_shard=2))
     full = screen(c, MODEL, CLUSTER, TRAINING)
     for i in np.nonzero(c["vpp"] == 1)[0][:: max(1, len(c) // 15)]:
         e = estimate(job_from_plan(MODEL, CLUSTER, TRAINING, c.plan_dict(i), {"dp_shard": 2}))
@@ -145,7 +145,7 @@ def test_a_fixed_dp_shard_is_carried_and_costed():
 def test_a_fixed_offload_is_carried_and_needs_zero():
     c = enumerate_plans(MODEL, CLUSTER, TRAINING, schedules=("1f1b",), fixed={"offload": "optimizer"})
     assert set(c["zero"].tolist()) == {1, 2, 3} and c.rejected[REASONS["offload_zero"]] > 0
-    s = screen(c, MODEL, CLUSTER, TRAINING, offload="optimizer")
+    s = screen(c, MODEL, CLUSTER, TRAINING, options=ScreenOptions(offload="optimizer"))
     for i in np.nonzero((c["vpp"] == 1) & (c["pp"] == 1))[0][:: 40]:
         e = estimate(job_from_plan(MODEL, CLUSTER, TRAINING, c.plan_dict(i), {"offload": "optimizer"}))
         assert s["memory_bytes"][i] == pytest.approx(e.memory.total, rel=1e-9)

@@ -10,7 +10,7 @@ from shardwise.specs.model_ref import load_model
 from shardwise.specs.training import TrainingSpec
 from shardwise.train.estimate import estimate
 from shardwise.train.planner import job_from_plan, plan_search
-from shardwise.train.screen import screen
+from shardwise.train.screen import ScreenOptions, screen
 from shardwise.train.search_space import enumerate_plans
 from shardwise.train.smallest import (
     candidate_counts,
@@ -103,7 +103,7 @@ def test_smallest_fit_refuses_counts_whose_offload_overflows_host_dram():
     assert n > 8  # one node's host cannot hold 8.03e9 x 16 B = 120 GiB
     cluster = make_cluster("h100", n, host=small)
     cands = enumerate_plans(model, cluster, training, fixed=fixed)
-    s = screen(cands, model, cluster, training, offload="optimizer")
+    s = screen(cands, model, cluster, training, options=ScreenOptions(offload="optimizer"))
     assert s["host_ok"].any()
     best = estimate(job_from_plan(model, cluster, training, cands.plan_dict(int(
         (s["memory_bytes"] + (~s["host_ok"]) * 1e30).argmin())), {"offload": "optimizer"}))
@@ -113,6 +113,6 @@ def test_smallest_fit_refuses_counts_whose_offload_overflows_host_dram():
     for v in host_refused:
         c = make_cluster("h100", v.gpus, host=small)
         cands = enumerate_plans(model, c, training, fixed=fixed)
-        leanest = int(screen(cands, model, c, training, offload="optimizer")["memory_bytes"].argmin())
+        leanest = int(screen(cands, model, c, training, options=ScreenOptions(offload="optimizer"))["memory_bytes"].argmin())
         e = estimate(job_from_plan(model, c, training, cands.plan_dict(leanest), {"offload": "optimizer"}))
         assert not e.fits and e.misfit.startswith("host memory")

@@ -32,7 +32,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,7 +49,7 @@ from shardwise.train.goodput import effective_step_s, ettr_bound, ettr_of, with_
 from shardwise.train.pareto import pareto_front
 from shardwise.train.plan_label import plan_label
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import LayerTable, dominated, drop_dominated_recipes, layer_table, screen
+from shardwise.train.screen import LayerTable, ScreenOptions, dominated, drop_dominated_recipes, layer_table, screen
 from shardwise.train.search_space import EVERY_PLAN, REASONS, RECOMPUTE, Candidates, enumerate_plans, group_rejections
 
 if TYPE_CHECKING:
@@ -178,9 +178,7 @@ def plan_search(
     table = layer_table(cands, model, cluster, training, constants, flash, fixed.get("tp_overlap"), runnable_on)
     faster = ~dominated(cands, table)
     cands.keep(faster, "dominated")
-    scr = screen(cands, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table.subset(faster),
-                 extra.get("dp_shard"), extra.get("offload", "none"), extra.get("offload_device", "cpu"),
-                 extra.get("offload_activations", 0.0))
+    scr = screen(cands, model, cluster, training, constants, table.subset(faster), ScreenOptions.of(extra))
     t2 = time.perf_counter()
     capacity = cluster.usable_memory_bytes
     host_ok = scr.pop("host_ok")
@@ -260,8 +258,8 @@ def _with_act_offload(spare: tuple[Candidates, LayerTable, np.ndarray], top: lis
     # Memory falls with the share, so the plans that fit at a share fit at every larger one: screen all at the
     # largest, then only those again at each smaller share; each plan runs at the smallest share that fits it.
     largest = ACT_OFFLOAD_SHARES[-1]
-    scr = screen(sub, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True), table,
-                 extra.get("dp_shard"), extra.get("offload", "none"), extra.get("offload_device", "cpu"), largest)
+    options = ScreenOptions.of(extra | {"flash_attention": flash})
+    scr = screen(sub, model, cluster, training, constants, table, replace(options, offload_activations=largest))
     ok = (scr["memory_bytes"] <= cluster.usable_memory_bytes) & scr["host_ok"] & (scr["step_lb_s"] < best.step_time_s)
     rows = np.nonzero(ok)[0]
     rows = rows[np.argsort(scr["step_s"][rows], kind="stable")][:ACT_OFFLOAD_EXACT]
@@ -270,9 +268,8 @@ def _with_act_offload(spare: tuple[Candidates, LayerTable, np.ndarray], top: lis
         few = Candidates({k: v[rows] for k, v in sub.arrays.items()}, sub.schedules, len(rows), recipes=sub.recipes,
                          dispatchers=sub.dispatchers)
         for smaller in reversed(ACT_OFFLOAD_SHARES[:-1]):
-            m = screen(few, model, cluster, training, constants, flash, extra.get("overlap_grad_reduce", True),
-                       table.subset(rows), extra.get("dp_shard"), extra.get("offload", "none"),
-                       extra.get("offload_device", "cpu"), smaller)
+            m = screen(few, model, cluster, training, constants, table.subset(rows),
+                       replace(options, offload_activations=smaller))
             share = np.where((m["memory_bytes"] <= cluster.usable_memory_bytes) & m["host_ok"], smaller, share)
     found: list[Estimate] = []
     for i, x in zip(rows.tolist(), share.tolist(), strict=True):

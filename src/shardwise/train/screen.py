@@ -21,9 +21,11 @@ their sources in :mod:`shardwise.pipeline.registry`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -254,27 +256,36 @@ def drop_dominated_recipes(c: Candidates, cluster: Cluster, training: TrainingSp
         c.keep(~np.isin(c["rcp"], dominated_recipes(c, cluster, training, constants)), "dominated")
 
 
-def screen(
-    c: Candidates,
-    model: ModelSpec,
-    cluster: Cluster,
-    training: TrainingSpec,
-    constants: Constants | None = None,
-    flash_attention: bool = True,
-    overlap_grad_reduce: bool = True,
-    table: LayerTable | None = None,
-    dp_shard: int | None = None,
-    offload: str = "none",
-    offload_device: str = "cpu",
-    offload_activations: float = 0.0,
-) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class ScreenOptions:
+    """The job's plan fields that every plan of a search shares (`search_space.EVERY_PLAN`) and that change
+    how one is costed. `dp_shard` None: shard over all of dp*cp. `offload_activations`: the share of
+    activations offloaded; its memory rule is the estimate's (:func:`shardwise.cost.act_offload.offloaded_peak`,
+    the offloaded part counted in host DRAM); its time is not screened (the copies are taken as hidden; the
+    exact estimate prices what shows)."""
+
+    flash_attention: bool = True
+    overlap_grad_reduce: bool = True
+    dp_shard: int | None = None
+    offload: str = "none"
+    offload_device: str = "cpu"
+    offload_activations: float = 0.0
+
+    @classmethod
+    def of(cls, plan_fields: Mapping[str, Any]) -> ScreenOptions:
+        """The options among a job's fixed plan fields (others ignored; missing ones at their defaults)."""
+        return cls(**{f.name: plan_fields[f.name] for f in fields(cls) if f.name in plan_fields})
+
+
+def screen(c: Candidates, model: ModelSpec, cluster: Cluster, training: TrainingSpec, constants: Constants | None = None,
+           table: LayerTable | None = None, options: ScreenOptions = ScreenOptions()) -> dict[str, np.ndarray]:
     """Arrays (one per plan): step_lb_s, step_s (approximation) and memory_bytes (peak per GPU, as the
-    estimate counts it); sets each plan's TP overlap mode (the array `tpo` of `c`); `table`: the candidates' :func:`layer_table` when the caller has it; `dp_shard`
-    and `offload`: the plans' TrainPlan fields (None: shard over all of dp*cp). `host_ok`: whether each plan's
-    offloaded states fit the node's host DRAM and NVMe (as :func:`shardwise.train.estimate.host_memory`).
-    `offload_activations`: the share of activations offloaded; its memory rule is the estimate's
-    (:func:`shardwise.cost.act_offload.offloaded_peak`, the offloaded part counted in host DRAM); its time
-    is not screened (the copies are taken as hidden; the exact estimate prices what shows)."""
+    estimate counts it); sets each plan's TP overlap mode (the array `tpo` of `c`); `table`: the candidates'
+    :func:`layer_table` when the caller has it; `options`: the plan fields all candidates share.
+    `host_ok`: whether each plan's offloaded states fit the node's host DRAM, CXL memory and NVMe (as
+    :func:`shardwise.train.estimate.host_memory`)."""
+    flash_attention, overlap_grad_reduce, dp_shard = options.flash_attention, options.overlap_grad_reduce, options.dp_shard
+    offload, offload_device, offload_activations = options.offload, options.offload_device, options.offload_activations
     consts = constants or default_constants()
     stack, recipes = _stack_and_devices(c, cluster, training, consts)
     table = table or layer_table(c, model, cluster, training, consts, flash_attention)

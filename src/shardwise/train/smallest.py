@@ -38,7 +38,7 @@ from shardwise.train.estimate import estimate
 from shardwise.train.plan_label import plan_label
 from shardwise.train.planner import job_from_plan, plan_search
 from shardwise.train.result import GIB, Estimate
-from shardwise.train.screen import screen
+from shardwise.train.screen import ScreenOptions, screen
 from shardwise.train.search_space import enumerate_plans
 
 MAX_SMALLEST_GPUS = 65536
@@ -125,14 +125,11 @@ def count_verdict(model: ModelSpec, cluster: Cluster, training: TrainingSpec, sc
     peak is an upper bound; where it is over, the exact estimate of the leanest plan decides)."""
     n = cluster.num_gpus
     fixed = fixed or {}
-    offload = fixed.get("offload", "none")
     cands = enumerate_plans(model, cluster, training, schedules, fixed)
     if not len(cands):
         why = "; ".join(f"{reason} ({count:,})" for reason, count in cands.rejected.most_common(2))
         return CountVerdict(n, False, f"no plan can run: {why}")
-    screened = screen(cands, model, cluster, training, constants, offload=offload,
-                      offload_device=fixed.get("offload_device", "cpu"),
-                      offload_activations=float(fixed.get("offload_activations", 0.0)))
+    screened = screen(cands, model, cluster, training, constants, options=ScreenOptions.of(fixed))
     # A plan whose offloaded bytes overflow the node's host DRAM (or NVMe) cannot run, however lean on the GPU:
     # the leanest is taken among those the host can hold (the estimate's host-memory check, docs/offload.md).
     host_ok = screened["host_ok"]
