@@ -203,7 +203,11 @@ def test_a_steps_layout_holds_the_busiest_ranks_tokens(lengths, mini_batches, dp
     packed = train_batch(_requests(lengths), True, 4096)
     lay = packed.layout(model, dp, mini_batches, 1)
     assert lay.imbalance >= 1 - 1e-9 and lay.rank_tokens >= lay.mean_tokens * (1 - 1e-9)
-    assert lay.rows * lay.row_len * lay.micro_batches == pytest.approx(lay.rank_tokens, abs=lay.rows * lay.micro_batches / 2 + 1e-6)
+    slots = lay.rows * lay.micro_batches  # rows are whole tokens, at least one: within half a token of the share
+    if lay.rank_tokens >= slots / 2:
+        assert slots * lay.row_len == pytest.approx(lay.rank_tokens, abs=slots / 2 + 1e-6)
+    else:  # less than half a token a row on average over the steps (a few short sequences, many mini-batches)
+        assert lay.row_len == 1
     assert lay.micro_batches == max(1, math.ceil(lay.rank_tokens / 4096))
     if dp == 1:
         assert lay.imbalance == pytest.approx(1.0)  # one rank: nobody to wait for

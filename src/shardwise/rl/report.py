@@ -132,7 +132,8 @@ def write_phase_jobs(job: RLJob, est: RLEstimate, out: Path) -> list[Path]:
 
 def plan_tables(res: RLPlanResult, top: int) -> list[Table]:
     """The ranked candidates (the chosen one first) and the rejections by reason."""
-    t = Table(title=f"rl plan: {res.considered} candidates, {res.feasible} run, in {res.seconds:.1f} s", title_justify="left")
+    pruned = f" ({res.bounded} bounded below the ranked ones without simulating)" if res.bounded else ""
+    t = Table(title=f"rl plan: {res.considered} candidates, {res.feasible} run{pruned}, in {res.seconds:.1f} s", title_justify="left")
     for col in ("", "placement", "mode", "rollout", "train plan", "iteration (s)", "samples/s", "gen tok/s", "$/1k samples",
                 "idle", "rollout drain idle"):
         t.add_column(col, justify="right" if col in ("iteration (s)", "samples/s", "gen tok/s", "$/1k samples", "idle",

@@ -969,7 +969,8 @@ async function runRLPlan() {
 
 function renderRLPlan(out, doc) {
   $("#rl-empty").hidden = true; $("#rl-plan-out").hidden = false;
-  $("#rl-plan-summary").textContent = `${out.feasible} of ${out.considered} candidates run; searched in ${fmt.sig(out.seconds, 3)} s; ranked by samples/s`;
+  const bounded = out.bounded_not_simulated ? ` (${out.bounded_not_simulated} of them bounded below the ranked ones without simulating)` : "";
+  $("#rl-plan-summary").textContent = `${out.feasible} of ${out.considered} candidates run${bounded}; searched in ${fmt.sig(out.seconds, 3)} s; ranked by samples/s`;
   const head = ["#", "placement", "iteration s", "samples/s", "tokens/s generated", "GPU idle", "rollout batch idle", "$ / 1k samples"];
   $("#rl-ranked").replaceChildren(el("thead", {}, el("tr", {}, head.map((h, k) => el("th", { class: k === 1 ? "l" : "", text: h })))),
     el("tbody", {}, out.ranked.map((c, k) => el("tr", { "data-rank": k + 1, "data-samples-per-s": String(c.samples_per_s), "data-period": String(c.period_s) },
